@@ -1,0 +1,27 @@
+"""The catalog: descriptors, netCDF introspection and the registry of published datasets.
+
+Installed as ``dstp.catalog``. Reading order for a newcomer: ``descriptor``
+(the XML a publisher writes), ``publish`` (drafting one from CF metadata),
+``cf`` (decoding rules), ``netcdf4_`` (file access), ``dataset`` (a
+descriptor bound to its files), ``registry`` (all datasets under a root).
+"""
+
+from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, Dimension, GriddedDataset
+from dstp.catalog.descriptor import Descriptor, parse_descriptor, read_descriptor, render_descriptor
+from dstp.catalog.publish import draft_descriptor, publish
+from dstp.catalog.registry import Catalog, Problem
+
+__all__ = [
+    "AttributeColumn",
+    "Catalog",
+    "CoordinateColumn",
+    "Descriptor",
+    "Dimension",
+    "GriddedDataset",
+    "Problem",
+    "draft_descriptor",
+    "parse_descriptor",
+    "publish",
+    "read_descriptor",
+    "render_descriptor",
+]

@@ -1,0 +1,189 @@
+"""netCDF file access through the netCDF4 library: one handle cache, one lock.
+
+The netCDF-C and HDF5 libraries are not thread-safe, so every call into them
+holds ``NETCDF_LOCK``. Open files live in an LRU cache so that a query over a
+hundred files does not reopen each one per hyperslab. Named ``netcdf4_`` so it
+never shadows the ``netCDF4`` package it wraps.
+
+Every hyperslab read is counted in :class:`ReadStats`, which a query's
+summary reports: it is how a user (and the tests) see that coordinate
+predicates kept the server from reading what it did not need.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import netCDF4
+import numpy as np
+
+from dstp.errors import DataFileError
+
+__all__ = ["NETCDF_LOCK", "FileHandles", "ReadStats", "VariableMeta", "FileMeta", "inspect_file"]
+
+NETCDF_LOCK = threading.RLock()
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """Counts of what a scan read from netCDF files."""
+
+    hyperslabs: int = 0
+    elements: int = 0
+    bytes: int = 0
+
+    def add(self, array: np.ndarray) -> None:
+        self.hyperslabs += 1
+        self.elements += int(array.size)
+        self.bytes += int(array.nbytes)
+
+
+@dataclass(frozen=True, slots=True)
+class VariableMeta:
+    """What a file says about one variable, read once at catalog load."""
+
+    name: str
+    dimensions: tuple[str, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    attrs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    """What a file says about itself: format, dimensions, variables, global attributes."""
+
+    path: Path
+    format: str
+    dimensions: dict[str, int]
+    unlimited: tuple[str, ...]
+    variables: dict[str, VariableMeta]
+    attrs: dict[str, Any]
+
+
+def _attrs(obj: Any) -> dict[str, Any]:
+    """Return a variable's or file's attributes; one-element arrays become numpy scalars.
+
+    Numeric attributes keep their numpy type: CF decoding depends on it (a
+    float32 ``scale_factor`` unpacks to float32).
+    """
+    out: dict[str, Any] = {}
+    for key in obj.ncattrs():
+        value = obj.getncattr(key)
+        if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iufb":
+            value = value.reshape(())[()]
+        out[key] = value
+    return out
+
+
+class FileHandles:
+    """An LRU cache of open netCDF files; use ``with handles.open(path) as ds``."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = max(1, capacity)
+        self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
+
+    def _get(self, path: Path) -> netCDF4.Dataset:
+        ds = self._open.get(path)
+        if ds is not None:
+            self._open.move_to_end(path)
+            return ds
+        try:
+            ds = netCDF4.Dataset(path, "r")
+        except (OSError, RuntimeError) as exc:
+            raise DataFileError(f"cannot open {path.name}: {exc}") from exc
+        # dstp decodes CF packing and fill values itself, the way xarray does.
+        ds.set_auto_maskandscale(False)
+        ds.set_always_mask(False)
+        self._open[path] = ds
+        while len(self._open) > self.capacity:
+            _, old = self._open.popitem(last=False)
+            old.close()
+        return ds
+
+    def read(
+        self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None
+    ) -> np.ndarray:
+        """Return the raw (still packed) values of ``variable[index]`` from ``path``."""
+        with NETCDF_LOCK:
+            ds = self._get(path)
+            try:
+                var = ds.variables[variable]
+                array = np.asarray(var[tuple(index)] if index else var[...])
+            except (OSError, RuntimeError, IndexError, KeyError) as exc:
+                self._drop(path)
+                raise DataFileError(f"cannot read {variable!r} from {path.name}: {exc}") from exc
+        if stats is not None:
+            stats.add(array)
+        return array
+
+    def _drop(self, path: Path) -> None:
+        ds = self._open.pop(path, None)
+        if ds is not None:
+            try:
+                ds.close()
+            except (OSError, RuntimeError):
+                pass
+
+    def close(self) -> None:
+        """Close every cached file."""
+        with NETCDF_LOCK:
+            while self._open:
+                _, ds = self._open.popitem()
+                try:
+                    ds.close()
+                except (OSError, RuntimeError):
+                    pass
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:  # VLen, compound and enum types: never published as columns
+        return np.dtype(object)
+
+
+def inspect_file(path: Path) -> FileMeta:
+    """Return the metadata of one netCDF file, raising DataFileError if it is unreadable."""
+    with NETCDF_LOCK:
+        try:
+            ds = netCDF4.Dataset(path, "r")
+        except (OSError, RuntimeError) as exc:
+            raise DataFileError(f"cannot open {path}: {exc}") from exc
+        try:
+            # Only the root group is published; groups are ignored.
+            variables = {
+                name: VariableMeta(
+                    name=name,
+                    dimensions=tuple(var.dimensions),
+                    shape=tuple(int(s) for s in var.shape),
+                    dtype=_numpy_dtype(var.dtype),
+                    attrs=_attrs(var),
+                )
+                for name, var in ds.variables.items()
+            }
+            return FileMeta(
+                path=path,
+                format=ds.data_model,
+                dimensions={name: len(dim) for name, dim in ds.dimensions.items()},
+                unlimited=tuple(name for name, dim in ds.dimensions.items() if dim.isunlimited()),
+                variables=variables,
+                attrs=_attrs(ds),
+            )
+        except (OSError, RuntimeError) as exc:
+            raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
+        finally:
+            ds.close()
+
+
+def iter_variable_values(handles: FileHandles, paths: Sequence[Path], variable: str) -> Iterator[np.ndarray]:
+    """Yield the whole raw values of ``variable`` from each file in turn (coordinates)."""
+    for path in paths:
+        yield handles.read(path, variable, ())

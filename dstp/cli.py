@@ -1,0 +1,397 @@
+"""The ``dstp`` command: a thin command group over the library; its help is the reference.
+
+    dstp serve [ROOT]                  run a server (no ROOT: the bundled samples)
+    dstp samples DIR [--size S]        write the sample datasets
+    dstp publish FILE… --id ID         draft a descriptor beside the files
+    dstp catalog validate ROOT         check every descriptor under ROOT
+    dstp ls | describe ID | query SQL  ask a server (--server HOST:PORT)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from dstp.errors import DstpError
+
+__all__ = ["main"]
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def _server_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--server",
+        default=os.environ.get("DSTP_SERVER", DEFAULT_SERVER),
+        metavar="HOST:PORT",
+        help=f"gRPC address of the dstp server (default: $DSTP_SERVER or {DEFAULT_SERVER})",
+    )
+
+
+def _err(message: str) -> None:
+    print(f"dstp: error: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from dstp.server import DstpServer
+    from dstp.settings import Settings
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = Settings.from_env(
+        catalog_root=Path(args.root) if args.root else None,
+        host=args.host,
+        port=args.port,
+        http_port=args.http_port,
+        data_port=args.data_port,
+        udt_port=args.udt_port,
+    )
+    server = DstpServer(settings)
+    endpoints = server.start()
+    print(f"dstp serving {server.catalog.root} ({len(server.catalog)} datasets)", flush=True)  # type: ignore[union-attr]
+    for name, value in asdict(endpoints).items():
+        if value:
+            print(f"  {name:5s} {value}", flush=True)
+    if server.catalog is not None and server.catalog.problems:
+        print(f"  {len(server.catalog.problems)} descriptor(s) skipped; see the log or `dstp catalog validate`")
+    print(f"try:  dstp query \"select temperature, time from ccm3 where humidity > 50 limit 5\" "
+          f"--server {endpoints.grpc}", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    print("stopping…", file=sys.stderr)
+    server.stop()
+    return 0
+
+
+# -------------------------------------------------------------------- samples
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from dstp.samples import generate_samples
+
+    out = generate_samples(Path(args.dir), args.size, progress=lambda m: print(m, file=sys.stderr))
+    print(f"samples ({args.size}) written to {out}; serve them with: dstp serve {out}")
+    return 0
+
+
+# -------------------------------------------------------------------- publish
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from dstp.catalog.publish import publish
+
+    rename = {}
+    for item in args.rename or ():
+        if "=" not in item:
+            _err(f"--rename takes VARIABLE=column, got {item!r}")
+            return 2
+        var, col = item.split("=", 1)
+        rename[var] = col
+    path = publish([Path(f) for f in args.files], args.id, rename=rename, title=args.title,
+                   overwrite=args.overwrite)
+    print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from dstp.catalog.registry import Catalog
+
+    catalog = Catalog.scan(Path(args.root))
+    for ds in catalog:
+        print(f"ok      {ds.id:20s} {len(ds.files)} file(s), {len(ds.attributes)} attributes  ({ds.descriptor.path})")
+    for problem in catalog.problems:
+        print(f"ERROR   {problem}")
+    print(f"{len(catalog)} dataset(s) valid, {len(catalog.problems)} problem(s)")
+    return 1 if catalog.problems or not len(catalog) else 0
+
+
+# -------------------------------------------------------------- client commands
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import dstp
+
+    with dstp.connect(args.server) as c:
+        datasets = c.datasets()
+    if args.json:
+        print(json.dumps([asdict(d) for d in datasets], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "title", "attributes", "grid", "records", "time span", box=None)
+    for d in datasets:
+        span = f"{d.time_start[:10]} … {d.time_end[:10]}" if d.time_start else ""
+        table.add_row(d.id, d.title, ", ".join(d.attributes), " × ".join(d.default_grid),
+                      f"{d.default_grid_rows:,}", span)
+    Console().print(table)
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    import dstp
+
+    with dstp.connect(args.server) as c:
+        d = c.describe(args.id)
+    if args.json:
+        print(json.dumps(asdict(d), indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    s = d.summary
+    con.print(f"[bold]{s.id}[/bold] — {s.title}")
+    if s.summary:
+        con.print(s.summary)
+    con.print(f"{len(d.files)} file(s), {s.size_bytes / 2**20:.1f} MiB; select * has {s.default_grid_rows:,} records "
+              f"on ({', '.join(s.default_grid)})")
+    dims = Table("dimension", "size", "coordinate", "from", "to", "units", box=None, title="dimensions")
+    for x in d.dimensions:
+        order = {1: "↑", -1: "↓"}.get(x.order, "")
+        dims.add_row(x.name, str(x.size), f"{x.coordinate} {order}", x.min, x.max,
+                     x.units + (f" ({x.calendar})" if x.calendar else ""))
+    con.print(dims)
+    attrs = Table("attribute", "units", "dimensions", "type", "description", box=None, title="attributes")
+    for a in d.attributes:
+        attrs.add_row(a.name, a.units, " × ".join(a.dimensions), a.arrow_type + (" (packed)" if a.packed else ""),
+                      a.description)
+    con.print(attrs)
+    if d.correlation_keys:
+        con.print("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
+    return 0
+
+
+def _progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Callable[[], None]]:
+    """Return (progress callback, finish) drawing rows, bytes and rate on stderr."""
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[rows]} rows · {task.fields[size]} · {task.fields[rate]} · {task.fields[link]}"),
+        TimeElapsedColumn(),
+        transient=False,
+        console=__import__("rich.console").console.Console(stderr=True),
+    )
+    task = bar.add_task("fetching", total=None, rows="0", size="0 B", rate="", link="")
+    bar.start()
+
+    def human(n: float) -> str:
+        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if n < 1024 or unit == "TiB":
+                return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+            n /= 1024
+        return f"{n:.1f}"
+
+    def update(p: Any) -> None:
+        total = p.estimated_rows if p.estimated_rows > 0 else None
+        bar.update(task, completed=p.rows, total=total, rows=f"{p.rows:,}", size=human(p.bytes),
+                   rate=f"{human(p.rate_bytes_per_s)}/s", link=f"{p.transport}×{p.streams}")
+
+    return update, bar.stop
+
+
+def _write_stream(batches: Iterator[Any], schema: Any, out: Path) -> int:
+    """Write batches to ``out`` as they arrive, by extension; return rows written."""
+    import pyarrow as pa
+
+    suffix = out.suffix.lower()
+    rows = 0
+    if suffix in (".arrow", ".feather", ".ipc"):
+        with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+                rows += b.num_rows
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        with pq.ParquetWriter(str(out), schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+                rows += b.num_rows
+    elif suffix == ".csv":
+        import pyarrow.csv as pcsv
+
+        with pcsv.CSVWriter(str(out), schema) as writer:
+            for b in batches:
+                writer.write_batch(b)
+                rows += b.num_rows
+    elif suffix == ".nc":
+        import dstp
+
+        table = pa.Table.from_batches(list(batches), schema=schema)
+        rows = table.num_rows
+        dstp.to_xarray(table).to_netcdf(out)
+    else:
+        raise ValueError(f"cannot tell the format of {out.name}; use .arrow, .parquet, .csv or .nc")
+    return rows
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import dstp
+
+    show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and args.output is not None)
+    progress, finish = _progress_display(show_progress)
+    with dstp.connect(args.server) as c:
+        if args.explain:
+            info = c.plan(args.sql, transport=args.transport if args.transport != "auto" else "grpc")
+            print(json.dumps({
+                "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
+                "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows,
+                "columns": [f"{f.name}: {f.type}" for f in info.schema],
+                "sample_seed": info.sample_seed,
+            }, indent=2))
+            return 0
+        stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
+                                 progress=progress, streams=args.streams)
+        try:
+            if args.output is not None:
+                out = Path(args.output)
+                rows = _write_stream(iter(stream), stream.schema, out)
+                finish()
+                summary = stream.summary or {}
+                rate = summary.get("bytes", 0) / max(summary.get("seconds", 1e-9), 1e-9) / 2**20
+                print(f"{rows:,} records → {out} ({summary.get('seconds', 0):.2f} s, {rate:.1f} MiB/s over "
+                      f"{stream.transport})", file=sys.stderr)
+            elif args.format == "csv":
+                import pyarrow.csv as pcsv
+
+                with pcsv.CSVWriter(sys.stdout.buffer, stream.schema) as writer:
+                    for b in stream:
+                        writer.write_batch(b)
+                finish()
+            else:
+                shown, total = [], 0
+                for b in stream:
+                    total += b.num_rows
+                    if sum(x.num_rows for x in shown) < args.max_rows:
+                        shown.append(b)
+                finish()
+                import pyarrow as pa
+
+                table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
+                print(table.to_pandas().to_string(index=False, max_rows=args.max_rows) if table.num_rows else
+                      "(no records)")
+                if total > table.num_rows:
+                    print(f"… {total - table.num_rows:,} more records ({total:,} in all); save them with -o FILE",
+                          file=sys.stderr)
+                summary = stream.summary or {}
+                if summary.get("truncated"):
+                    print(f"warning: result truncated by the server: {summary['truncated_reason']}", file=sys.stderr)
+        finally:
+            finish()
+            stream.close()
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dstp",
+        description="dstp: serve gridded netCDF datasets by attribute; query them and get Arrow back.",
+    )
+    parser.add_argument("--version", action="version", version=f"dstp {__import__('dstp').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run a dstp server on a catalog folder")
+    p.add_argument("root", nargs="?", help="catalog root with *.dstp.xml descriptors (default: the small samples, "
+                                           "generated into the user cache on first use)")
+    p.add_argument("--host", default=None, help="listen address (default 127.0.0.1; DSTP_HOST)")
+    p.add_argument("--port", type=int, default=None, help="gRPC control port (default 50051; DSTP_PORT)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="HTTP port for the browser catalog and HTTP API (default 8080; -1 disables)")
+    p.add_argument("--data-port", type=int, default=None, help="striped TCP data port (default: any free; -1 disables)")
+    p.add_argument("--udt-port", type=int, default=None, help="UDT data port (default: any free; -1 disables)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("samples", help="write the sample datasets (ccm3, ocean) into a folder")
+    p.add_argument("dir", help="output folder (one subfolder per dataset)")
+    p.add_argument("--size", choices=["small", "medium", "large"], default="small",
+                   help="small: seconds; medium: ≥1M records for the seed query; large: ≥2 GB")
+    p.set_defaults(func=cmd_samples)
+
+    p = sub.add_parser("publish", help="draft a descriptor from CF/ACDD metadata and write it beside the files")
+    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder)")
+    p.add_argument("--id", required=True, help="dataset id used in queries (letters, digits, _)")
+    p.add_argument("--rename", action="append", metavar="VAR=COLUMN",
+                   help="expose a variable under another column name (repeatable), e.g. T=temperature")
+    p.add_argument("--title", help="title (default: the files' ACDD title)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing descriptor")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("catalog", help="catalog maintenance")
+    csub = p.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+    v = csub.add_parser("validate", help="check every descriptor and its files under ROOT")
+    v.add_argument("root")
+    v.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("ls", help="list the datasets of a server")
+    _server_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("describe", help="show dimensions, attributes and files of a dataset")
+    p.add_argument("id")
+    _server_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("query", help="run a query and print or save the records",
+                       description="Run a query. Syntax: select <columns|*> from <dataset | stride(dataset, dim = k)> "
+                                   "[tablesample P% | N rows [repeatable (seed)]] [where …] [order by …] [limit n]")
+    p.add_argument("sql", help='e.g. "select temperature, time from ccm3 where humidity > 50"')
+    _server_arg(p)
+    p.add_argument("-o", "--output", help="save to FILE (.arrow, .parquet, .csv, .nc), streamed as it arrives")
+    p.add_argument("--format", choices=["table", "csv"], default="table", help="stdout format without -o")
+    p.add_argument("--max-rows", type=int, default=40, help="records printed without -o (default 40)")
+    p.add_argument("--transport", default="grpc", choices=["grpc", "striped", "udt", "auto"],
+                   help="data channel (default grpc)")
+    p.add_argument("--streams", type=int, default=0, help="parallel streams for the striped channel")
+    p.add_argument("--compression", default="none", choices=["none", "lz4", "zstd"], help="batch compression")
+    p.add_argument("--explain", action="store_true", help="print the plan (grid, hyperslab, schema) without fetching")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
+    prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
+    p.set_defaults(func=cmd_query)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the dstp command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DstpError as exc:
+        _err(str(exc))
+        return 1
+    except (OSError, ValueError) as exc:
+        _err(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Discovery metadata: what ListDatasets and Describe say about a dataset.
+
+Plain value types built from a :class:`GriddedDataset`, shared by every
+adapter (gRPC, HTTP, CLI) so that a dataset reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
+
+__all__ = [
+    "ColumnInfo",
+    "DatasetDetails",
+    "DatasetSummary",
+    "DimensionInfo",
+    "FileInfo",
+    "KeyInfo",
+    "dataset_details",
+    "dataset_summary",
+    "render_value",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSummary:
+    id: str
+    title: str
+    summary: str
+    keywords: tuple[str, ...]
+    attributes: tuple[str, ...]
+    default_grid: tuple[str, ...]
+    default_grid_rows: int
+    time_start: str
+    time_end: str
+    bbox: tuple[float, float, float, float] | None  # lat_min, lat_max, lon_min, lon_max
+    size_bytes: int
+    access_policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class DimensionInfo:
+    name: str
+    size: int
+    coordinate: str
+    min: str
+    max: str
+    order: int
+    units: str
+    calendar: str
+    axis: str
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    name: str
+    variable: str
+    dimensions: tuple[str, ...]
+    units: str
+    description: str
+    arrow_type: str
+    cf: tuple[tuple[str, str], ...]
+    packed: bool
+    nullable: bool
+    coordinate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    name: str
+    size_bytes: int
+    format: str
+    start: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    name: str
+    column: str
+    standard_name: str
+    units: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetDetails:
+    summary: DatasetSummary
+    dimensions: tuple[DimensionInfo, ...]
+    coordinates: tuple[ColumnInfo, ...]
+    attributes: tuple[ColumnInfo, ...]
+    files: tuple[FileInfo, ...]
+    correlation_keys: tuple[KeyInfo, ...]
+    aggregate_dimension: str
+    global_attributes: tuple[tuple[str, str], ...]
+    license: str
+    source: str
+    descriptor_xml: str
+
+
+def render_value(value: Any) -> str:
+    """Return a coordinate value or attribute as text (ISO 8601 for instants)."""
+    if isinstance(value, np.datetime64):
+        return str(value.astype("datetime64[s]")) if value == value.astype("datetime64[s]") else str(value)
+    if isinstance(value, np.ndarray):
+        return " ".join(render_value(v) for v in value.reshape(-1).tolist())
+    if isinstance(value, (np.floating, float)):
+        return repr(float(value)) if np.isfinite(value) else str(float(value))
+    if isinstance(value, np.generic):
+        return str(value.item())
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _axis_of(ds: GriddedDataset, axis: str) -> CoordinateColumn | None:
+    for c in ds.coordinates.values():
+        if c.dimension and c.spec.axis == axis:
+            return c
+    return None
+
+
+def _range(c: CoordinateColumn) -> tuple[Any, Any]:
+    values = c.values
+    if values.dtype == object:
+        texts = sorted(str(v) for v in values)
+        return texts[0], texts[-1]
+    return values.min(), values.max()
+
+
+def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
+    """Return the catalog-listing view of a dataset."""
+    d = ds.descriptor
+    time_start = time_end = ""
+    t = _axis_of(ds, "T")
+    if t is not None and len(t.values):
+        lo, hi = _range(t)
+        time_start, time_end = render_value(lo), render_value(hi)
+    bbox = None
+    lat, lon = _axis_of(ds, "Y"), _axis_of(ds, "X")
+    if lat is not None and lon is not None and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if":
+        bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
+    return DatasetSummary(
+        id=d.id,
+        title=d.title,
+        summary=d.summary or "",
+        keywords=d.keywords,
+        attributes=tuple(ds.attributes),
+        default_grid=d.default_grid,
+        default_grid_rows=ds.grid_size(d.default_grid),
+        time_start=time_start,
+        time_end=time_end,
+        bbox=bbox,
+        size_bytes=ds.size_bytes,
+        access_policy=d.access_policy,
+    )
+
+
+def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
+    return ColumnInfo(
+        name=c.name,
+        variable=c.spec.variable,
+        dimensions=(c.dimension,) if c.dimension else (),
+        units=c.spec.units or "",
+        description=dict(c.spec.cf).get("long_name", ""),
+        arrow_type=str(c.arrow_type),
+        cf=tuple((k, render_value(v)) for k, v in c.spec.cf),
+        packed=c.decoding.packed,
+        nullable=False,
+        coordinate=True,
+    )
+
+
+def _attribute_info(a: AttributeColumn) -> ColumnInfo:
+    return ColumnInfo(
+        name=a.name,
+        variable=a.spec.variable,
+        dimensions=a.dimensions,
+        units=a.spec.units or "",
+        description=a.spec.description or "",
+        arrow_type=str(a.arrow_type),
+        cf=tuple((k, render_value(v)) for k, v in a.spec.cf),
+        packed=a.decoding.packed,
+        nullable=True,
+        coordinate=False,
+    )
+
+
+def dataset_details(ds: GriddedDataset) -> DatasetDetails:
+    """Return everything Describe reports about a dataset."""
+    d = ds.descriptor
+    dims = []
+    for dim in ds.dimensions.values():
+        c = dim.coordinate
+        if c is not None and len(c.values):
+            lo, hi = _range(c)
+            dims.append(
+                DimensionInfo(
+                    name=dim.name, size=dim.size, coordinate=c.name, min=render_value(lo), max=render_value(hi),
+                    order=c.monotonic, units=c.spec.units or "", calendar=c.decoding.calendar or "",
+                    axis=c.spec.axis or "other",
+                )
+            )
+        else:
+            dims.append(DimensionInfo(dim.name, dim.size, "", "0", str(max(0, dim.size - 1)), 1, "", "", "other"))
+    descriptor_xml = d.path.read_text(encoding="utf-8") if d.path is not None and d.path.exists() else ""
+    return DatasetDetails(
+        summary=dataset_summary(ds),
+        dimensions=tuple(dims),
+        coordinates=tuple(_coordinate_info(c) for c in ds.coordinates.values()),
+        attributes=tuple(_attribute_info(a) for a in ds.attributes.values()),
+        files=tuple(
+            FileInfo(f.path.name, f.size, f.format, f.start, f.count) for f in ds.files
+        ),
+        correlation_keys=tuple(
+            KeyInfo(k.name, k.column, k.standard_name or "", k.units or "") for k in d.correlation_keys
+        ),
+        aggregate_dimension=d.aggregate or "",
+        global_attributes=tuple((k, render_value(v)) for k, v in ds.global_attrs.items()),
+        license=d.license or "",
+        source=d.source or "",
+        descriptor_xml=descriptor_xml,
+    )

@@ -1,0 +1,258 @@
+"""Planning: from a validated query to a grid, a hyperslab and the SQL DuckDB runs.
+
+Records are grid points. The grid of a query is the union of the dimensions
+of every column it names, in the dataset's dimension order; each attribute is
+broadcast over the dimensions it lacks, as ``xarray.Dataset.to_dataframe``
+does. Coordinate predicates in the top-level AND of the WHERE clause
+(``lat between 30 and 40``, ``time >= '2001-01-01'``, ``lev = 850``,
+``lon in (…)``) are turned into index ranges, so hyperslabs outside them are
+never read. Pushdown only prunes: the whole WHERE clause still runs in DuckDB,
+so a pushed-down range can never change a result, only make it cheaper.
+Strides (``stride(ccm3, lat = 4)``) keep the indices 0, k, 2k, … of a dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dstp.catalog.dataset import CoordinateColumn, GriddedDataset
+from dstp.errors import QueryError
+from dstp.query.parse import DIALECT, ValidatedQuery
+
+__all__ = ["Hyperslab", "QueryPlan", "SCAN_TABLE", "ROWID", "SAMPLE_KEY", "plan_query"]
+
+SCAN_TABLE = "__dstp_scan"
+ROWID = "__dstp_rowid"
+SAMPLE_KEY = "__dstp_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Hyperslab:
+    """Index ranges (start, stop, step) over the dataset's index space, one per grid dimension."""
+
+    dims: tuple[str, ...]
+    ranges: tuple[range, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(r) for r in self.ranges)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def as_dict(self) -> dict[str, tuple[int, int, int]]:
+        return {d: (r.start, r.stop, r.step) for d, r in zip(self.dims, self.ranges)}
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    """Everything needed to run a query; cheap to build, nothing read yet."""
+
+    query: ValidatedQuery
+    grid: tuple[str, ...]
+    hyperslab: Hyperslab
+    #: Dataset columns the scan must produce (plus ROWID/SAMPLE_KEY when sampling by rows).
+    scan_columns: tuple[str, ...]
+    #: The SQL DuckDB runs, generated from the validated tree.
+    sql: str
+    #: True when every scanned grid point is a result row (no filter, no sampling).
+    exact: bool
+
+    @property
+    def dataset(self) -> GriddedDataset:
+        return self.query.dataset
+
+    def estimated_rows(self) -> int:
+        """Return the exact row count when known without scanning, else -1."""
+        if not self.exact:
+            return -1
+        rows = max(0, self.hyperslab.size - (self.query.offset or 0))
+        return rows if self.query.limit is None else min(rows, self.query.limit)
+
+
+def _grid(q: ValidatedQuery) -> tuple[str, ...]:
+    ds = q.dataset
+    dims: set[str] = set()
+    for name in q.columns:
+        if name in ds.attributes:
+            dims.update(ds.attributes[name].dimensions)
+        elif ds.coordinates[name].dimension is not None:
+            dims.add(ds.coordinates[name].dimension)  # type: ignore[arg-type]
+    return ds.dimension_order(dims)
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _constant(node: exp.Expression, coord: CoordinateColumn) -> Any | None:
+    """Return the value of a literal in the coordinate's representation, or None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    negate = False
+    if isinstance(node, exp.Neg):
+        negate, node = True, node.this
+    if coord.decoding.time_units is not None:
+        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
+            return np.datetime64(node.this.this.replace(" ", "T"), "us")
+        if isinstance(node, exp.Literal) and node.is_string and coord.decoding.iso_time:
+            return node.this
+        return None
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            value = float(node.this)
+        except ValueError:
+            return None
+        return -value if negate else value
+    return None
+
+
+@dataclass(slots=True)
+class _Interval:
+    lo: Any = None
+    hi: Any = None
+
+    def clip_lo(self, v: Any) -> None:
+        self.lo = v if self.lo is None else max(self.lo, v)
+
+    def clip_hi(self, v: Any) -> None:
+        self.hi = v if self.hi is None else min(self.hi, v)
+
+
+def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> tuple[str, _Interval] | None:
+    """Return (coordinate name, closed value interval) a conjunct confines a coordinate to."""
+    flip = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
+    if isinstance(conj, tuple(flip)):
+        col, other, kind = conj.this, conj.expression, type(conj)
+        if not isinstance(col, exp.Column):
+            col, other, kind = conj.expression, conj.this, flip[type(conj)]
+        if not isinstance(col, exp.Column) or col.name not in coords:
+            return None
+        value = _constant(other, coords[col.name])
+        if value is None:
+            return None
+        iv = _Interval()
+        if kind in (exp.GT, exp.GTE, exp.EQ):
+            iv.clip_lo(value)
+        if kind in (exp.LT, exp.LTE, exp.EQ):
+            iv.clip_hi(value)
+        return col.name, iv
+    if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column) and conj.this.name in coords:
+        coord = coords[conj.this.name]
+        lo, hi = _constant(conj.args["low"], coord), _constant(conj.args["high"], coord)
+        if lo is None or hi is None:
+            return None
+        return conj.this.name, _Interval(lo, hi)
+    if isinstance(conj, exp.In) and isinstance(conj.this, exp.Column) and conj.this.name in coords \
+            and not conj.args.get("query"):
+        coord = coords[conj.this.name]
+        values = [_constant(e, coord) for e in conj.expressions]
+        if not values or any(v is None for v in values):
+            return None
+        return conj.this.name, _Interval(min(values), max(values))
+    return None
+
+
+def _index_range(coord: CoordinateColumn, iv: _Interval) -> range:
+    """Return the index range whose coordinate values may fall in ``iv`` (conservatively)."""
+    values = coord.values
+    n = len(values)
+    lo, hi = iv.lo, iv.hi
+    if values.dtype.kind == "f":
+        # DuckDB may compare in the column's precision; widen by float32 rounding.
+        eps = 2.0**-20 if values.dtype.itemsize == 4 else 2.0**-44
+        if lo is not None:
+            lo = lo - eps * max(1.0, abs(lo))
+        if hi is not None:
+            hi = hi + eps * max(1.0, abs(hi))
+    asc = values if coord.monotonic > 0 else values[::-1]
+    if asc.dtype == object:
+        asc = asc.astype(str)
+    i0 = 0 if lo is None else int(np.searchsorted(asc, lo, side="left"))
+    i1 = n if hi is None else int(np.searchsorted(asc, hi, side="right"))
+    if i1 <= i0:
+        return range(0, 0)
+    if coord.monotonic > 0:
+        return range(i0, i1)
+    return range(n - i1, n - i0)
+
+
+def plan_query(q: ValidatedQuery) -> QueryPlan:
+    """Return the plan of a validated query."""
+    ds = q.dataset
+    grid = _grid(q)
+    for dim in q.strides:
+        if dim not in grid:
+            raise QueryError(
+                f"stride on {dim!r}, but this query's grid is ({', '.join(grid) or 'scalar'}); "
+                "stride a dimension the selected columns have"
+            )
+    ranges = {d: range(0, ds.dimensions[d].size) for d in grid}
+    coords = {
+        c.name: c for c in ds.coordinates.values()
+        if c.dimension in ranges and c.monotonic != 0
+    }
+    for conj in _conjuncts(q.where):
+        found = _interval_of(conj, coords)
+        if found is None:
+            continue
+        name, iv = found
+        dim = coords[name].dimension
+        assert dim is not None
+        try:
+            r = _index_range(coords[name], iv)
+        except TypeError:
+            continue  # a literal of another type: leave it to DuckDB's error
+        cur = ranges[dim]
+        ranges[dim] = range(max(cur.start, r.start), max(max(cur.start, r.start), min(cur.stop, r.stop)))
+    for dim, step in q.strides.items():
+        r = ranges[dim]
+        start = -(-r.start // step) * step
+        ranges[dim] = range(start, max(start, r.stop), step)
+    hyperslab = Hyperslab(grid, tuple(ranges[d] for d in grid))
+
+    scan_columns = list(q.columns)
+    if q.sampling is not None and q.sampling.rows is not None:
+        scan_columns += [ROWID, SAMPLE_KEY]
+    sql = _generate_sql(q)
+    exact = q.where is None and q.sampling is None
+    return QueryPlan(q, grid, hyperslab, tuple(scan_columns), sql, exact)
+
+
+def _generate_sql(q: ValidatedQuery) -> str:
+    outputs = [o.copy() for o in q.outputs]
+    source: exp.Expression = exp.to_table(SCAN_TABLE, quoted=True)
+    where = q.where.copy() if q.where is not None else None
+    if q.sampling is not None and q.sampling.rows is not None:
+        picked = exp.select(exp.Star()).from_(source)
+        if where is not None:
+            picked = picked.where(where)
+        picked = picked.order_by(exp.column(SAMPLE_KEY, quoted=True)).limit(q.sampling.rows)
+        source = picked.subquery("picked")
+        where = None
+    select = exp.select(*outputs).from_(source)
+    if where is not None:
+        select = select.where(where)
+    order = [o.copy() for o in q.order]
+    if not order and q.sampling is not None and q.sampling.rows is not None:
+        order = [exp.Ordered(this=exp.column(ROWID, quoted=True))]
+    if order:
+        select = select.order_by(*order)
+    if q.limit is not None:
+        select = select.limit(q.limit)
+    if q.offset is not None:
+        select = select.offset(q.offset)
+    return select.sql(dialect=DIALECT, identify=True)
+

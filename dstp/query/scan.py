@@ -1,0 +1,195 @@
+"""Scanning: reading a hyperslab lazily as Arrow record batches of grid points.
+
+The hyperslab is cut into blocks of about ``batch_rows`` grid points: the
+innermost dimensions whole, the next one in chunks, the outer ones an index
+at a time. For each block only the variables the query needs are read (one
+netCDF hyperslab per variable and file), CF-decoded, broadcast to the block's
+shape and flattened in C order, so records come out in grid order. Nothing is
+read before DuckDB asks for the next batch, and at most one block per column
+is held at a time.
+
+Sampling by percentage happens here: each grid point has a key derived from
+its flat index in the whole dataset and the seed (splitmix64), and a point
+is kept when its key falls below the percentage. The draw of a point never
+depends on batching, threads or other predicates, so a seed reproduces a
+sample exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from dstp.catalog.dataset import GriddedDataset
+from dstp.catalog.netcdf4_ import ReadStats
+from dstp.errors import CancelledError
+from dstp.query.parse import Sampling
+from dstp.query.plan import ROWID, SAMPLE_KEY, Hyperslab
+
+__all__ = ["GridScan", "sample_keys"]
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def sample_keys(rowids: np.ndarray, seed: int) -> np.ndarray:
+    """Return splitmix64(rowid + seed·φ): uniform 64-bit keys, one per grid point."""
+    with np.errstate(over="ignore"):
+        z = rowids.astype(np.uint64) + np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def _arrow(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
+    if mask is not None and not mask.any():
+        mask = None
+    if pa.types.is_string(arrow_type):
+        return pa.array(values, type=arrow_type, mask=mask, from_pandas=False)
+    return pa.array(values, type=arrow_type, mask=mask)
+
+
+def _flat(values: np.ndarray, var_dims: tuple[str, ...], grid: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """Return ``values`` (laid out on ``var_dims``) broadcast to ``shape`` on ``grid``, flattened."""
+    present = [d for d in grid if d in var_dims]
+    axes = [var_dims.index(d) for d in present]
+    if axes != sorted(axes):
+        values = values.transpose(axes)
+    expanded = values.reshape([shape[i] if d in var_dims else 1 for i, d in enumerate(grid)])
+    if expanded.shape == shape:
+        return expanded.reshape(-1)
+    return np.broadcast_to(expanded, shape).reshape(-1)
+
+
+class GridScan:
+    """The record batches of one hyperslab of a dataset, read on demand."""
+
+    def __init__(
+        self,
+        dataset: GriddedDataset,
+        hyperslab: Hyperslab,
+        columns: tuple[str, ...],
+        *,
+        batch_rows: int = 131_072,
+        sampling: Sampling | None = None,
+        stats: ReadStats | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.hyperslab = hyperslab
+        self.columns = columns
+        self.batch_rows = max(1, batch_rows)
+        self.sampling = sampling
+        self.stats = stats if stats is not None else ReadStats()
+        self.cancel = cancel
+        #: The first exception raised while scanning, kept for the executor to re-raise.
+        self.error: BaseException | None = None
+        fields = []
+        for name in columns:
+            if name == ROWID:
+                fields.append(pa.field(name, pa.int64(), nullable=False))
+            elif name == SAMPLE_KEY:
+                fields.append(pa.field(name, pa.uint64(), nullable=False))
+            elif name in dataset.coordinates:
+                fields.append(pa.field(name, dataset.coordinates[name].arrow_type, nullable=False))
+            else:
+                fields.append(pa.field(name, dataset.attributes[name].arrow_type))
+        self.schema = pa.schema(fields)
+
+    # -- blocks ------------------------------------------------------------------------
+
+    def blocks(self) -> Iterator[tuple[range, ...]]:
+        """Yield the blocks of the hyperslab as per-dimension index ranges, in C order."""
+        ranges = self.hyperslab.ranges
+        if any(len(r) == 0 for r in ranges):
+            return
+        if not ranges:
+            yield ()
+            return
+        shape = [len(r) for r in ranges]
+        split = 0
+        while split < len(shape) and math.prod(shape[split + 1:]) > self.batch_rows:
+            split += 1
+        split = min(split, len(shape) - 1)
+        inner = math.prod(shape[split + 1:])
+        chunk = max(1, self.batch_rows // inner)
+        for outer in np.ndindex(*shape[:split]):
+            head = tuple(ranges[i][j:j + 1] for i, j in enumerate(outer))
+            r = ranges[split]
+            for lo in range(0, len(r), chunk):
+                yield (*head, r[lo:lo + chunk], *ranges[split + 1:])
+
+    def _block_batch(self, block: tuple[range, ...]) -> pa.RecordBatch:
+        ds, grid = self.dataset, self.hyperslab.dims
+        shape = tuple(len(r) for r in block)
+        index = {d: slice(r.start, r.stop, r.step) for d, r in zip(grid, block)}
+        keep: np.ndarray | None = None
+        rowids: np.ndarray | None = None
+        if self.sampling is not None:
+            rowids = self._rowids(block, shape)
+            keys = sample_keys(rowids, self.sampling.seed)
+            if self.sampling.percent is not None:
+                if self.sampling.percent < 100:
+                    keep = keys < np.uint64(int(self.sampling.percent / 100.0 * 2**64))
+        arrays = []
+        for name in self.columns:
+            if name == ROWID:
+                arrays.append(pa.array(rowids))
+                continue
+            if name == SAMPLE_KEY:
+                arrays.append(pa.array(sample_keys(rowids, self.sampling.seed)))  # type: ignore[arg-type, union-attr]
+                continue
+            coord = ds.coordinates.get(name)
+            if coord is not None:
+                if coord.dimension is None:
+                    values = np.broadcast_to(coord.values, (math.prod(shape),))
+                    arrays.append(_arrow(np.ascontiguousarray(values), None, coord.arrow_type))
+                else:
+                    r = block[grid.index(coord.dimension)]
+                    picked = coord.values[r.start:r.stop:r.step]
+                    arrays.append(_arrow(_flat(picked, (coord.dimension,), grid, shape), None, coord.arrow_type))
+                continue
+            attr = ds.attributes[name]
+            values, mask = ds.read(attr.spec.variable, attr.dimensions, index, attr.decoding, self.stats)
+            flat_mask = None if mask is None else _flat(mask, attr.dimensions, grid, shape)
+            arrays.append(_arrow(_flat(values, attr.dimensions, grid, shape), flat_mask, attr.arrow_type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        if keep is not None:
+            batch = batch.filter(pa.array(keep))
+        return batch
+
+    def _rowids(self, block: tuple[range, ...], shape: tuple[int, ...]) -> np.ndarray:
+        """Return each grid point's flat index in the dataset's full grid."""
+        grid = self.hyperslab.dims
+        sizes = [self.dataset.dimensions[d].size for d in grid]
+        strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+        total = np.zeros(shape, dtype=np.int64)
+        for axis, (r, stride) in enumerate(zip(block, strides)):
+            idx = np.arange(r.start, r.stop, r.step, dtype=np.int64) * stride
+            total += idx.reshape([len(r) if i == axis else 1 for i in range(len(shape))])
+        return total.reshape(-1)
+
+    # -- iteration ---------------------------------------------------------------------
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Yield the record batches of the scan; errors are also kept in ``self.error``."""
+        try:
+            for block in self.blocks():
+                if self.cancel is not None and self.cancel.is_set():
+                    raise CancelledError("the query was cancelled")
+                batch = self._block_batch(block)
+                if batch.num_rows:
+                    yield batch
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            raise
+
+    def reader(self) -> pa.RecordBatchReader:
+        """Return a one-shot reader over ``batches()``, for DuckDB to scan."""
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches())

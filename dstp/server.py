@@ -1,0 +1,123 @@
+"""Server assembly: catalog + service + gRPC control plane + data channels.
+
+``DstpServer(settings).start()`` scans the catalog (reporting, never failing
+on, broken datasets), binds the gRPC port and every enabled data channel, and
+returns once all of them accept connections. ``stop()`` cancels running
+queries and closes everything. The CLI's ``dstp serve`` and the test fixtures
+use the same class.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import platformdirs
+
+from dstp.catalog.registry import Catalog
+from dstp.grpc_app import DstpServicer
+from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.service import DstpService
+from dstp.settings import Settings
+
+__all__ = ["DstpServer", "default_catalog_root"]
+
+log = logging.getLogger("dstp.server")
+
+
+def default_catalog_root(progress=None) -> Path:  # type: ignore[no-untyped-def]
+    """Return the folder of the small samples, generating them on first use."""
+    from dstp.samples import ensure_samples
+
+    cache = Path(platformdirs.user_cache_dir("dstp"))
+    return ensure_samples(cache, "small", progress)
+
+
+@dataclass
+class Endpoints:
+    """Where a started server listens."""
+
+    grpc: str
+    http: str = ""
+    data: str = ""
+    udt: str = ""
+
+
+class DstpServer:
+    """A running dstp server (use as a context manager, or start()/stop())."""
+
+    def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.service: DstpService | None = None
+        self.endpoints: Endpoints | None = None
+        self._grpc: grpc.Server | None = None
+        self._stopped = threading.Event()
+        self._extras: list = []  # data channels and the HTTP server, each with stop()
+
+    def start(self) -> Endpoints:
+        """Start every listener; return their addresses."""
+        s = self.settings
+        if self.catalog is None:
+            root = s.catalog_root or default_catalog_root(lambda m: log.info("%s", m))
+            self.catalog = Catalog.scan(root, open_files=s.open_files)
+        for problem in self.catalog.problems:
+            log.warning("not published: %s", problem)
+        log.info("catalog %s: %d datasets published, %d skipped", self.catalog.root, len(self.catalog),
+                 len(self.catalog.problems))
+        self.service = DstpService(self.catalog, s)
+        options = [
+            ("grpc.max_send_message_length", s.grpc_max_message_bytes),
+            ("grpc.max_receive_message_length", s.grpc_max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=s.grpc_workers, thread_name_prefix="dstp-grpc"),
+            options=options,
+            maximum_concurrent_rpcs=s.grpc_workers * 4,
+        )
+        pb_grpc.add_DstpServicer_to_server(DstpServicer(self.service), self._grpc)
+        port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+        if port == 0:
+            raise OSError(f"cannot listen on {s.host}:{s.port} (is another server using it?)")
+        self._grpc.start()
+        self.endpoints = Endpoints(grpc=f"{s.host}:{port}")
+        self._start_extras()
+        log.info("dstp serving gRPC on %s", self.endpoints.grpc)
+        return self.endpoints
+
+    def _start_extras(self) -> None:
+        """Start the data channels and the HTTP interface that are enabled (later issues add them)."""
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop accepting, cancel running queries, close files."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.service is not None:
+            self.service.cancel_all()
+        for extra in reversed(self._extras):
+            try:
+                extra.stop()
+            except Exception:  # noqa: BLE001 - keep stopping the rest
+                log.exception("error while stopping %r", extra)
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait()
+        if self.catalog is not None:
+            self.catalog.close()
+
+    def wait(self) -> None:
+        """Block until the server stops."""
+        if self._grpc is not None:
+            self._grpc.wait_for_termination()
+
+    def __enter__(self) -> "DstpServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

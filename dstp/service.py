@@ -1,0 +1,240 @@
+"""The dstp service: catalog, queries, tickets and channels, without any wire protocol.
+
+Every adapter (gRPC, HTTP, the data channels) calls this one object, so
+limits, errors and tickets behave the same whichever way a request arrives.
+
+    service.query(sql, channels=[...])  -> QueryHandle (schema, estimates, offers)
+    service.start(ticket, kind)         -> QueryExecution (claims the ticket)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from dstp.catalog.registry import Catalog
+from dstp.errors import LimitExceededError, TransportUnavailableError
+from dstp.metadata import DatasetDetails, DatasetSummary, dataset_details, dataset_summary
+from dstp.query.execute import PreparedQuery, QueryExecution, prepare_query
+from dstp.settings import Settings
+from dstp.transport.ipc import COMPRESSIONS
+from dstp.transport.tickets import Ticket, TicketStore
+
+__all__ = ["CHANNELS", "ChannelInfo", "DstpService", "Offer", "QueryHandle"]
+
+log = logging.getLogger("dstp.service")
+
+#: Channel kinds, in the order a server prefers them when a client has no preference.
+CHANNELS = ("grpc", "striped", "udt")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    """A data channel the server runs: its kind, where to reach it, what it allows."""
+
+    kind: str
+    endpoint: str = ""
+    max_streams: int = 1
+    congestion_controls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """How to fetch one query's records on one channel."""
+
+    kind: str
+    ticket: Ticket
+    endpoint: str
+    streams: int
+    compression: str
+    congestion_control: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueryHandle:
+    """The answer to Query: what the result will look like and how to fetch it."""
+
+    query_id: str
+    prepared: PreparedQuery
+    offers: tuple[Offer, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.prepared.schema
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What a ticket refers to."""
+
+    prepared: PreparedQuery
+    offer_kind: str
+    streams: int
+    compression: str
+    congestion_control: str
+    query_id: str
+
+
+@dataclass
+class DstpService:
+    """Serves one catalog under one set of settings."""
+
+    catalog: Catalog
+    settings: Settings
+    tickets: TicketStore = field(init=False)
+    channels: dict[str, ChannelInfo] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tickets = TicketStore(self.settings.ticket_ttl_s)
+        self.channels = {"grpc": ChannelInfo("grpc")}
+        self._slots = threading.BoundedSemaphore(max(1, self.settings.max_concurrent_queries))
+        self._counter = itertools.count(1)
+        self._running: dict[str, QueryExecution] = {}
+        self._lock = threading.Lock()
+
+    # -- channels -----------------------------------------------------------------------
+
+    def register_channel(self, info: ChannelInfo) -> None:
+        """Offer a data channel from now on."""
+        self.channels[info.kind] = info
+
+    # -- discovery ----------------------------------------------------------------------
+
+    def datasets(self) -> list[DatasetSummary]:
+        """Return the summaries of all published datasets, by id."""
+        return sorted((dataset_summary(ds) for ds in self.catalog), key=lambda s: s.id)
+
+    def describe(self, dataset_id: str) -> DatasetDetails:
+        """Return the full description of one dataset."""
+        return dataset_details(self.catalog.get(dataset_id))
+
+    # -- queries ------------------------------------------------------------------------
+
+    def prepare(self, sql: str) -> PreparedQuery:
+        """Return the validated, planned query (raises QueryError and friends)."""
+        return prepare_query(sql, self.catalog, self.settings)
+
+    def query(
+        self,
+        sql: str,
+        channels: Sequence[str] = (),
+        *,
+        streams: int = 0,
+        compression: str = "none",
+        congestion_control: str = "",
+    ) -> QueryHandle:
+        """Prepare ``sql`` and issue tickets for the requested channels the server has."""
+        if compression not in COMPRESSIONS:
+            raise TransportUnavailableError(
+                f"compression {compression!r} is not offered; choose from {', '.join(COMPRESSIONS)}"
+            )
+        wanted = [c for c in (channels or CHANNELS)]
+        for c in wanted:
+            if c not in CHANNELS:
+                raise TransportUnavailableError(f"unknown channel {c!r}; channels are {', '.join(CHANNELS)}")
+        available = [c for c in wanted if c in self.channels]
+        if not available:
+            offered = ", ".join(k for k in CHANNELS if k in self.channels)
+            missing = ", ".join(wanted)
+            hint = " (the server was built without libudt; install libudt-dev and reinstall dstp)" \
+                if "udt" in wanted and "udt" not in self.channels else ""
+            raise TransportUnavailableError(
+                f"this server does not offer {missing}{hint}; it offers: {offered}"
+            )
+        prepared = self.prepare(sql)
+        query_id = f"q{next(self._counter):06d}-{uuid.uuid4().hex[:8]}"
+        offers = []
+        for kind in available:
+            info = self.channels[kind]
+            granted = 1 if kind != "striped" else max(1, min(streams or 4, info.max_streams))
+            cc = ""
+            if congestion_control and kind == "striped":
+                if congestion_control not in info.congestion_controls:
+                    raise TransportUnavailableError(
+                        f"congestion control {congestion_control!r} is not allowed on this server "
+                        f"(allowed: {', '.join(info.congestion_controls) or 'kernel default only'})"
+                    )
+                cc = congestion_control
+            pending = _Pending(prepared, kind, granted, compression, cc, query_id)
+            ticket = self.tickets.issue(query_id, kind, pending)
+            offers.append(Offer(kind, ticket, info.endpoint, granted, compression, cc))
+        log.info("query %s planned: %s (scan %d grid points)", query_id, sql.strip()[:200], prepared.scan_rows)
+        return QueryHandle(query_id, prepared, tuple(offers))
+
+    def redeem(self, token: bytes, kind: str) -> _Pending:
+        """Claim a ticket for channel ``kind``; return what it refers to."""
+        _, pending = self.tickets.claim(token, kind)
+        return pending
+
+    def execute(self, pending: _Pending, cancel: threading.Event | None = None) -> "Execution":
+        """Return a running execution of a redeemed query, holding one query slot."""
+        if not self._slots.acquire(blocking=False):
+            raise LimitExceededError(
+                f"the server is running its maximum of {self.settings.max_concurrent_queries} queries; "
+                "try again in a moment"
+            )
+        try:
+            execution = QueryExecution(pending.prepared, self.settings, cancel)
+        except BaseException:
+            self._slots.release()
+            raise
+        return Execution(self, pending, execution)
+
+    def start(self, token: bytes, kind: str, cancel: threading.Event | None = None) -> "Execution":
+        """Claim ``token`` and start its query (the common path for one-connection channels)."""
+        return self.execute(self.redeem(token, kind), cancel)
+
+    def _finished(self, execution: "Execution") -> None:
+        with self._lock:
+            self._running.pop(execution.query_id, None)
+        self._slots.release()
+
+    def cancel_all(self) -> None:
+        """Interrupt every running query (server shutdown)."""
+        with self._lock:
+            running = list(self._running.values())
+        for ex in running:
+            ex.cancel.set()
+
+
+class Execution:
+    """A query holding a slot until its batches are consumed or abandoned."""
+
+    def __init__(self, service: DstpService, pending: _Pending, execution: QueryExecution) -> None:
+        self.service = service
+        self.pending = pending
+        self.execution = execution
+        self.query_id = pending.query_id
+        self._released = False
+        with service._lock:
+            service._running[self.query_id] = execution
+
+    @property
+    def cancel(self) -> threading.Event:
+        return self.execution.cancel
+
+    @property
+    def summary(self):  # type: ignore[no-untyped-def]
+        return self.execution.summary
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.pending.prepared.schema
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Yield result batches; the query slot is released when this generator ends."""
+        try:
+            yield from self.execution.batches()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self._released:
+            self._released = True
+            self.service._finished(self)

@@ -1,0 +1,91 @@
+"""The one typed settings object for a dstp server.
+
+Every knob has a default and help text here, and nowhere else. Each can be
+overridden from the environment as ``DSTP_<NAME>`` (upper case), and the CLI
+overrides both. ``docs/settings.md`` lists them all; a test keeps it complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["Settings", "describe_settings"]
+
+ENV_PREFIX = "DSTP_"
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Server configuration; see ``describe_settings()`` for the help of each field."""
+
+    catalog_root: Path | None = _setting(
+        None, "Directory scanned for dataset descriptors (*.dstp.xml). None serves the bundled samples."
+    )
+    host: str = _setting("127.0.0.1", "Address the gRPC control plane and the data channels listen on.")
+    port: int = _setting(50051, "gRPC control-plane port (0 picks a free port).")
+    http_port: int = _setting(8080, "HTTP port for the browser catalog and the HTTP API (0 picks a free port, -1 disables it).")
+    data_port: int = _setting(0, "TCP port of the striped data channel (0 picks a free port, -1 disables it).")
+    udt_port: int = _setting(0, "UDP port of the UDT data channel (0 picks a free port, -1 disables it).")
+    query_time_limit_s: float = _setting(600.0, "Longest a query may run, from Query to the last byte, in seconds.")
+    max_result_rows: int = _setting(200_000_000, "Rows after which a result is cut off and flagged truncated.")
+    max_result_bytes: int = _setting(16 * 2**30, "Arrow bytes after which a result is cut off and flagged truncated.")
+    max_concurrent_queries: int = _setting(8, "Queries executing at once; more are refused with RESOURCE_EXHAUSTED.")
+    batch_rows: int = _setting(131_072, "Target grid points per record batch read from netCDF.")
+    ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
+    duckdb_threads: int = _setting(2, "DuckDB worker threads per query.")
+    duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit per query (DuckDB size syntax).")
+    open_files: int = _setting(64, "netCDF files kept open in the handle cache.")
+    grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
+    grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
+    max_sql_length: int = _setting(16_384, "Longest query text accepted, in characters.")
+    cors_origins: tuple[str, ...] = _setting((), "Origins allowed by CORS on the HTTP API (empty: same origin only).")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Return settings from defaults, then ``DSTP_*`` variables, then ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "Settings":
+        """Return a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:
+    default = f.default
+    try:
+        if f.name == "catalog_root":
+            return Path(raw)
+        if isinstance(default, bool):
+            return raw.lower() in {"1", "true", "yes", "on"}
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return raw
+    except ValueError as exc:
+        raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: expected {type(default).__name__}") from exc
+
+
+def describe_settings() -> list[tuple[str, str, Any, str]]:
+    """Return (name, environment variable, default, help) for every setting."""
+    return [
+        (f.name, ENV_PREFIX + f.name.upper(), f.default, f.metadata["help"])
+        for f in fields(Settings)
+    ]

@@ -1,0 +1,306 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ChannelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHANNEL_KIND_UNSPECIFIED: _ClassVar[ChannelKind]
+    GRPC_STREAM: _ClassVar[ChannelKind]
+    STRIPED_TCP: _ClassVar[ChannelKind]
+    UDT: _ClassVar[ChannelKind]
+
+class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPRESSION_UNSPECIFIED: _ClassVar[Compression]
+    NONE: _ClassVar[Compression]
+    LZ4_FRAME: _ClassVar[Compression]
+    ZSTD: _ClassVar[Compression]
+CHANNEL_KIND_UNSPECIFIED: ChannelKind
+GRPC_STREAM: ChannelKind
+STRIPED_TCP: ChannelKind
+UDT: ChannelKind
+COMPRESSION_UNSPECIFIED: Compression
+NONE: Compression
+LZ4_FRAME: Compression
+ZSTD: Compression
+
+class ListDatasetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDatasetsResponse(_message.Message):
+    __slots__ = ("datasets",)
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    datasets: _containers.RepeatedCompositeFieldContainer[DatasetSummary]
+    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetSummary, _Mapping]]] = ...) -> None: ...
+
+class DatasetSummary(_message.Message):
+    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "has_bbox", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    KEYWORDS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_GRID_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_GRID_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TIME_START_FIELD_NUMBER: _ClassVar[int]
+    TIME_END_FIELD_NUMBER: _ClassVar[int]
+    HAS_BBOX_FIELD_NUMBER: _ClassVar[int]
+    LAT_MIN_FIELD_NUMBER: _ClassVar[int]
+    LAT_MAX_FIELD_NUMBER: _ClassVar[int]
+    LON_MIN_FIELD_NUMBER: _ClassVar[int]
+    LON_MAX_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_POLICY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    summary: str
+    keywords: _containers.RepeatedScalarFieldContainer[str]
+    attributes: _containers.RepeatedScalarFieldContainer[str]
+    default_grid: _containers.RepeatedScalarFieldContainer[str]
+    default_grid_rows: int
+    time_start: str
+    time_end: str
+    has_bbox: bool
+    lat_min: float
+    lat_max: float
+    lon_min: float
+    lon_max: float
+    size_bytes: int
+    access_policy: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., has_bbox: _Optional[bool] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class KeyValue(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class Dimension(_message.Message):
+    __slots__ = ("name", "size", "coordinate", "min", "max", "order", "units", "calendar", "axis")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATE_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    AXIS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    coordinate: str
+    min: str
+    max: str
+    order: int
+    units: str
+    calendar: str
+    axis: str
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., coordinate: _Optional[str] = ..., min: _Optional[str] = ..., max: _Optional[str] = ..., order: _Optional[int] = ..., units: _Optional[str] = ..., calendar: _Optional[str] = ..., axis: _Optional[str] = ...) -> None: ...
+
+class Column(_message.Message):
+    __slots__ = ("name", "variable", "dimensions", "units", "description", "arrow_type", "cf", "packed", "nullable", "coordinate")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VARIABLE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ARROW_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CF_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    NULLABLE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    variable: str
+    dimensions: _containers.RepeatedScalarFieldContainer[str]
+    units: str
+    description: str
+    arrow_type: str
+    cf: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    packed: bool
+    nullable: bool
+    coordinate: bool
+    def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ...) -> None: ...
+
+class DataFile(_message.Message):
+    __slots__ = ("name", "size_bytes", "format", "start", "count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    format: str
+    start: int
+    count: int
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., format: _Optional[str] = ..., start: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class CorrelationKey(_message.Message):
+    __slots__ = ("name", "column", "standard_name", "units")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    STANDARD_NAME_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    column: str
+    standard_name: str
+    units: str
+    def __init__(self, name: _Optional[str] = ..., column: _Optional[str] = ..., standard_name: _Optional[str] = ..., units: _Optional[str] = ...) -> None: ...
+
+class DatasetDescription(_message.Message):
+    __slots__ = ("summary", "dimensions", "coordinates", "attributes", "files", "correlation_keys", "aggregate_dimension", "global_attributes", "license", "source", "descriptor_xml")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    COORDINATES_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_KEYS_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATE_DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    LICENSE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_XML_FIELD_NUMBER: _ClassVar[int]
+    summary: DatasetSummary
+    dimensions: _containers.RepeatedCompositeFieldContainer[Dimension]
+    coordinates: _containers.RepeatedCompositeFieldContainer[Column]
+    attributes: _containers.RepeatedCompositeFieldContainer[Column]
+    files: _containers.RepeatedCompositeFieldContainer[DataFile]
+    correlation_keys: _containers.RepeatedCompositeFieldContainer[CorrelationKey]
+    aggregate_dimension: str
+    global_attributes: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    license: str
+    source: str
+    descriptor_xml: str
+    def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ...) -> None: ...
+
+class QueryRequest(_message.Message):
+    __slots__ = ("sql", "channels", "streams", "compression", "congestion_control")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    channels: _containers.RepeatedScalarFieldContainer[ChannelKind]
+    streams: int
+    compression: Compression
+    congestion_control: str
+    def __init__(self, sql: _Optional[str] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+
+class ChannelOffer(_message.Message):
+    __slots__ = ("kind", "ticket", "expires_at_unix_ms", "endpoint", "streams", "compression", "congestion_control")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    kind: ChannelKind
+    ticket: bytes
+    expires_at_unix_ms: int
+    endpoint: str
+    streams: int
+    compression: Compression
+    congestion_control: str
+    def __init__(self, kind: _Optional[_Union[ChannelKind, str]] = ..., ticket: _Optional[bytes] = ..., expires_at_unix_ms: _Optional[int] = ..., endpoint: _Optional[str] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+
+class HyperslabRange(_message.Message):
+    __slots__ = ("dimension", "start", "stop", "step")
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    dimension: str
+    start: int
+    stop: int
+    step: int
+    def __init__(self, dimension: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+
+class QueryResponse(_message.Message):
+    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "sampled")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    SCAN_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFERS_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    HYPERSLAB_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_SEED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    arrow_schema: bytes
+    scan_rows: int
+    estimated_rows: int
+    estimated_bytes: int
+    offers: _containers.RepeatedCompositeFieldContainer[ChannelOffer]
+    grid: _containers.RepeatedScalarFieldContainer[str]
+    hyperslab: _containers.RepeatedCompositeFieldContainer[HyperslabRange]
+    sample_seed: int
+    sampled: bool
+    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., sampled: _Optional[bool] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("ticket",)
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    ticket: bytes
+    def __init__(self, ticket: _Optional[bytes] = ...) -> None: ...
+
+class FetchSummary(_message.Message):
+    __slots__ = ("rows", "bytes", "batches", "truncated", "truncated_reason", "seconds", "hyperslabs_read", "elements_read", "bytes_read")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_REASON_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HYPERSLABS_READ_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_READ_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    bytes: int
+    batches: int
+    truncated: bool
+    truncated_reason: str
+    seconds: float
+    hyperslabs_read: int
+    elements_read: int
+    bytes_read: int
+    def __init__(self, rows: _Optional[int] = ..., bytes: _Optional[int] = ..., batches: _Optional[int] = ..., truncated: _Optional[bool] = ..., truncated_reason: _Optional[str] = ..., seconds: _Optional[float] = ..., hyperslabs_read: _Optional[int] = ..., elements_read: _Optional[int] = ..., bytes_read: _Optional[int] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("ipc_message", "summary")
+    IPC_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ipc_message: bytes
+    summary: FetchSummary
+    def __init__(self, ipc_message: _Optional[bytes] = ..., summary: _Optional[_Union[FetchSummary, _Mapping]] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    def __init__(self, payload: _Optional[bytes] = ...) -> None: ...
+
+class PingResponse(_message.Message):
+    __slots__ = ("payload", "server_time_unix_ns")
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TIME_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    server_time_unix_ns: int
+    def __init__(self, payload: _Optional[bytes] = ..., server_time_unix_ns: _Optional[int] = ...) -> None: ...
