@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 import netCDF4
 import numpy as np
 
+from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
 __all__ = ["NETCDF_LOCK", "FileHandles", "ReadStats", "VariableMeta", "FileMeta", "inspect_file"]
@@ -150,6 +151,20 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
         return np.dtype(object)
 
 
+def _check_classic_length(path: Path) -> None:
+    try:
+        expected = classic_expected_size(path)
+    except ValueError as exc:
+        raise DataFileError(f"{path.name}: unreadable netCDF classic header ({exc})") from exc
+    size = path.stat().st_size
+    # Allow the last variable's 4-byte alignment padding to be absent.
+    if expected is not None and size < expected - 3:
+        raise DataFileError(
+            f"{path.name} is truncated: it has {size} bytes but its header describes {expected}; "
+            "copy the file again"
+        )
+
+
 def inspect_file(path: Path) -> FileMeta:
     """Return the metadata of one netCDF file, raising DataFileError if it is unreadable."""
     with NETCDF_LOCK:
@@ -169,6 +184,8 @@ def inspect_file(path: Path) -> FileMeta:
                 )
                 for name, var in ds.variables.items()
             }
+            if ds.data_model.startswith("NETCDF3"):
+                _check_classic_length(path)
             return FileMeta(
                 path=path,
                 format=ds.data_model,

@@ -256,12 +256,19 @@ def _aggregate_dimension(metas: Sequence[FileMeta], axes: Mapping[str, str]) -> 
 
 
 def _correlation_keys(coordinates: Iterable[CoordinateSpec]) -> tuple[CorrelationKey, ...]:
-    names = {"T": "time", "Y": "latitude", "X": "longitude", "Z": "vertical"}
+    """Return universal keys: time, latitude, longitude, vertical; plain x/y for projected axes."""
     keys = []
     for c in coordinates:
-        if c.dimension and c.axis in names:
-            std = dict(c.cf).get("standard_name")
-            keys.append(CorrelationKey(name=names[c.axis], column=c.name, standard_name=std, units=c.units))
+        if not c.dimension or c.axis not in {"T", "Y", "X", "Z"}:
+            continue
+        std = dict(c.cf).get("standard_name")
+        units = (c.units or "").replace(" ", "").lower()
+        name = {"T": "time", "Z": "vertical"}.get(c.axis or "")
+        if c.axis == "Y":
+            name = "latitude" if std == "latitude" or units in _LAT_UNITS else "y"
+        if c.axis == "X":
+            name = "longitude" if std == "longitude" or units in _LON_UNITS else "x"
+        keys.append(CorrelationKey(name=name or "other", column=c.name, standard_name=std, units=c.units))
     return tuple(keys)
 
 

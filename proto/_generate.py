@@ -1,6 +1,6 @@
 """Regenerate the Python modules of ``dstp.proto`` from ``proto/dstp.proto``.
 
-Run ``python -m dstp.proto._generate`` from the repository root after editing
+Run ``python proto/_generate.py`` from the repository root after editing
 the .proto; ``tests/proto/test_generated.py`` fails while the checked-in
 modules are stale. Needs grpcio-tools (a test dependency).
 """

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class DstpStub:
-    """Missing associated documentation comment in .proto file."""
+    """The dstp control plane and its baseline data path.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -62,7 +63,8 @@ class DstpStub:
 
 
 class DstpServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The dstp control plane and its baseline data path.
+    """
 
     def ListDatasets(self, request, context):
         """Returns a summary of every dataset this server publishes.
@@ -145,7 +147,8 @@ def add_DstpServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Dstp:
-    """Missing associated documentation comment in .proto file."""
+    """The dstp control plane and its baseline data path.
+    """
 
     @staticmethod
     def ListDatasets(request,

@@ -41,7 +41,7 @@ from dstp.catalog.publish import publish
 __all__ = ["SIZES", "SampleSize", "generate_samples", "ensure_samples"]
 
 MARKER = ".dstp-samples-complete"
-SAMPLES_VERSION = 1
+SAMPLES_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +116,8 @@ def _ccm3_fields(size: SampleSize) -> Callable[[int], dict[str, np.ndarray]]:
         tsurf = 300.0 - 48.0 * np.sin(rad) ** 2 + 12.0 * season * np.sin(rad) + 3 * np.cos(2 * lonr + t / 3)
         temp = tsurf[None] - 6.5 * np.minimum(z, 15.0)[:, None, None]
         temp = np.maximum(temp, 205.0 + 5 * np.cos(rad)[None]) + rng.normal(0, 1.8, (len(lev), *tsurf.shape))
-        wet = 70.0 * np.exp(-(rad / 0.35) ** 2) + 45.0 * np.exp(-((np.abs(rad) - 1.0) / 0.3) ** 2) + 10
-        rh = wet[None] * np.exp(-((1000.0 - lev) / 450.0))[:, None, None] + 18 * np.sin(3 * lonr + t)[None]
+        wet = 70.0 * np.exp(-(rad / 0.35) ** 2) + 45.0 * np.exp(-((np.abs(rad) - 1.0) / 0.3) ** 2) + 35
+        rh = wet[None] * np.exp(-((1000.0 - lev) / 1200.0))[:, None, None] + 18 * np.sin(3 * lonr + t)[None]
         rh = np.clip(rh + rng.normal(0, 12.0, rh.shape), 0.0, 100.0)
         ps = ps_clim + 6 * season * np.cos(rad) + rng.normal(0, 2.5, ps_clim.shape)
         below = lev[:, None, None] > ps[None]

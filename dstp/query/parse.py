@@ -127,6 +127,8 @@ def _parse(sql: str, max_length: int) -> exp.Select:
         first = exc.errors[0] if exc.errors else {}
         desc = str(first.get("description") or exc).split("\n")[0]
         desc = desc.replace("<Token token_type: ", "").split(", text:")[0] if "<Token" in desc else desc
+        if not sql.lstrip().lower().startswith("select"):
+            desc += "; a dstp query starts with SELECT: select … from <dataset> …"
         raise QuerySyntaxError(
             f"cannot parse the query: {desc}",
             sql=sql,
@@ -143,9 +145,7 @@ def _parse(sql: str, max_length: int) -> exp.Select:
     tree = statements[0]
     if isinstance(tree, exp.Select):
         return tree
-    if isinstance(tree, (exp.DDL, exp.DML, exp.Command, exp.Copy, exp.Pragma, exp.Set, exp.Use,
-                         exp.Transaction, exp.Commit, exp.Rollback, exp.Union, exp.Describe)) \
-            or type(tree).__name__ in {"Attach", "Detach", "Install", "Load", "Export", "Import", "Summarize"}:
+    if not isinstance(tree, (exp.Condition, exp.Alias, exp.Identifier)):
         kind = type(tree).__name__.upper()
         raise _error(
             ForbiddenQueryError,
@@ -253,6 +253,8 @@ def _sampling(tree: exp.Select, table: exp.Table, sql: str) -> Sampling | None:
 def _number(node: exp.Expression, sql: str, what: str) -> float:
     if isinstance(node, exp.Literal) and not node.is_string:
         return float(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return -float(node.this.this)
     raise _error(QueryError, f"the {what} must be a number", sql, node)
 
 

@@ -1,0 +1,69 @@
+"""A dstp server in its own process, as users run it: ``python -m dstp.cli serve``."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+
+@dataclass
+class ServerProcess:
+    """A running ``dstp serve`` and the endpoints it printed."""
+
+    proc: subprocess.Popen[str]
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_bytes(self) -> tuple[int, int]:
+        """Return (current RSS, peak RSS) of the server process in bytes."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        values = {k: int(v.split()[0]) * 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(.*)$", status, re.M)}
+        return values.get("VmRSS", 0), values.get("VmHWM", 0)
+
+    def cpu_seconds(self) -> float:
+        """Return user+system CPU seconds the server has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        import os
+
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 120) -> Iterator[ServerProcess]:
+    """Run ``dstp serve root`` (optionally under ``prefix``, e.g. ``ip netns exec NS``) until the block ends."""
+    cmd = [*prefix, sys.executable, "-m", "dstp.cli", "serve", str(root), "--port", "0", "--http-port", "-1", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = ServerProcess(proc)
+    try:
+        deadline = time.monotonic() + timeout
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"dstp serve exited with {proc.wait()} before listening")
+            m = re.match(r"\s+(grpc|http|data|udt)\s+(\S+)", line)
+            if m:
+                server.endpoints[m.group(1)] = m.group(2)
+            if line.startswith("try:"):
+                break
+        if "grpc" not in server.endpoints:
+            raise RuntimeError("dstp serve did not report a gRPC address")
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()

@@ -1,0 +1,76 @@
+"""Shared fixtures: sample and edge-case catalogs on disk, a live server on loopback, a client."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import builders  # noqa: E402
+
+import dstp  # noqa: E402
+from dstp.catalog.publish import publish  # noqa: E402
+from dstp.samples import generate_samples  # noqa: E402
+from dstp.server import DstpServer  # noqa: E402
+from dstp.settings import Settings  # noqa: E402
+
+BROKEN_XML = b"""<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="broken" version="1">
+  <title>Broken on purpose</title>
+  <files glob="*.nc"/>
+  <coordinates><coordinate name="x" dimension="x"/>
+  </coordinates>
+"""
+
+
+@pytest.fixture(scope="session")
+def catalog_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A catalog with the small samples, the edge cases, and two datasets that must be skipped."""
+    root = tmp_path_factory.mktemp("catalog")
+    generate_samples(root, "small")
+    publish(builders.edge_station(root / "station"), "station")
+    publish(builders.edge_axes(root / "axes"), "axes")
+    # A descriptor that is not well-formed XML.
+    (root / "broken").mkdir()
+    (root / "broken" / "broken.dstp.xml").write_bytes(BROKEN_XML)
+    # A dataset whose only file is truncated.
+    trunc = root / "truncated"
+    builders.truncated_copy(root / "ccm3" / "ccm3_1990-01.nc", trunc / "cut_1990-01.nc")
+    xml = (root / "ccm3" / "ccm3.dstp.xml").read_text().replace('id="ccm3"', 'id="truncated"')
+    xml = xml.replace('glob="ccm3_*.nc"', 'glob="cut_*.nc"')
+    (trunc / "truncated.dstp.xml").write_text(xml)
+    # A netCDF3 file cut short: netCDF-C would read it and invent fill values.
+    cut3 = root / "truncated3"
+    builders.truncated_copy(root / "ocean" / "ocean_2000-01.nc", cut3 / "ocean_2000-01.nc", keep=0.95)
+    xml = (root / "ocean" / "ocean.dstp.xml").read_text().replace('id="ocean"', 'id="truncated3"')
+    (cut3 / "truncated3.dstp.xml").write_text(xml)
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(catalog_root: Path) -> Iterator[DstpServer]:
+    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=-1, udt_port=-1,
+                        batch_rows=4096)
+    srv = DstpServer(settings)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server: DstpServer) -> Iterator[dstp.Client]:
+    assert server.endpoints is not None
+    with dstp.connect(server.endpoints.grpc) as c:
+        yield c
+
+
+@pytest.fixture()
+def scratch(tmp_path: Path) -> Path:
+    """An empty folder, removed after the test."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,0 +1,198 @@
+"""Hostile and broken input gets a clear typed error, and the server keeps serving."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+import dstp
+from dstp.proto import dstp_pb2 as pb
+from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.server import DstpServer
+from dstp.settings import Settings
+
+HOSTILE = [
+    # (query, error class, words the message must contain)
+    ("selec temperature from ccm3", dstp.QuerySyntaxError, "SELECT"),
+    ("select temperature from ccm3 where", dstp.QuerySyntaxError, "parse"),
+    ("select temperature from ccm3 where humidity >", dstp.QuerySyntaxError, "parse"),
+    ("select (temperature from ccm3", dstp.QuerySyntaxError, "parse"),
+    ("", dstp.QuerySyntaxError, "empty"),
+    ("select * from nosuch", dstp.DatasetNotFoundError, "ccm3"),
+    ("select nosuch from ccm3", dstp.UnknownColumnError, "nosuch"),
+    ("select temperature from ccm3 where nosuch > 1", dstp.UnknownColumnError, "nosuch"),
+    ("select temperature from ccm3 order by nosuch", dstp.UnknownColumnError, "nosuch"),
+    ("drop table ccm3", dstp.ForbiddenQueryError, "SELECT"),
+    ("create table x as select * from ccm3", dstp.ForbiddenQueryError, "SELECT"),
+    ("insert into ccm3 values (1)", dstp.ForbiddenQueryError, "SELECT"),
+    ("update ccm3 set temperature = 0", dstp.ForbiddenQueryError, "SELECT"),
+    ("delete from ccm3", dstp.ForbiddenQueryError, "SELECT"),
+    ("copy ccm3 to '/tmp/dstp-pwned.csv'", dstp.ForbiddenQueryError, "SELECT"),
+    ("copy (select * from ccm3) to 'out.parquet' (format parquet)", dstp.ForbiddenQueryError, "SELECT"),
+    ("select * from read_csv('/etc/passwd')", dstp.ForbiddenQueryError, "read_csv"),
+    ("select * from read_csv_auto('/etc/passwd')", dstp.ForbiddenQueryError, "read_csv"),
+    ("select * from read_parquet('x.parquet')", dstp.ForbiddenQueryError, "read_parquet"),
+    ("select * from '/etc/passwd'", dstp.ForbiddenQueryError, "file path"),
+    ("select * from 'ccm3/ccm3_1990-01.nc'", dstp.ForbiddenQueryError, "file path"),
+    ('select * from "../../etc/passwd"', dstp.ForbiddenQueryError, "file path"),
+    ("attach 'evil.db' as evil", dstp.ForbiddenQueryError, "SELECT"),
+    ("install httpfs", dstp.ForbiddenQueryError, "SELECT"),
+    ("load httpfs", dstp.ForbiddenQueryError, "SELECT"),
+    ("pragma version", dstp.ForbiddenQueryError, "SELECT"),
+    ("set threads = 64", dstp.ForbiddenQueryError, "SELECT"),
+    ("select getenv('HOME') from ccm3", dstp.ForbiddenQueryError, "getenv"),
+    ("select current_setting('threads') from ccm3", dstp.ForbiddenQueryError, "current_setting"),
+    ("select temperature from ccm3 where temperature > (select 1)", dstp.ForbiddenQueryError, "subqueries"),
+    ("select * from (select * from ccm3)", dstp.ForbiddenQueryError, "subquery"),
+    ("select temperature from ccm3 union select temperature from ocean", dstp.ForbiddenQueryError, "SELECT"),
+    ("select * from ccm3, ocean", dstp.ForbiddenQueryError, "join"),
+    ("select * from ccm3 join ocean on true", dstp.ForbiddenQueryError, "join"),
+    ("select temperature from ccm3; drop table ccm3", dstp.ForbiddenQueryError, "one statement"),
+    ("with x as (select 1) select * from ccm3", dstp.ForbiddenQueryError, "WITH"),
+    ("select avg(temperature) from ccm3", dstp.ForbiddenQueryError, "aggregate"),
+    ("select temperature from ccm3 group by temperature", dstp.ForbiddenQueryError, "GROUP BY"),
+    ("select temperature from ccm3 where temperature > ?", dstp.QueryError, "parameters"),
+    ("select temperature::varchar from ccm3", dstp.ForbiddenQueryError, "cast"),
+    ("select temperature from ccm3 where time > 5", dstp.QueryError, "quotes"),
+    ("select temperature from ccm3 where time > '1990-13-45'", dstp.QueryError, "date"),
+    ("select temperature from main.ccm3", dstp.ForbiddenQueryError, "dataset"),
+    ("select temperature from stride(ccm3, nosuch = 2)", dstp.UnknownColumnError, "nosuch"),
+    ("select temperature from stride(ccm3, lat = 0)", dstp.QueryError, "stride"),
+    ("select temperature from ccm3 tablesample 200%", dstp.QueryError, "percentage"),
+    ("select temperature from ccm3 limit -1", dstp.QueryError, "0 or more"),
+    ("select temperature, temperature from ccm3", dstp.QueryError, "twice"),
+    ("select " + "temperature + " * 5000 + "1 from ccm3", dstp.QueryError, "limit"),
+]
+
+
+@pytest.mark.parametrize("sql, error, words", HOSTILE, ids=[h[0][:60] for h in HOSTILE])
+def test_hostile_query_gets_typed_error_and_server_keeps_serving(client, sql, error, words) -> None:
+    with pytest.raises(error) as info:
+        client.query(sql)
+    assert words.lower() in str(info.value).lower()
+    assert "Traceback" not in str(info.value)
+    assert not isinstance(info.value, dstp.ServerError)
+    assert client.query("select temperature from ccm3 limit 1").num_rows == 1
+
+
+def test_errors_point_at_the_offending_token(client) -> None:
+    with pytest.raises(dstp.UnknownColumnError) as info:
+        client.query("select temperature,\n       bogus from ccm3")
+    assert (info.value.line, info.value.column) == (2, 12)
+    assert "^^^^^" in str(info.value)
+
+
+def test_hostile_queries_write_no_files(client, catalog_root: Path, tmp_path: Path) -> None:
+    before = {p for p in catalog_root.rglob("*")}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for sql in ("copy ccm3 to 'x.csv'", "select * from ccm3 where false; copy ccm3 to 'y.csv'",
+                    "export database 'dump'", "attach 'z.db'"):
+            with pytest.raises(dstp.DstpError):
+                client.query(sql)
+    finally:
+        os.chdir(cwd)
+    assert {p for p in catalog_root.rglob("*")} == before
+    assert list(tmp_path.iterdir()) == []
+    assert not Path("/tmp/dstp-pwned.csv").exists()
+
+
+def test_duckdb_sandbox_refuses_files_even_if_validation_were_bypassed() -> None:
+    import duckdb
+
+    from dstp.query.execute import _connect
+
+    con = _connect(Settings())
+    try:
+        with pytest.raises(duckdb.Error, match="(?i)disabled|permission"):
+            con.sql("select * from read_csv('/etc/passwd')").fetchall()
+        with pytest.raises(duckdb.Error, match="(?i)locked"):
+            con.execute("set enable_external_access = true")
+    finally:
+        con.close()
+
+
+def test_broken_descriptor_and_truncated_files_are_skipped(server, client) -> None:
+    ids = {d.id for d in client.datasets()}
+    assert {"ccm3", "ocean", "station", "axes"} <= ids
+    assert not ids & {"broken", "truncated", "truncated3"}
+    problems = {p.path.parent.name: str(p) for p in server.catalog.problems}
+    assert "broken.dstp.xml:7: not well-formed" in problems["broken"]
+    assert "HDF error" in problems["truncated"]  # netCDF4/HDF5: the library refuses it
+    assert "is truncated" in problems["truncated3"]  # netCDF3: dstp's own header check
+
+
+def test_unknown_dataset_in_describe(client) -> None:
+    with pytest.raises(dstp.DatasetNotFoundError, match="ccm3"):
+        client.describe("nosuch")
+
+
+def test_ticket_is_single_use_and_bound_to_its_channel(server) -> None:
+    with grpc.insecure_channel(server.endpoints.grpc) as channel:
+        stub = pb_grpc.DstpStub(channel)
+        reply = stub.Query(pb.QueryRequest(sql="select temperature from ccm3 limit 3", channels=[pb.GRPC_STREAM]))
+        ticket = reply.offers[0].ticket
+        assert len(list(stub.Fetch(pb.FetchRequest(ticket=ticket)))) >= 2
+        for bad in (ticket, b"garbage", ticket[:-1] + bytes([ticket[-1] ^ 1])):
+            with pytest.raises(grpc.RpcError) as info:
+                list(stub.Fetch(pb.FetchRequest(ticket=bad)))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_unavailable_channel_is_refused_not_downgraded(client) -> None:
+    with pytest.raises(dstp.TransportUnavailableError, match="offers: grpc"):
+        client.plan("select temperature from ccm3", transport="udt")
+
+
+def _strict(catalog_root: Path, **limits) -> DstpServer:
+    return DstpServer(Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=-1, udt_port=-1,
+                               batch_rows=512, **limits))
+
+
+def test_results_are_truncated_at_the_row_limit(catalog_root: Path) -> None:
+    with _strict(catalog_root, max_result_rows=1000) as srv, dstp.connect(srv.endpoints.grpc) as c:
+        table = c.query("select temperature from ccm3 where lat > 80 and lev < 100")
+        assert table.num_rows == 1000 and c.last_summary["truncated"]
+        assert "max_result_rows" in c.last_summary["truncated_reason"]
+
+
+def test_long_queries_time_out_and_the_server_goes_on(catalog_root: Path) -> None:
+    with _strict(catalog_root, query_time_limit_s=0.001) as srv, dstp.connect(srv.endpoints.grpc) as c:
+        with pytest.raises(dstp.QueryTimeoutError, match="longer than"):
+            c.query("select temperature, humidity, cloud, time from ccm3 order by temperature, humidity")
+        with pytest.raises(dstp.QueryTimeoutError):
+            c.query("select temperature, humidity, cloud, time from ccm3 order by temperature, humidity")
+        assert len(c.datasets()) >= 4
+
+
+def test_expired_ticket_is_refused(catalog_root: Path) -> None:
+    with _strict(catalog_root, ticket_ttl_s=0.2) as srv, grpc.insecure_channel(srv.endpoints.grpc) as channel:
+        stub = pb_grpc.DstpStub(channel)
+        reply = stub.Query(pb.QueryRequest(sql="select temperature from ccm3 limit 1"))
+        time.sleep(0.4)
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Fetch(pb.FetchRequest(ticket=reply.offers[0].ticket)))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "expired" in info.value.details()
+
+
+def test_concurrent_query_limit(catalog_root: Path) -> None:
+    with _strict(catalog_root, max_concurrent_queries=1) as srv, dstp.connect(srv.endpoints.grpc) as c:
+        first = c.query_batches("select temperature from ccm3")
+        next(iter(first))  # holds the only slot
+        with pytest.raises(dstp.LimitExceededError, match="maximum of 1"):
+            c.query("select temperature from ccm3 limit 1")
+        first.close()
+        deadline = time.monotonic() + 5
+        while True:  # the slot comes back once the server sees the cancelled stream
+            try:
+                assert c.query("select temperature from ccm3 limit 1").num_rows == 1
+                break
+            except dstp.LimitExceededError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)

@@ -1,0 +1,101 @@
+"""The dstp command, run as a user would: a real `dstp serve` process and client commands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+import pytest
+
+import builders
+
+DSTP = [sys.executable, "-m", "dstp.cli"]
+
+
+def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*DSTP, *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dstp {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def served(catalog_root: Path) -> Iterator[str]:
+    proc = subprocess.Popen([*DSTP, "serve", str(catalog_root), "--port", "0", "--http-port", "-1",
+                             "--data-port", "-1", "--udt-port", "-1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        address = None
+        assert proc.stdout is not None
+        while time.monotonic() < deadline and address is None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            m = re.match(r"\s+grpc\s+(\S+)", line)
+            if m:
+                address = m.group(1)
+        assert address, "dstp serve did not report its address"
+        yield address
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+
+
+def test_query_prints_records(served: str) -> None:
+    out = run("query", "select temperature, time from ccm3 where humidity > 50 limit 5", "--server", served).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].split() == ["temperature", "time"]
+    assert len(lines) == 6
+    for line in lines[1:]:
+        assert 150 < float(line.split()[0]) < 350
+
+
+def test_query_saves_what_the_client_gets(served: str, client, tmp_path: Path) -> None:
+    sql = "select temperature, lat, time from ccm3 where lat > 70"
+    target = tmp_path / "out.parquet"
+    proc = run("query", sql, "--server", served, "-o", str(target))
+    assert "records" in proc.stderr
+    assert pq.read_table(target).equals(client.query(sql))
+    csv = run("query", sql, "--server", served, "--format", "csv").stdout
+    assert len(csv.strip().splitlines()) == client.query(sql).num_rows + 1
+
+
+def test_ls_and_describe(served: str) -> None:
+    out = run("ls", "--server", served).stdout
+    assert "ccm3" in out and "ocean" in out
+    described = run("describe", "ccm3", "--server", served).stdout
+    assert "temperature" in described and "K" in described and "noleap" in described
+
+
+def test_errors_are_one_line_messages_not_tracebacks(served: str) -> None:
+    proc = run("query", "select nosuch from ccm3", "--server", served, check=False)
+    assert proc.returncode == 1
+    assert "no column 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("query", "select 1 from ccm3", "--server", "127.0.0.1:1", check=False)
+    assert proc.returncode == 1 and "cannot reach" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_publish_then_validate(tmp_path: Path) -> None:
+    files = builders.edge_station(tmp_path / "st")
+    out = run("publish", *map(str, files), "--id", "station", "--rename", "t2m=temperature_2m").stdout
+    assert "station.dstp.xml" in out
+    assert 'name="temperature_2m" variable="t2m"' in (tmp_path / "st" / "station.dstp.xml").read_text()
+    ok = run("catalog", "validate", str(tmp_path))
+    assert "1 dataset(s) valid, 0 problem(s)" in ok.stdout
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bad.dstp.xml").write_text("<dataset>")
+    bad = run("catalog", "validate", str(tmp_path), check=False)
+    assert bad.returncode == 1 and "bad.dstp.xml:1" in bad.stdout
