@@ -91,7 +91,15 @@ class DstpServer:
         return self.endpoints
 
     def _start_extras(self) -> None:
-        """Start the data channels and the HTTP interface that are enabled (later issues add them)."""
+        """Start the HTTP interface and the data channels that are enabled (port -1 disables one)."""
+        s, service, endpoints = self.settings, self.service, self.endpoints
+        assert service is not None and endpoints is not None
+        if s.http_port >= 0:
+            from dstp.http_app import start_http_server
+
+            http = start_http_server(service, s)
+            self._extras.append(http)
+            endpoints.http = http.endpoint
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, cancel running queries, close files."""

@@ -186,6 +186,13 @@ class DstpService:
             raise
         return Execution(self, pending, execution)
 
+    def run(self, sql: str, cancel: threading.Event | None = None) -> "Execution":
+        """Prepare and start ``sql`` in one step, for adapters that answer in the same request (HTTP)."""
+        prepared = self.prepare(sql)
+        query_id = f"q{next(self._counter):06d}-{uuid.uuid4().hex[:8]}"
+        log.info("query %s (direct): %s", query_id, sql.strip()[:200])
+        return self.execute(_Pending(prepared, "direct", 1, "none", "", query_id), cancel)
+
     def start(self, token: bytes, kind: str, cancel: threading.Event | None = None) -> "Execution":
         """Claim ``token`` and start its query (the common path for one-connection channels)."""
         return self.execute(self.redeem(token, kind), cancel)
