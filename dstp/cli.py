@@ -302,6 +302,28 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_get(args: argparse.Namespace) -> int:
+    import dstp
+
+    out = Path(args.output or Path(args.file).name)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress, finish = _progress_display(show)
+    with dstp.connect(args.server) as c:
+        try:
+            summary = c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
+                            transport=args.transport, streams=args.streams,
+                            congestion_control=args.congestion_control, progress=progress)
+        finally:
+            finish()
+    resumed = f", resumed after {summary['resumed_from']:,} bytes" if summary["resumed_from"] else ""
+    print(f"{summary['size']:,} bytes → {out} in {summary['seconds']:.2f} s "
+          f"({summary['bytes_per_s'] / 2**20:.1f} MiB/s over {summary['transport']} × {summary['streams']}{resumed}); "
+          f"CRC-32C {summary['crc32c']} verified", file=sys.stderr)
+    if args.verbose:
+        print(f"choice: {summary['choice']}", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------------- parser
 
 
@@ -374,6 +396,26 @@ def build_parser() -> argparse.ArgumentParser:
     prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_query)
+
+    p = sub.add_parser("get", help="download a published file (or a byte range), resumably",
+                       description="Fetch a file of a published dataset over the data channel, in parallel "
+                                   "stripes, writing blocks in place; an interrupted download restarts where it "
+                                   "stopped (state in OUT.dstp-partial); the CRC-32C is verified at the end.")
+    p.add_argument("dataset")
+    p.add_argument("file", help="file name as listed by `dstp describe DATASET`")
+    _server_arg(p)
+    p.add_argument("-o", "--output", help="output path (default: the file's name, here)")
+    p.add_argument("--offset", type=int, default=0, help="first byte to fetch")
+    p.add_argument("--length", type=int, default=-1, help="bytes to fetch (default: to the end)")
+    p.add_argument("--transport", default="auto", choices=["auto", "grpc", "striped", "udt"],
+                   help="data channel (default auto: striped for large files, tuned per server)")
+    p.add_argument("--streams", type=int, default=0, help="parallel streams (default: auto-tuned)")
+    p.add_argument("--congestion-control", default="", help="TCP congestion control, e.g. bbr or cubic")
+    p.add_argument("-v", "--verbose", action="store_true", help="say why the channel and streams were chosen")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
+    prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
+    p.set_defaults(func=cmd_get)
     return parser
 
 

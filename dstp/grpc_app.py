@@ -18,12 +18,13 @@ from typing import Iterator
 
 import grpc
 
-from dstp.errors import DstpError, QueryError, ServerError
+from dstp.errors import DstpError, QueryError, ServerError, TicketError
 from dstp.metadata import ColumnInfo, DatasetDetails, DatasetSummary
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.service import DstpService, QueryHandle
 from dstp.transport.ipc import BatchEncoder
+from dstp.transport.sources import FileSource
 
 __all__ = ["DstpServicer", "grpc_errors", "CHANNEL_KIND", "COMPRESSION"]
 
@@ -34,6 +35,7 @@ CHANNEL_NAME = {v: k for k, v in CHANNEL_KIND.items()}
 COMPRESSION = {"none": pb.NONE, "lz4": pb.LZ4_FRAME, "zstd": pb.ZSTD}
 COMPRESSION_NAME = {v: k for k, v in COMPRESSION.items()} | {pb.COMPRESSION_UNSPECIFIED: "none"}
 MAX_PING_BYTES = 2**20
+GRPC_CHUNK = 2 * 2**20  # file bytes per FileChunk message
 
 
 @contextlib.contextmanager
@@ -162,7 +164,8 @@ class DstpServicer(pb_grpc.DstpServicer):
         with grpc_errors(context):
             cancel = threading.Event()
             context.add_callback(cancel.set)  # client gone or deadline: stop reading files
-            execution = self.service.start(request.ticket, "grpc", cancel)
+            pending = self.service.redeem(request.ticket, "grpc")
+            execution = self.service.execute(pending, cancel)
             encoder = BatchEncoder(execution.schema, execution.pending.compression)
             yield pb.FetchResponse(ipc_message=encoder.schema_message().to_pybytes())
             for batch in execution.batches():
@@ -177,6 +180,50 @@ class DstpServicer(pb_grpc.DstpServicer):
                     hyperslabs_read=s.stats.hyperslabs, elements_read=s.stats.elements, bytes_read=s.stats.bytes,
                 )
             )
+
+    def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
+        with grpc_errors(context):
+            channels = [CHANNEL_NAME[k] for k in request.channels if k in CHANNEL_NAME]
+            length = request.range.length if request.HasField("range") else -1
+            offset = request.range.offset if request.HasField("range") else 0
+            handle = self.service.open_file(
+                request.dataset, request.file, offset, length,
+                [(r.offset, r.length) for r in request.missing], channels,
+                streams=request.streams, congestion_control=request.congestion_control,
+            )
+            f = handle.request
+            return pb.OpenFileResponse(
+                size=f.size, mtime_ns=f.mtime_ns, range=pb.ByteRange(offset=f.offset, length=f.length),
+                crc32c=f.crc32c, block_size=handle.block_size,
+                offers=[
+                    pb.ChannelOffer(
+                        kind=CHANNEL_KIND[o.kind], ticket=o.ticket.token,
+                        expires_at_unix_ms=o.ticket.expires_at_unix_ms, endpoint=o.endpoint, streams=o.streams,
+                        compression=pb.NONE, congestion_control=o.congestion_control,
+                    )
+                    for o in handle.offers
+                ],
+            )
+        raise AssertionError("unreachable")
+
+    def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.FileChunk]:
+        with grpc_errors(context):
+            pending = self.service.redeem(request.ticket, "grpc")
+            if pending.file is None:
+                raise TicketError("this ticket is for a query; fetch it with Fetch")
+            f = pending.file
+            self.service.acquire_slot()
+            source = FileSource(f.path, f.missing, GRPC_CHUNK, on_close=self.service.release_slot)
+            blocks = source.messages()
+            try:
+                for payload, offset in blocks:
+                    if not context.is_active():
+                        break
+                    yield pb.FileChunk(offset=offset, data=payload.tobytes())
+                    payload.release()
+            finally:
+                blocks.close()
+                source.close()
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
         with grpc_errors(context):

@@ -21,8 +21,11 @@ import platformdirs
 from dstp.catalog.registry import Catalog
 from dstp.grpc_app import DstpServicer
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.service import DstpService
+from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
+from dstp.transport.channel_server import DataChannelServer, TransferSpec
+from dstp.transport.sources import FileSource, QuerySource
+from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 
 __all__ = ["DstpServer", "default_catalog_root"]
 
@@ -100,6 +103,31 @@ class DstpServer:
             http = start_http_server(service, s)
             self._extras.append(http)
             endpoints.http = http.endpoint
+        if s.data_port >= 0:
+            channel = DataChannelServer(
+                "striped", TcpListener(s.host, s.data_port), self._open_query_transfer,
+                window_bytes=s.window_bytes,
+            )
+            channel.start()
+            self._extras.append(channel)
+            endpoints.data = channel.endpoint
+            service.register_channel(ChannelInfo(
+                "striped", channel.endpoint, max_streams=s.max_streams,
+                congestion_controls=allowed_congestion_controls(),
+            ))
+
+    def _open_query_transfer(self, token: bytes) -> TransferSpec:
+        """Redeem a striped-channel ticket: start its query (or open its file); return what to send."""
+        assert self.service is not None
+        pending = self.service.redeem(token, "striped")
+        options = {"congestion_control": pending.congestion_control}
+        if pending.file is not None:
+            f = pending.file
+            self.service.acquire_slot()
+            source = FileSource(f.path, f.missing, self.settings.block_bytes, on_close=self.service.release_slot)
+            return TransferSpec(source, pending.expires_at, pending.query_id, options)
+        execution = self.service.execute(pending)
+        return TransferSpec(QuerySource(execution, pending.compression), pending.expires_at, pending.query_id, options)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, cancel running queries, close files."""

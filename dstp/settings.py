@@ -45,6 +45,11 @@ class Settings:
     open_files: int = _setting(64, "netCDF files kept open in the handle cache.")
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
+    max_streams: int = _setting(64, "Most parallel TCP streams one transfer may use on the striped channel.")
+    window_bytes: int = _setting(
+        64 * 2**20, "Bytes a data-channel transfer may have sent but not yet acknowledged (bounds server memory)."
+    )
+    block_bytes: int = _setting(4 * 2**20, "Block size of bulk file transfers on data channels.")
     max_sql_length: int = _setting(16_384, "Longest query text accepted, in characters.")
     cors_origins: tuple[str, ...] = _setting((), "Origins allowed by CORS on the HTTP API (empty: same origin only).")
 

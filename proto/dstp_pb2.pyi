@@ -304,3 +304,53 @@ class PingResponse(_message.Message):
     payload: bytes
     server_time_unix_ns: int
     def __init__(self, payload: _Optional[bytes] = ..., server_time_unix_ns: _Optional[int] = ...) -> None: ...
+
+class ByteRange(_message.Message):
+    __slots__ = ("offset", "length")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    length: int
+    def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class OpenFileRequest(_message.Message):
+    __slots__ = ("dataset", "file", "range", "missing", "channels", "streams", "congestion_control")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    file: str
+    range: ByteRange
+    missing: _containers.RepeatedCompositeFieldContainer[ByteRange]
+    channels: _containers.RepeatedScalarFieldContainer[ChannelKind]
+    streams: int
+    congestion_control: str
+    def __init__(self, dataset: _Optional[str] = ..., file: _Optional[str] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., missing: _Optional[_Iterable[_Union[ByteRange, _Mapping]]] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+
+class OpenFileResponse(_message.Message):
+    __slots__ = ("size", "mtime_ns", "range", "crc32c", "block_size", "offers")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIELD_NUMBER: _ClassVar[int]
+    CRC32C_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFERS_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    mtime_ns: int
+    range: ByteRange
+    crc32c: int
+    block_size: int
+    offers: _containers.RepeatedCompositeFieldContainer[ChannelOffer]
+    def __init__(self, size: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., crc32c: _Optional[int] = ..., block_size: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

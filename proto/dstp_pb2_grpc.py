@@ -60,6 +60,16 @@ class DstpStub:
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.PingRequest.SerializeToString,
                 response_deserializer=dstp_dot_proto_dot_dstp__pb2.PingResponse.FromString,
                 _registered_method=True)
+        self.OpenFile = channel.unary_unary(
+                '/dstp.v1.Dstp/OpenFile',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.OpenFileRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.OpenFileResponse.FromString,
+                _registered_method=True)
+        self.FetchFile = channel.unary_stream(
+                '/dstp.v1.Dstp/FetchFile',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.FileChunk.FromString,
+                _registered_method=True)
 
 
 class DstpServicer:
@@ -110,6 +120,23 @@ class DstpServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenFile(self, request, context):
+        """Opens a published file (or byte ranges of it) for bulk transfer: returns
+        its size, modification time, the CRC-32C of the requested range and the
+        channel offers. NOT_FOUND for a file that belongs to no published dataset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchFile(self, request, context):
+        """Streams file blocks over this gRPC connection for a GRPC_STREAM ticket of
+        OpenFile (the baseline bulk path).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DstpServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +164,16 @@ def add_DstpServicer_to_server(servicer, server):
                     servicer.Ping,
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.PingRequest.FromString,
                     response_serializer=dstp_dot_proto_dot_dstp__pb2.PingResponse.SerializeToString,
+            ),
+            'OpenFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenFile,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.OpenFileRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.OpenFileResponse.SerializeToString,
+            ),
+            'FetchFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchFile,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.FileChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -275,6 +312,60 @@ class Dstp:
             '/dstp.v1.Dstp/Ping',
             dstp_dot_proto_dot_dstp__pb2.PingRequest.SerializeToString,
             dstp_dot_proto_dot_dstp__pb2.PingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dstp.v1.Dstp/OpenFile',
+            dstp_dot_proto_dot_dstp__pb2.OpenFileRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.OpenFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dstp.v1.Dstp/FetchFile',
+            dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.FileChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import grpc
@@ -24,11 +25,36 @@ from dstp.metadata import (
     FileInfo,
     KeyInfo,
 )
+from dstp.client._channels import endpoint_address, fetch_grpc, fetch_stripes
+from dstp.client._download import download
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport.ipc import BatchDecoder
+from dstp.transport import tcp
+from dstp.transport.tuning import AutoTuner, StripePlan
 
 __all__ = ["Client", "Progress", "QueryInfo", "QueryStream", "connect"]
+
+#: Results smaller than this go over the gRPC stream when transport="auto".
+AUTO_STRIPED_MIN_BYTES = 32 * 2**20
+
+
+@dataclass(slots=True)
+class _Choice:
+    """The data path chosen for one query, and why (shown by `dstp query -v`)."""
+
+    transport: str
+    streams: int
+    congestion_control: str
+    plan: StripePlan | None
+    rtt_s: float
+    reason: str
+
+
+def _width(t: pa.DataType) -> int:
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return 24
 
 TRANSPORTS = ("grpc", "striped", "udt", "auto")
 _KIND = {"grpc": pb.GRPC_STREAM, "striped": pb.STRIPED_TCP, "udt": pb.UDT}
@@ -139,6 +165,8 @@ class QueryStream:
         self.schema = info.schema
         self.transport = transport
         self.summary: dict[str, Any] | None = None
+        #: Why this data path was chosen (auto-tuning decisions are visible here).
+        self.choice = ""
         self._batches = batches
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -157,9 +185,20 @@ class QueryStream:
 class Client:
     """A connection to one dstp server."""
 
-    def __init__(self, target: str, *, timeout: float = 30.0, max_message_bytes: int = 64 * 2**20) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 30.0,
+        max_message_bytes: int = 64 * 2**20,
+        tuner: AutoTuner | None = None,
+    ) -> None:
         self.target = target
         self.timeout = timeout
+        #: Remembers streams/buffers/throughput per endpoint (GridCopy's rule); shared cache file.
+        self.tuner = tuner or AutoTuner()
+        #: Test hook for fault injection on striped transfers (see tests/transport).
+        self._fault: Any = None
         #: Summary of the last ``query()``: rows, bytes, truncated, what the server read.
         self.last_summary: dict[str, Any] | None = None
         self._channel = grpc.insecure_channel(
@@ -214,7 +253,7 @@ class Client:
             raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
         if compression not in _COMPRESSION:
             raise TransportUnavailableError(f"unknown compression {compression!r}; use none, lz4 or zstd")
-        channels = list(_KIND.values()) if transport == "auto" else [_KIND[transport]]
+        channels = [pb.GRPC_STREAM, pb.STRIPED_TCP] if transport == "auto" else [_KIND[transport]]
         request = pb.QueryRequest(
             sql=sql, channels=channels, streams=streams, compression=_COMPRESSION[compression],
             congestion_control=congestion_control,
@@ -243,58 +282,87 @@ class Client:
         compression: str = "none",
         progress: ProgressCallback | None = None,
         streams: int = 0,
+        congestion_control: str = "",
     ) -> QueryStream:
-        """Run ``sql``; return a stream of RecordBatches as they arrive."""
-        if transport != "grpc":
-            raise TransportUnavailableError(
-                f"transport {transport!r} is not available in this client yet; use transport='grpc'"
-            )
-        info = self.plan(sql, transport="grpc", compression=compression)
-        stream = QueryStream(info, iter(()), "grpc")
-        stream._batches = self._fetch_grpc(info, stream, progress)
+        """Run ``sql``; return a stream of RecordBatches as they arrive.
+
+        ``transport``: "grpc" (the control connection), "striped" (parallel TCP;
+        ``streams`` 0 lets the auto-tuner choose), "udt", or "auto" (chosen from
+        the result's size and what was measured on this endpoint before). A
+        transport the server does not offer raises TransportUnavailableError.
+        """
+        choice = self._choose(transport, streams, congestion_control)
+        info = self.plan(sql, transport="auto" if transport == "auto" else choice.transport,
+                         streams=choice.streams, compression=compression,
+                         congestion_control=choice.congestion_control)
+        kind = self._pick_offer(info, choice) if transport == "auto" else choice.transport
+        stream = QueryStream(info, iter(()), kind)
+        stream.choice = choice.reason
+        started = time.perf_counter()
+        offer = info.offer(kind)
+        granted = max(1, offer.streams)
+
+        def report(rows: int, nbytes: int, batches: int) -> None:
+            if progress is not None:
+                progress(Progress(rows, nbytes, time.perf_counter() - started, batches, kind, granted,
+                                  info.estimated_rows))
+
+        def on_summary(summary: dict[str, Any]) -> None:
+            summary["transport"] = kind
+            summary["seconds"] = time.perf_counter() - started
+            summary["choice"] = choice.reason
+            stream.summary = summary
+            if kind == "striped" and choice.plan is not None:
+                self.tuner.record(self._tuning_key(), choice.plan, summary.get("wire_bytes", 0),
+                                  summary["seconds"], choice.rtt_s)
+
+        if kind == "grpc":
+            stream._batches = self._mapped(fetch_grpc(self._stub, offer.ticket, info.schema, report, on_summary))
+        else:
+            host, port = endpoint_address(offer.endpoint, self.target)
+            buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
+
+            def dial(stripe: int) -> Any:
+                return tcp.connect(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
+
+            stream._batches = fetch_stripes(offer.ticket, granted, dial, info.schema, report, on_summary,
+                                            fault=self._fault)
         return stream
 
-    def _fetch_grpc(self, info: QueryInfo, stream: QueryStream, progress: ProgressCallback | None) -> Iterator[pa.RecordBatch]:
-        offer = info.offer("grpc")
-        decoder = BatchDecoder(info.schema)
-        started = time.perf_counter()
-        rows = nbytes = batches = 0
-        call = self._stub.Fetch(pb.FetchRequest(ticket=offer.ticket))
-        schema_seen = False
+    def _mapped(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            for msg in call:
-                if msg.HasField("summary"):
-                    s = msg.summary
-                    stream.summary = {
-                        "rows": s.rows, "bytes": s.bytes, "batches": s.batches, "truncated": s.truncated,
-                        "truncated_reason": s.truncated_reason, "server_seconds": s.seconds,
-                        "hyperslabs_read": s.hyperslabs_read, "elements_read": s.elements_read,
-                        "bytes_read": s.bytes_read, "transport": "grpc",
-                        "seconds": time.perf_counter() - started,
-                    }
-                    if s.rows != rows:
-                        raise IntegrityError(f"the server sent {s.rows} rows but {rows} arrived")
-                    return
-                if not schema_seen:
-                    decoder.decode_schema(msg.ipc_message)
-                    if not decoder.schema.equals(info.schema):
-                        raise IntegrityError("the fetched schema differs from the planned one")
-                    decoder.schema = info.schema  # keep the field metadata of the plan
-                    schema_seen = True
-                    continue
-                batch = decoder.decode(msg.ipc_message)
-                rows += batch.num_rows
-                nbytes += len(msg.ipc_message)
-                batches += 1
-                if progress is not None:
-                    progress(Progress(rows, nbytes, time.perf_counter() - started, batches, "grpc", 1,
-                                      info.estimated_rows))
-                yield batch
+            yield from batches
         except grpc.RpcError as exc:
             raise _raise(exc, self.target) from None
-        finally:
-            call.cancel()
-        raise IntegrityError("the result stream ended without its summary; the transfer is incomplete")
+
+    def _tuning_key(self) -> str:
+        return self.target
+
+    def _choose(self, transport: str, streams: int, congestion_control: str) -> "_Choice":
+        if transport not in TRANSPORTS:
+            raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
+        if transport == "grpc":
+            return _Choice("grpc", 0, congestion_control, None, 0.0, "asked for grpc")
+        if transport == "udt":
+            return _Choice("udt", 1, "", None, 0.0, "asked for udt")
+        if streams and transport == "striped":
+            return _Choice("striped", streams, congestion_control, None, 0.0, f"asked for {streams} streams")
+        rtt = min(self.ping() for _ in range(3))
+        plan = self.tuner.plan(self._tuning_key(), rtt, allowed_cc=("bbr", "cubic", "reno"))
+        if congestion_control:
+            plan = StripePlan(plan.streams, plan.buffer_bytes, congestion_control, plan.reason)
+        return _Choice("striped", plan.streams, plan.congestion_control, plan, rtt,
+                       f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
+
+    def _pick_offer(self, info: QueryInfo, choice: "_Choice") -> str:
+        kinds = {_KIND_NAME.get(o.kind) for o in info.offers}
+        upper = info.estimated_bytes if info.estimated_bytes >= 0 else info.scan_rows * sum(
+            _width(f.type) for f in info.schema)
+        if "striped" in kinds and upper >= AUTO_STRIPED_MIN_BYTES:
+            choice.reason = f"auto: striped × {choice.streams} ({choice.reason}); result up to {upper / 2**20:.1f} MiB"
+            return "striped"
+        choice.reason = f"auto: grpc (result at most {upper / 2**20:.1f} MiB)"
+        return "grpc"
 
     def query(
         self,
@@ -311,6 +379,26 @@ class Client:
         table = stream.read_all()
         self.last_summary = stream.summary
         return table
+
+    def get(
+        self,
+        dataset: str,
+        file: str,
+        out: str | Path,
+        *,
+        offset: int = 0,
+        length: int = -1,
+        transport: str = "auto",
+        streams: int = 0,
+        congestion_control: str = "",
+        progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Download a published file (or bytes [offset, offset+length)) to ``out``; return a summary.
+
+        Resumes an interrupted download of the same file; verifies the CRC-32C at the end.
+        """
+        return download(self, dataset, file, Path(out), offset=offset, length=length, transport=transport,
+                        streams=streams, congestion_control=congestion_control, progress=progress)
 
     def query_pandas(self, sql: str, **kwargs: Any) -> Any:
         """Run ``sql`` and return a pandas DataFrame (NULL becomes NaN/NaT)."""

@@ -1,0 +1,198 @@
+"""Bulk file transfer, client and server halves: checksums, in-place writes, resumable state.
+
+A download writes each block straight into place: the output file is
+pre-sized and memory-mapped, and the data channel receives every block's
+payload directly into the mapped region at its offset (no intermediate
+buffer). Progress is kept in ``OUT.dstp-partial`` — the remote file's
+identity (size, mtime, CRC-32C of the wanted range) and the byte ranges
+already written — so an interrupted download restarts where it stopped; the
+finished file is checked against the server's CRC-32C before the state file
+is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import crc32c
+
+from dstp.errors import IntegrityError, ProtocolError
+
+__all__ = ["FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "subtract_ranges"]
+
+CHECKSUM_CHUNK = 64 * 2**20
+STATE_SUFFIX = ".dstp-partial"
+
+
+def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
+    """Return the CRC-32C of ``length`` bytes of ``path`` from ``offset`` (-1: to the end)."""
+    size = os.path.getsize(path)
+    if length < 0:
+        length = size - offset
+    if length == 0:
+        return crc32c.crc32c(b"")
+    value = 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            for start in range(offset, offset + length, CHECKSUM_CHUNK):
+                chunk = view[start:min(offset + length, start + CHECKSUM_CHUNK)]
+                value = crc32c.crc32c(chunk, value)
+                chunk.release()
+        finally:
+            view.release()
+    return value
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Return (start, end) ranges merged and sorted."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def subtract_ranges(whole: tuple[int, int], done: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Return the (start, end) parts of ``whole`` not covered by ``done``."""
+    missing, cursor = [], whole[0]
+    for start, end in merge_ranges(done):
+        if end <= cursor or start >= whole[1]:
+            continue
+        if start > cursor:
+            missing.append((cursor, min(start, whole[1])))
+        cursor = max(cursor, end)
+    if cursor < whole[1]:
+        missing.append((cursor, whole[1]))
+    return missing
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFile:
+    """What the server says about the file being downloaded."""
+
+    dataset: str
+    name: str
+    size: int
+    mtime_ns: int
+    offset: int
+    length: int
+    crc32c: int
+
+
+class FileSink:
+    """Receives blocks of ``remote`` into ``out`` in place; remembers progress for restarts."""
+
+    def __init__(self, out: Path, remote: RemoteFile, *, save_every_s: float = 1.0) -> None:
+        self.out = Path(out)
+        self.remote = remote
+        self.state_path = self.out.with_name(self.out.name + STATE_SUFFIX)
+        self.save_every_s = save_every_s
+        self.done: list[tuple[int, int]] = []
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
+        self._fd: int | None = None
+        self._saved = 0.0
+        self.written = 0
+
+    # -- state --------------------------------------------------------------------------
+
+    def load_state(self) -> list[tuple[int, int]]:
+        """Return the ranges (start, end) already on disk from an earlier, matching attempt."""
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return []
+        r = self.remote
+        same = (state.get("dataset"), state.get("file"), state.get("size"), state.get("mtime_ns"),
+                state.get("offset"), state.get("length"), state.get("crc32c")) == (
+            r.dataset, r.name, r.size, r.mtime_ns, r.offset, r.length, r.crc32c)
+        if not same or not self.out.exists() or self.out.stat().st_size != r.length:
+            return []
+        self.done = merge_ranges(tuple(x) for x in state.get("done", []))
+        return self.done
+
+    def missing(self) -> list[tuple[int, int]]:
+        """Return the (offset, length) parts still to fetch, in remote-file offsets."""
+        whole = (self.remote.offset, self.remote.offset + self.remote.length)
+        return [(s, e - s) for s, e in subtract_ranges(whole, self.done)]
+
+    def save_state(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._saved < self.save_every_s:
+            return
+        self._saved = now
+        if self._map is not None:
+            self._map.flush()  # data first, then the claim that it is there
+        r = self.remote
+        state = {"dataset": r.dataset, "file": r.name, "size": r.size, "mtime_ns": r.mtime_ns,
+                 "offset": r.offset, "length": r.length, "crc32c": r.crc32c, "done": self.done}
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_path)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create or reuse the output file at its final size and map it."""
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size != self.remote.length:
+            os.ftruncate(self._fd, self.remote.length)
+        if self.remote.length:
+            self._map = mmap.mmap(self._fd, self.remote.length, access=mmap.ACCESS_WRITE)
+            self._view = memoryview(self._map)
+
+    def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview:
+        """Return the mapped region where the block at remote ``offset`` belongs."""
+        start = offset - self.remote.offset
+        if start < 0 or start + length > self.remote.length or self._view is None:
+            raise ProtocolError(f"block {sequence} at {offset}+{length} lies outside the requested range")
+        return self._view[start:start + length]
+
+    def block_done(self, offset: int, length: int) -> None:
+        """Record that the block at remote ``offset`` arrived whole and checked."""
+        self.done = merge_ranges([*self.done, (offset, offset + length)])
+        self.written += length
+        self.save_state()
+
+    def write(self, offset: int, data: Any) -> None:
+        """Copy a block received outside the map (the gRPC path) into place."""
+        view = memoryview(data)
+        self.buffer_for(-1, offset, view.nbytes)[:] = view
+        self.block_done(offset, view.nbytes)
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+        if self._map is not None:
+            self._map.flush()
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def finish(self) -> None:
+        """Verify the whole range against the server's CRC-32C; remove the state file."""
+        self.save_state(force=True)
+        self.close()
+        if self.missing():
+            raise IntegrityError(f"{self.out} is incomplete: {self.missing()} still missing")
+        got = crc32c_of_file(self.out)
+        if got != self.remote.crc32c:
+            self.state_path.unlink(missing_ok=True)
+            raise IntegrityError(
+                f"{self.out}: CRC-32C {got:08x} does not match the server's {self.remote.crc32c:08x}; "
+                "the partial state was discarded, download it again"
+            )
+        self.state_path.unlink(missing_ok=True)

@@ -1,0 +1,325 @@
+"""The client side of a data channel: stripes in, messages out in order.
+
+``StripedReceiver`` opens ``streams`` connections, presents the ticket on
+each, and one thread per stripe reads frames into place. ``messages()``
+yields the transfer's messages strictly in sequence order, acknowledging them
+to the server as it goes (which frees the server's retransmit window). It
+rejects duplicates, data after END, and a transfer that ends with gaps.
+
+When a stripe breaks — connection reset, a checksum mismatch (a corrupted
+frame is dropped, never delivered), the server going away — its reader
+reconnects with the same ticket, says which messages it already holds, and
+the server resends only what is missing. After ``max_reconnects`` failures on
+one stripe, or ``stall_timeout`` seconds without any frame, the transfer
+fails with a typed error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+from dstp.errors import (
+    DstpError,
+    IntegrityError,
+    ProtocolError,
+    TransportError,
+    error_from_status,
+)
+from dstp.transport.frames import (
+    Conn,
+    Kind,
+    control_payload,
+    recv_header,
+    recv_payload,
+    send_frame,
+)
+
+__all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
+
+log = logging.getLogger("dstp.transport")
+
+_END = object()
+
+
+class MessageSink(Protocol):
+    """Where payloads land: ``buffer_for`` may place them (file blocks go straight to disk)."""
+
+    def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview | None:
+        """Return the exact-size buffer to receive this payload into, or None for a fresh one."""
+
+
+@dataclass(slots=True)
+class ReceiverStats:
+    """What a receiver saw: bytes, frames, reconnects, corrupted frames, time."""
+
+    bytes: int = 0
+    frames: int = 0
+    reconnects: int = 0
+    corrupted: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    per_stripe_bytes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class _Fatal(Exception):
+    pass
+
+
+class StripedReceiver:
+    """Receives one transfer over ``streams`` connections made by ``dial``."""
+
+    def __init__(
+        self,
+        ticket: bytes,
+        streams: int,
+        dial: Callable[[int], Conn],
+        *,
+        sink: MessageSink | None = None,
+        max_reconnects: int = 5,
+        stall_timeout: float = 60.0,
+        ack_every_bytes: int = 8 * 2**20,
+        fault: Callable[[int, Conn, int], None] | None = None,
+    ) -> None:
+        self.ticket = ticket
+        self.streams = max(1, streams)
+        self.dial = dial
+        self.sink = sink
+        self.max_reconnects = max_reconnects
+        self.stall_timeout = stall_timeout
+        self.ack_every_bytes = ack_every_bytes
+        #: Test hook: called by a stripe's reader after each frame (stripe, conn, frames so far).
+        self.fault = fault
+        self.stats = ReceiverStats()
+        self.summary: dict[str, Any] | None = None
+        self._cond = threading.Condition()
+        self._pending: dict[int, Any] = {}
+        self._next = 0
+        self._end_seq: int | None = None
+        self._error: DstpError | None = None
+        self._live: dict[int, Conn] = {}
+        self._send_locks = {i: threading.Lock() for i in range(self.streams)}
+        self._finished = False
+        self._threads: list[threading.Thread] = []
+        self._last_frame = time.monotonic()
+
+    # -- stripes ------------------------------------------------------------------------
+
+    def _hello(self, stripe: int, conn: Conn) -> None:
+        with self._cond:
+            hello = {"ticket": self.ticket.hex(), "stripe": stripe, "stripes": self.streams,
+                     "acked": self._next, "have": sorted(self._pending)}
+        send_frame(conn, Kind.HELLO, stripe, 0, 0, control_payload(hello))
+
+    def start(self) -> None:
+        """Open every stripe (the first failure to connect is raised here)."""
+        conns = []
+        try:
+            for stripe in range(self.streams):
+                conn = self.dial(stripe)
+                conns.append(conn)
+                self._hello(stripe, conn)
+        except BaseException:
+            for c in conns:
+                c.close()
+            raise
+        for stripe, conn in enumerate(conns):
+            with self._cond:
+                self._live[stripe] = conn
+            t = threading.Thread(target=self._read_stripe, args=(stripe, conn), name=f"dstp-stripe-{stripe}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _read_stripe(self, stripe: int, conn: Conn) -> None:
+        failures = 0
+        frames = 0
+        while True:
+            try:
+                self._read_frames(stripe, conn, frames_before=frames)
+                return  # clean end: transfer complete
+            except _Fatal:
+                return
+            except DstpError as exc:
+                with self._cond:
+                    if self._finished or self._error is not None:
+                        return
+                    self._live.pop(stripe, None)
+                if isinstance(exc, IntegrityError):
+                    self.stats.corrupted += 1
+                failures += 1
+                conn.close()
+                if failures > self.max_reconnects:
+                    self._fail(TransportError(
+                        f"stripe {stripe} failed {failures} times, last: {exc}; giving up"))
+                    return
+                log.info("stripe %d broke (%s); resuming", stripe, exc)
+                conn = self._reconnect(stripe, failures)
+                if conn is None:
+                    return
+
+    def _reconnect(self, stripe: int, attempt: int) -> Conn | None:
+        delay = min(2.0, 0.05 * 2 ** (attempt - 1))
+        last: DstpError | None = None
+        for _ in range(3):
+            time.sleep(delay)
+            with self._cond:
+                if self._finished or self._error is not None:
+                    return None
+            try:
+                conn = self.dial(stripe)
+                self._hello(stripe, conn)
+            except DstpError as exc:
+                last = exc
+                delay = min(2.0, delay * 2)
+                continue
+            with self._cond:
+                self._live[stripe] = conn
+            self.stats.reconnects += 1
+            return conn
+        self._fail(last or TransportError(f"stripe {stripe} could not reconnect"))
+        return None
+
+    def _read_frames(self, stripe: int, conn: Conn, frames_before: int) -> None:
+        frames = frames_before
+        while True:
+            header = recv_header(conn)
+            if header is None:
+                with self._cond:
+                    whole = self._end_seq is not None and all(
+                        s in self._pending for s in range(self._next, self._end_seq + 1))
+                    if self._finished or whole or (self._end_seq is not None and self._next > self._end_seq):
+                        return
+                raise TransportError("the server closed the data connection before the transfer ended")
+            if header.kind == Kind.ERROR:
+                payload = recv_payload(conn, header)
+                info = _json(payload)
+                self._fail(error_from_status(str(info.get("status", "UNAVAILABLE")),
+                                             str(info.get("message", "the server reported an error")),
+                                             info.get("code")))
+                raise _Fatal()
+            if header.kind not in (Kind.DATA, Kind.END):
+                raise ProtocolError(f"unexpected {header.kind.name} frame from the server")
+            seq = header.sequence
+            with self._cond:
+                if seq < self._next or seq in self._pending:
+                    self._fail(IntegrityError(f"message {seq} arrived twice (stripe {stripe})"))
+                    raise _Fatal()
+                if self._end_seq is not None and seq > self._end_seq:
+                    self._fail(ProtocolError(f"message {seq} arrived after the END of the transfer"))
+                    raise _Fatal()
+            target = None
+            if header.kind == Kind.DATA and self.sink is not None:
+                target = self.sink.buffer_for(seq, header.offset, header.length)
+            payload = recv_payload(conn, header, target)
+            frames += 1
+            with self._cond:
+                if header.kind == Kind.END:
+                    if self._end_seq is not None or any(s > seq for s in self._pending):
+                        self._fail(ProtocolError("END frame arrived out of place"))
+                        raise _Fatal()
+                    self._end_seq = seq
+                    self.summary = _json(payload)
+                    self._pending[seq] = _END
+                else:
+                    self._pending[seq] = (header.offset, payload)
+                self.stats.frames += 1
+                self.stats.bytes += header.length
+                self.stats.per_stripe_bytes[stripe] = self.stats.per_stripe_bytes.get(stripe, 0) + header.length
+                self._last_frame = time.monotonic()
+                self._cond.notify_all()
+            if self.fault is not None:
+                self.fault(stripe, conn, frames)
+
+    def _fail(self, error: DstpError) -> None:
+        with self._cond:
+            if self._error is None and not self._finished:
+                self._error = error
+            self._cond.notify_all()
+
+    # -- delivery -----------------------------------------------------------------------
+
+    def messages(self) -> Iterator[tuple[int, int, memoryview]]:
+        """Yield (sequence, offset, payload) in order until END; raise the transfer's error, if any."""
+        unacked = 0
+        try:
+            while True:
+                with self._cond:
+                    while self._next not in self._pending and self._error is None:
+                        if not self._cond.wait(timeout=1.0):
+                            idle = time.monotonic() - self._last_frame
+                            if idle > self.stall_timeout:
+                                self._error = TransportError(
+                                    f"no data arrived for {idle:.0f} s; the transfer stalled")
+                    if self._error is not None:
+                        raise self._error
+                    item = self._pending.pop(self._next)
+                    seq = self._next
+                    self._next += 1
+                if item is _END:
+                    self._complete()
+                    return
+                offset, payload = item
+                unacked += payload.nbytes
+                if unacked >= self.ack_every_bytes:
+                    self._ack(seq + 1)
+                    unacked = 0
+                yield seq, offset, payload
+        finally:
+            self.close()
+
+    def _ack(self, upto: int) -> None:
+        with self._cond:
+            live = list(self._live.items())
+        if not live:
+            return
+        stripe, conn = live[upto % len(live)]
+        lock = self._send_locks.setdefault(stripe, threading.Lock())
+        try:
+            with lock:
+                send_frame(conn, Kind.ACK, stripe, upto, 0)
+        except DstpError:
+            pass  # the reader will notice the broken stripe and resume
+
+    def _complete(self) -> None:
+        with self._cond:
+            self._finished = True
+            live = list(self._live.items())
+        for stripe, conn in live:
+            try:
+                with self._send_locks.setdefault(stripe, threading.Lock()):
+                    send_frame(conn, Kind.ACK, stripe, self._next, 0)
+                    send_frame(conn, Kind.BYE, stripe, 0, 0)
+            except DstpError:
+                pass
+
+    def close(self) -> None:
+        """Close every stripe and wait for the readers."""
+        with self._cond:
+            self._finished = True
+            live = list(self._live.values())
+            self._live.clear()
+            self._cond.notify_all()
+        for conn in live:
+            conn.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5.0)
+
+
+def _json(payload: memoryview) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(bytes(payload))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError("a control frame carried invalid JSON") from exc
+    if not isinstance(value, dict):
+        raise ProtocolError("a control frame carried JSON that is not an object")
+    return value

@@ -1,0 +1,282 @@
+"""One transfer on the server side: messages dealt across stripes, acknowledged, resumable.
+
+A producer thread numbers the messages of a source and queues them; each
+stripe's sender takes the next queued message, so faster stripes carry more
+("dealing"). Every message stays in memory until the client acknowledges it
+(ACK n: all messages below n were delivered in order), which bounds memory by
+``window_bytes`` — the producer waits when the window is full — and makes
+resumption exact: when a stripe breaks, the messages it owned and the client
+had not acknowledged become *orphans*; the client reconnects that stripe with
+the same ticket and says which later messages it already holds, and only the
+orphans it lacks are sent again. Nothing is lost, nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dstp.errors import DstpError, ProtocolError, ServerError, TransportError
+from dstp.transport.frames import Conn, Kind, control_payload, recv_frame, send_frame
+from dstp.transport.sources import MessageSource
+
+__all__ = ["Transfer"]
+
+log = logging.getLogger("dstp.transport")
+
+
+@dataclass(slots=True)
+class _Message:
+    kind: Kind
+    payload: Any
+    offset: int
+    size: int
+
+
+class Transfer:
+    """The server side of one ticket's transfer over one or more stripes."""
+
+    def __init__(
+        self,
+        key: bytes,
+        source: MessageSource,
+        *,
+        expires_at: float,
+        window_bytes: int = 64 * 2**20,
+        resume_timeout: float = 60.0,
+        on_done: Callable[["Transfer"], None] | None = None,
+        label: str = "",
+    ) -> None:
+        self.key = key
+        self.source = source
+        self.expires_at = expires_at
+        self.window_bytes = max(1, window_bytes)
+        self.resume_timeout = resume_timeout
+        self.on_done = on_done
+        self.label = label
+        self._cond = threading.Condition()
+        self._messages: dict[int, _Message] = {}
+        self._queue: collections.deque[int] = collections.deque()
+        self._owner: dict[int, int] = {}
+        self._orphans: set[int] = set()
+        self._acked = 0
+        self._unacked_bytes = 0
+        self._end_seq: int | None = None
+        self._live: dict[int, tuple[int, Conn]] = {}  # stripe -> (generation, conn)
+        self._generation = 0
+        self._error: DstpError | None = None
+        self._done = False
+        self._all_dead_since: float | None = None
+        self.sent_bytes = 0
+        self.resumes = 0
+        self._producer = threading.Thread(target=self._produce, name=f"dstp-produce-{label}", daemon=True)
+
+    # -- production ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._producer.start()
+
+    def _produce(self) -> None:
+        seq = 0
+        iterator = self.source.messages()
+        try:
+            for payload, offset in iterator:
+                size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+                with self._cond:
+                    while (not self._done and self._unacked_bytes
+                           and self._unacked_bytes + size > self.window_bytes):
+                        self._cond.wait(0.5)
+                    if self._done:
+                        return
+                    self._messages[seq] = _Message(Kind.DATA, payload, offset, size)
+                    self._unacked_bytes += size
+                    self._queue.append(seq)
+                    self._cond.notify_all()
+                seq += 1
+            end = control_payload({"messages": seq, **self.source.summary()})
+            with self._cond:
+                self._messages[seq] = _Message(Kind.END, end, 0, len(end))
+                self._end_seq = seq
+                self._queue.append(seq)
+                self._cond.notify_all()
+        except DstpError as exc:
+            self.fail(exc)
+        except Exception as exc:  # noqa: BLE001 - reported to the client as a server error
+            log.exception("transfer %s: producer failed", self.label)
+            self.fail(ServerError(f"the server failed while producing data ({type(exc).__name__})"))
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+
+    # -- stripes ------------------------------------------------------------------------
+
+    def attach(self, stripe: int, conn: Conn, acked: int, have: set[int]) -> int:
+        """Register a (re)connected stripe; return its generation. ``have``: messages ≥ ``acked`` it holds."""
+        with self._cond:
+            if self._done:
+                raise TransportError("this transfer has already finished")
+            old = self._live.pop(stripe, None)
+            if old is not None:
+                self._orphan(stripe)
+                old[1].close()
+            self._ack(acked)
+            if self._orphans:
+                self.resumes += 1
+                missing = sorted(s for s in self._orphans if s not in have and s >= self._acked)
+                # orphans the client already holds stay in memory until acknowledged, but are not resent
+                self._queue.extendleft(reversed(missing))
+                self._orphans.clear()
+            self._generation += 1
+            self._live[stripe] = (self._generation, conn)
+            self._all_dead_since = None
+            self._cond.notify_all()
+            return self._generation
+
+    def _orphan(self, stripe: int) -> None:
+        for seq, owner in list(self._owner.items()):
+            if owner == stripe:
+                del self._owner[seq]
+                if seq >= self._acked:
+                    self._orphans.add(seq)
+
+    def detach(self, stripe: int, generation: int) -> None:
+        """Forget a stripe that broke; its unacknowledged messages wait for a resume."""
+        with self._cond:
+            current = self._live.get(stripe)
+            if current is None or current[0] != generation:
+                return
+            del self._live[stripe]
+            self._orphan(stripe)
+            if not self._live and not self._done:
+                self._all_dead_since = time.monotonic()
+            self._cond.notify_all()
+
+    def _next_for(self, stripe: int, generation: int) -> int | None:
+        with self._cond:
+            while True:
+                current = self._live.get(stripe)
+                if self._done or self._error or current is None or current[0] != generation:
+                    return None
+                if self._queue:
+                    seq = self._queue.popleft()
+                    if seq < self._acked or seq not in self._messages:
+                        continue
+                    self._owner[seq] = stripe
+                    return seq
+                self._cond.wait(1.0)
+
+    def serve(self, stripe: int, conn: Conn, generation: int) -> None:
+        """Send this stripe's share until the transfer ends or the stripe breaks (blocks)."""
+        reader = threading.Thread(target=self._read_acks, args=(stripe, conn, generation),
+                                  name=f"dstp-acks-{self.label}-{stripe}", daemon=True)
+        reader.start()
+        try:
+            while True:
+                seq = self._next_for(stripe, generation)
+                if seq is None:
+                    break
+                msg = self._messages.get(seq)
+                if msg is None:
+                    continue
+                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload)
+                self.sent_bytes += msg.size
+        except TransportError as exc:
+            log.info("transfer %s: stripe %d broke while sending: %s", self.label, stripe, exc)
+            self.detach(stripe, generation)
+        error = self._error
+        if error is not None:
+            try:
+                send_frame(conn, Kind.ERROR, stripe, 0, 0, control_payload(
+                    {"code": error.code, "status": error.grpc_status, "message": error.message}))
+            except (TransportError, OSError):
+                pass
+            conn.close()
+        reader.join(timeout=5.0)
+
+    def _read_acks(self, stripe: int, conn: Conn, generation: int) -> None:
+        try:
+            while True:
+                frame = recv_frame(conn)
+                if frame is None:
+                    break
+                if frame.kind == Kind.ACK:
+                    with self._cond:
+                        self._ack(frame.sequence)
+                        self._cond.notify_all()
+                elif frame.kind == Kind.BYE:
+                    self.finish()
+                    break
+                else:
+                    raise ProtocolError(f"unexpected {frame.kind.name} frame from the client")
+        except DstpError as exc:
+            log.info("transfer %s: stripe %d: %s", self.label, stripe, exc)
+        finally:
+            if not self._done:
+                self.detach(stripe, generation)
+            conn.close()
+
+    def _ack(self, upto: int) -> None:
+        if upto <= self._acked:
+            return
+        for seq in range(self._acked, upto):
+            msg = self._messages.pop(seq, None)
+            if msg is not None:
+                self._unacked_bytes -= msg.size
+            self._owner.pop(seq, None)
+            self._orphans.discard(seq)
+        self._acked = upto
+
+    # -- ending -------------------------------------------------------------------------
+
+    def fail(self, error: DstpError) -> None:
+        """End the transfer with ``error``; every live stripe receives an ERROR frame."""
+        with self._cond:
+            if self._error is None and not self._done:
+                self._error = error
+            self._cond.notify_all()
+        log.info("transfer %s failed: %s", self.label, error)
+        self._finish(cancel=True)
+
+    def finish(self) -> None:
+        """End the transfer successfully (the client said BYE)."""
+        self._finish(cancel=False)
+
+    def abandon(self, reason: str) -> None:
+        """End a transfer no client is coming back to."""
+        log.info("transfer %s abandoned: %s", self.label, reason)
+        self._finish(cancel=True)
+
+    def _finish(self, cancel: bool) -> None:
+        with self._cond:
+            if self._done:
+                return
+            self._done = True
+            live = list(self._live.values())
+            self._cond.notify_all()
+        if cancel:
+            self.source.cancel()
+        if self._error is None:
+            for _, conn in live:
+                conn.close()
+        if threading.current_thread() is not self._producer:
+            self._producer.join(timeout=10.0)
+        with self._cond:
+            self._messages.clear()
+            self._queue.clear()
+        self.source.close()
+        if self.on_done is not None:
+            self.on_done(self)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def idle_for(self) -> float:
+        """Return for how long no stripe has been connected (0 while one is)."""
+        with self._cond:
+            return 0.0 if self._all_dead_since is None else time.monotonic() - self._all_dead_since

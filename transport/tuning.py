@@ -1,0 +1,177 @@
+"""Auto-tuning of streams, buffers and congestion control, after GridCopy (paper 001, section 5).
+
+Per server endpoint, a small JSON cache in the user's cache folder remembers
+the streams, buffer and congestion control used, the throughput achieved and
+a "decrease" flag. The rule:
+
+* first transfer to an endpoint: ``default_streams`` (4) streams, each with a
+  buffer of ``BDP / max(1, streams / loss_factor)`` (loss_factor 2: streams
+  hit by a loss slow down, the others need room to take up the slack), BDP
+  from the measured RTT and an assumed 1 Gb/s path, as GridCopy does;
+* while "decrease" is on, each transfer tries one stream fewer; if it keeps
+  at least 97 % of the best throughput the smaller count is adopted, otherwise
+  "decrease" goes off and the previous count stays;
+* when the path changes — the RTT moves by more than 30 %, or throughput at
+  the settled count falls under 70 % of what it was — streams go up again
+  (×2, at least +2) and the search restarts.
+
+Explicit socket buffers are requested only when they beat the kernel's own
+autotuning (:func:`dstp.transport.tcp.buffer_plan`); congestion control is BBR
+when the server allows it and the path is not a LAN (RTT ≥ 5 ms), since BBR
+holds a lossy long path full where CUBIC collapses. Transfers under
+``min_bytes`` teach nothing (latency dominates) and are not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import platformdirs
+
+from dstp.transport.tcp import buffer_plan
+
+__all__ = ["AutoTuner", "StripePlan", "TuneRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class StripePlan:
+    """How to run the next transfer to an endpoint, and why."""
+
+    streams: int
+    buffer_bytes: int
+    congestion_control: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRecord:
+    """What the cache remembers about one endpoint."""
+
+    streams: int
+    buffer_bytes: int
+    congestion_control: str
+    throughput_bps: float
+    best_bps: float
+    decrease: bool
+    rtt_s: float
+    updated: float
+    weak: int = 0  # consecutive transfers under 70 % of best at the settled count
+
+
+class AutoTuner:
+    """Chooses stripe plans from measurements and remembers the outcome."""
+
+    def __init__(
+        self,
+        cache_path: Path | None = None,
+        *,
+        default_streams: int = 4,
+        max_streams: int = 64,
+        loss_factor: float = 2.0,
+        assumed_bandwidth_bps: float = 1e9,
+        keep_fraction: float = 0.97,
+        min_bytes: int = 32 * 2**20,
+    ) -> None:
+        self.cache_path = cache_path or Path(platformdirs.user_cache_dir("dstp")) / "tuning.json"
+        self.default_streams = default_streams
+        self.max_streams = max_streams
+        self.loss_factor = loss_factor
+        self.assumed_bandwidth_bps = assumed_bandwidth_bps
+        self.keep_fraction = keep_fraction
+        self.min_bytes = min_bytes
+        self._lock = threading.Lock()
+
+    # -- cache --------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, TuneRecord]:
+        try:
+            raw = json.loads(self.cache_path.read_text())
+            return {k: TuneRecord(**v) for k, v in raw.items()}
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    def _save(self, records: dict[str, TuneRecord]) -> None:
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: asdict(v) for k, v in records.items()}, indent=1))
+        tmp.replace(self.cache_path)
+
+    def record_for(self, endpoint: str) -> TuneRecord | None:
+        """Return what the cache knows about ``endpoint``."""
+        return self._load().get(endpoint)
+
+    # -- planning -----------------------------------------------------------------------
+
+    def _buffer(self, streams: int, rtt_s: float) -> int:
+        bdp = rtt_s * self.assumed_bandwidth_bps / 8
+        wanted = int(bdp / max(1.0, streams / self.loss_factor))
+        return buffer_plan(wanted)
+
+    def _cc(self, rtt_s: float, allowed: Sequence[str]) -> str:
+        return "bbr" if "bbr" in allowed and rtt_s >= 0.005 else ""
+
+    def plan(self, endpoint: str, rtt_s: float, allowed_cc: Sequence[str] = (), max_streams: int | None = None) -> StripePlan:
+        """Return the stripe plan for the next transfer to ``endpoint``."""
+        cap = min(self.max_streams, max_streams or self.max_streams)
+        rec = self.record_for(endpoint)
+        cc = self._cc(rtt_s, allowed_cc)
+        if rec is None:
+            n = min(cap, self.default_streams)
+            return StripePlan(n, self._buffer(n, rtt_s), cc, f"first transfer to {endpoint}: {n} streams (GridCopy default)")
+        if self._path_changed(rec, rtt_s):
+            n = min(cap, max(rec.streams * 2, rec.streams + 2))
+            return StripePlan(n, self._buffer(n, rtt_s), cc,
+                              f"RTT moved from {rec.rtt_s * 1e3:.1f} to {rtt_s * 1e3:.1f} ms: path changed, "
+                              f"trying {n} streams")
+        if rec.best_bps == 0:  # a raised count not measured yet
+            n = min(cap, rec.streams)
+            return StripePlan(n, self._buffer(n, rtt_s), rec.congestion_control or cc,
+                              f"throughput fell: measuring {n} streams")
+        if rec.decrease and rec.streams > 1:
+            n = rec.streams - 1
+            return StripePlan(n, self._buffer(n, rtt_s), rec.congestion_control or cc,
+                              f"trying {n} streams (one fewer than {rec.streams}, which gave "
+                              f"{rec.best_bps / 1e6:.0f} Mb/s)")
+        n = min(cap, rec.streams)
+        return StripePlan(n, self._buffer(n, rtt_s), rec.congestion_control or cc,
+                          f"settled on {n} streams ({rec.best_bps / 1e6:.0f} Mb/s best)")
+
+    @staticmethod
+    def _path_changed(rec: TuneRecord, rtt_s: float) -> bool:
+        return abs(rtt_s - rec.rtt_s) > max(0.3 * rec.rtt_s, 0.002)
+
+    def record(self, endpoint: str, plan: StripePlan, nbytes: int, seconds: float, rtt_s: float) -> TuneRecord | None:
+        """Learn from a finished transfer; return the updated record (None if too small to teach)."""
+        if nbytes < self.min_bytes or seconds <= 0:
+            return None
+        bps = nbytes * 8 / seconds
+        with self._lock:
+            records = self._load()
+            rec = records.get(endpoint)
+            now = time.time()
+            fresh = TuneRecord(plan.streams, plan.buffer_bytes, plan.congestion_control, bps, bps,
+                               plan.streams > 1, rtt_s, now)
+            if rec is None or rec.best_bps == 0 or self._path_changed(rec, rtt_s) or plan.streams > rec.streams:
+                new = fresh
+            elif plan.streams < rec.streams:  # a decrease trial
+                if bps >= self.keep_fraction * rec.best_bps:
+                    new = replace(fresh, best_bps=max(bps, rec.best_bps))
+                else:
+                    new = replace(rec, decrease=False, throughput_bps=bps, updated=now)
+            else:  # steady state at the settled count
+                weak = rec.weak + 1 if bps < 0.7 * rec.best_bps else 0
+                if weak >= 2:  # throughput fell and stayed down: the path changed, search again
+                    n = min(self.max_streams, max(rec.streams * 2, rec.streams + 2))
+                    new = TuneRecord(n, self._buffer(n, rtt_s), rec.congestion_control, bps, 0.0, True, rtt_s, now)
+                else:
+                    new = replace(rec, throughput_bps=bps, best_bps=max(rec.best_bps, bps), weak=weak,
+                                  rtt_s=rtt_s, updated=now)
+            records[endpoint] = new
+            self._save(records)
+            return new
