@@ -94,3 +94,33 @@ def describe_settings() -> list[tuple[str, str, Any, str]]:
         (f.name, ENV_PREFIX + f.name.upper(), f.default, f.metadata["help"])
         for f in fields(Settings)
     ]
+
+
+def settings_markdown() -> str:
+    """Return docs/settings.md: every setting, its variable, default and help."""
+    lines = [
+        "# Server settings",
+        "",
+        "Every setting has a default, can be set in the environment as `DSTP_<NAME>`, and some have a",
+        "`dstp serve` flag (flags win over the environment). The source of truth is `dstp/settings.py`;",
+        "regenerate this page with `python -m dstp.settings > docs/settings.md`",
+        "(`tests/test_settings_docs.py` fails when a setting is missing here).",
+        "",
+        "| setting | environment | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, env, default, help in describe_settings():
+        if default is None:
+            shown = "(samples)"
+        elif default == ():
+            shown = "(none)"
+        elif isinstance(default, int) and not isinstance(default, bool):
+            shown = f"{default:,}"
+        else:
+            shown = str(default)
+        lines.append(f"| {name} | `{env}` | {shown} | {help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(settings_markdown(), end="")
