@@ -102,6 +102,7 @@ class FileSink:
         self._fd: int | None = None
         self._saved = 0.0
         self.written = 0
+        self._discarded = False
 
     # -- state --------------------------------------------------------------------------
 
@@ -126,6 +127,8 @@ class FileSink:
         return [(s, e - s) for s, e in subtract_ranges(whole, self.done)]
 
     def save_state(self, force: bool = False) -> None:
+        if self._discarded:
+            return
         now = time.monotonic()
         if not force and now - self._saved < self.save_every_s:
             return
@@ -171,13 +174,16 @@ class FileSink:
         self.block_done(offset, view.nbytes)
 
     def close(self) -> None:
-        if self._view is not None:
-            self._view.release()
-            self._view = None
-        if self._map is not None:
-            self._map.flush()
-            self._map.close()
-            self._map = None
+        view, mapped, self._view, self._map = self._view, self._map, None, None
+        if mapped is not None:
+            mapped.flush()
+        try:
+            if view is not None:
+                view.release()
+            if mapped is not None:
+                mapped.close()
+        except BufferError:
+            pass  # a block view is still referenced (an exception in flight); the map closes when freed
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -190,6 +196,7 @@ class FileSink:
             raise IntegrityError(f"{self.out} is incomplete: {self.missing()} still missing")
         got = crc32c_of_file(self.out)
         if got != self.remote.crc32c:
+            self._discarded = True
             self.state_path.unlink(missing_ok=True)
             raise IntegrityError(
                 f"{self.out}: CRC-32C {got:08x} does not match the server's {self.remote.crc32c:08x}; "

@@ -251,6 +251,12 @@ class StripedReceiver:
         try:
             while True:
                 with self._cond:
+                    starving = self._next not in self._pending and self._error is None
+                if starving and unacked:
+                    # Before waiting, acknowledge: a server whose window is full waits for this.
+                    self._ack(self._next)
+                    unacked = 0
+                with self._cond:
                     while self._next not in self._pending and self._error is None:
                         if not self._cond.wait(timeout=1.0):
                             idle = time.monotonic() - self._last_frame
@@ -305,6 +311,7 @@ class StripedReceiver:
             self._finished = True
             live = list(self._live.values())
             self._live.clear()
+            self._pending.clear()  # drop payload views (they may point into a file mapping)
             self._cond.notify_all()
         for conn in live:
             conn.close()

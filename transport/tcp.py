@@ -15,6 +15,7 @@ Two kernel facts drive the choices here (measured, see docs/transport.md):
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,15 @@ def _read(path: Path, default: str = "") -> str:
 
 
 def allowed_congestion_controls() -> tuple[str, ...]:
-    """Return the congestion controls an unprivileged socket may choose here."""
-    return tuple(_read(_PROC / "ipv4/tcp_allowed_congestion_control").split())
+    """Return the congestion controls this process may set per socket.
+
+    Unprivileged sockets may choose those in ``tcp_allowed_congestion_control``;
+    a process with CAP_NET_ADMIN (root here) may choose any available one.
+    """
+    allowed = _read(_PROC / "ipv4/tcp_allowed_congestion_control").split()
+    if os.geteuid() == 0:
+        allowed += _read(_PROC / "ipv4/tcp_available_congestion_control").split()
+    return tuple(dict.fromkeys(allowed))
 
 
 def set_congestion_control(sock: socket.socket, name: str) -> None:
@@ -128,6 +136,8 @@ class TcpConn:
     def recv_into(self, view: memoryview) -> int:
         try:
             return self.sock.recv_into(view)
+        except TimeoutError:
+            raise  # only set during the handshake, which reports it itself
         except OSError as exc:
             raise TransportError(f"data connection lost while receiving: {exc.strerror or exc}") from exc
 
@@ -135,6 +145,7 @@ class TcpConn:
         self.sock.settimeout(seconds)
 
     def close(self) -> None:
+        """Close the connection; threads blocked on it in other calls wake up (shutdown first)."""
         if self._closed:
             return
         self._closed = True
@@ -152,8 +163,7 @@ class TcpConn:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         except OSError:
             pass
-        self._closed = True
-        self.sock.close()
+        self.close()
 
 
 def configure(sock: socket.socket, *, congestion_control: str = "", buffer_bytes: int = 0) -> None:

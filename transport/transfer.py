@@ -62,7 +62,10 @@ class Transfer:
         self._messages: dict[int, _Message] = {}
         self._queue: collections.deque[int] = collections.deque()
         self._owner: dict[int, int] = {}
-        self._orphans: set[int] = set()
+        # per stripe: messages it owned, unacknowledged, when it broke. Only that stripe's own
+        # reconnection may resend them: until then the client may still be draining them from
+        # the old connection's buffers, and resending earlier would duplicate them.
+        self._orphans: dict[int, set[int]] = {}
         self._acked = 0
         self._unacked_bytes = 0
         self._end_seq: int | None = None
@@ -125,12 +128,12 @@ class Transfer:
                 self._orphan(stripe)
                 old[1].close()
             self._ack(acked)
-            if self._orphans:
+            orphans = self._orphans.pop(stripe, set())
+            if orphans:
                 self.resumes += 1
-                missing = sorted(s for s in self._orphans if s not in have and s >= self._acked)
+                missing = sorted(s for s in orphans if s not in have and s >= self._acked)
                 # orphans the client already holds stay in memory until acknowledged, but are not resent
                 self._queue.extendleft(reversed(missing))
-                self._orphans.clear()
             self._generation += 1
             self._live[stripe] = (self._generation, conn)
             self._all_dead_since = None
@@ -138,11 +141,12 @@ class Transfer:
             return self._generation
 
     def _orphan(self, stripe: int) -> None:
+        lost = self._orphans.setdefault(stripe, set())
         for seq, owner in list(self._owner.items()):
             if owner == stripe:
                 del self._owner[seq]
                 if seq >= self._acked:
-                    self._orphans.add(seq)
+                    lost.add(seq)
 
     def detach(self, stripe: int, generation: int) -> None:
         """Forget a stripe that broke; its unacknowledged messages wait for a resume."""
@@ -228,7 +232,8 @@ class Transfer:
             if msg is not None:
                 self._unacked_bytes -= msg.size
             self._owner.pop(seq, None)
-            self._orphans.discard(seq)
+            for lost in self._orphans.values():
+                lost.discard(seq)
         self._acked = upto
 
     # -- ending -------------------------------------------------------------------------

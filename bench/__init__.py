@@ -1,0 +1,1 @@
+"""Benchmarks and benchmark tooling for dstp (not installed with the package)."""

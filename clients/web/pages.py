@@ -1,0 +1,188 @@
+"""Page models: one JSON-ready dict per page, rendered as HTML by a template or sent as is.
+
+Every page has a JSON twin at the same path plus ``.json``; both come from
+the same model here, so the HTML and the JSON can never disagree.
+:class:`CatalogView` caches what pages need from the service (descriptions,
+the search index, coordinate values): a catalog does not change while it is
+served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any, Mapping
+from urllib.parse import urlencode
+
+import pyarrow as pa
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from dstp.metadata import DatasetDetails
+from dstp.service import DstpService
+from dstp.web import STATIC_DIR, TEMPLATES_DIR
+from dstp.web.builder import OPERATORS, BuilderState, sql_identifier
+from dstp.web.search import CatalogFilter, SearchIndex
+from dstp.web.shapes import column_json, details_json, summary_json
+from dstp.web.snippets import FORMAT_LABELS, Endpoints, download_links, query_url, snippets
+
+__all__ = ["CatalogView", "PageRenderer", "builder_page", "catalog_page", "dataset_page"]
+
+#: Dimensions longer than this get a text box instead of a list of values in the quicklook form.
+MAX_LISTED_VALUES = 1000
+
+
+class CatalogView:
+    """What the pages show about a catalog, computed once per dataset through the service."""
+
+    def __init__(self, service: DstpService) -> None:
+        self.service = service
+        self._lock = threading.Lock()
+        self._details: dict[str, DatasetDetails] = {}
+        self._values: dict[tuple[str, str], list[Any]] = {}
+        self._index: SearchIndex | None = None
+
+    def details(self, dataset_id: str) -> DatasetDetails:
+        """Return the description of ``dataset_id`` (DatasetNotFoundError if unknown)."""
+        with self._lock:
+            cached = self._details.get(dataset_id)
+        if cached is None:
+            cached = self.service.describe(dataset_id)
+            with self._lock:
+                self._details[dataset_id] = cached
+        return cached
+
+    def index(self) -> SearchIndex:
+        """Return the search index of every published dataset."""
+        if self._index is None:
+            self._index = SearchIndex(self.details(s.id) for s in self.service.datasets())
+        return self._index
+
+    def table(self, sql: str) -> pa.Table:
+        """Return the whole result of a small query, run like any other (limits, slots)."""
+        execution = self.service.run(sql)
+        try:
+            return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
+        finally:
+            execution.close()
+
+    def values(self, dataset_id: str, dimension: str) -> list[Any]:
+        """Return the coordinate values of one dimension, in index order."""
+        key = (dataset_id, dimension)
+        with self._lock:
+            cached = self._values.get(key)
+        if cached is None:
+            d = next((x for x in self.details(dataset_id).dimensions if x.name == dimension), None)
+            if d is None:
+                return []
+            column = d.coordinate or d.name
+            cached = self.table(f"select {sql_identifier(column)} from {sql_identifier(dataset_id)}").column(0)
+            cached = cached.to_pylist()
+            with self._lock:
+                self._values[key] = cached
+        return cached
+
+
+def _query_string(f: CatalogFilter, attributes: tuple[str, ...]) -> str:
+    params = [("q", f.q), *(("attribute", a) for a in attributes), ("start", f.start), ("end", f.end)]
+    if f.bbox:
+        params.append(("bbox", ",".join(f"{x:g}" for x in f.bbox)))
+    text = urlencode([(k, v) for k, v in params if v])
+    return f"?{text}" if text else ""
+
+
+def catalog_page(view: CatalogView, f: CatalogFilter) -> dict[str, Any]:
+    """Return the catalog page: the filter, matching datasets best first, and facets (with toggle links)."""
+    index = view.index()
+    hits = index.search(f)
+    facets = []
+    for v in index.facets(hits, f):
+        toggled = tuple(a for a in f.attributes if a.casefold() != v.value.casefold()) if v.selected \
+            else (*f.attributes, v.value)
+        facets.append({"value": v.value, "count": v.count, "selected": v.selected,
+                       "href": "/" + _query_string(f, toggled)})
+    return {
+        "filter": {"q": f.q, "attribute": list(f.attributes), "start": f.start, "end": f.end,
+                   "bbox": list(f.bbox) if f.bbox else None},
+        "query_string": _query_string(f, f.attributes),
+        "count": len(hits),
+        "datasets": [summary_json(h.summary) | {"matches": list(h.matches), "score": h.score} for h in hits],
+        "facets": {"attribute": facets},
+    }
+
+
+def _shown(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
+    """Return the dataset page: the full description plus quicklook choices and links."""
+    d = view.details(dataset_id)
+    axes = {x.name: x.axis for x in d.dimensions}
+    mappable = [a.name for a in d.attributes if {"X", "Y"} <= {axes.get(n) for n in a.dimensions}]
+    series = [a.name for a in d.attributes if "T" in {axes.get(n) for n in a.dimensions}]
+    choices = {}
+    for x in d.dimensions:
+        if x.size <= MAX_LISTED_VALUES:
+            choices[x.name] = [_shown(v) for v in view.values(dataset_id, x.name)]
+    return details_json(d) | {
+        "quicklook": {"map_attributes": mappable, "series_attributes": series, "values": choices},
+        "links": {
+            "html": f"/datasets/{dataset_id}",
+            "json": f"/datasets/{dataset_id}.json",
+            "query_builder": f"/datasets/{dataset_id}/query",
+            "quicklook": f"/datasets/{dataset_id}/quicklook.png",
+            "timeseries": f"/datasets/{dataset_id}/timeseries.png",
+        },
+    }
+
+
+def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints) -> dict[str, Any]:
+    """Return the query builder page for ``state`` (or for the verbatim ``sql`` when given)."""
+    d = view.details(state.dataset)
+    text = sql.strip() if sql and sql.strip() else state.sql(d)
+    return {
+        "dataset": d.summary.id,
+        "title": d.summary.title,
+        "columns": [column_json(c) for c in (*d.coordinates, *d.attributes)],
+        "operators": list(OPERATORS),
+        "formats": FORMAT_LABELS,
+        "state": {"select": list(state.columns), "where": [c.encode() for c in state.conditions],
+                  "limit": state.limit, "sql": sql or ""},
+        "sql": text,
+        "preview_url": query_url(text, "json", limit=100),
+        "downloads": download_links(text),
+        "snippets": snippets(text, endpoints),
+    }
+
+
+def _filesize(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+class PageRenderer:
+    """Renders page models with the bundled Jinja2 templates (autoescaped, strict)."""
+
+    def __init__(self) -> None:
+        self.env = Environment(
+            loader=FileSystemLoader(TEMPLATES_DIR),
+            autoescape=select_autoescape(["html"]),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        versions = {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in STATIC_DIR.iterdir() if p.is_file()
+        }
+        # Asset URLs carry a content hash, so browsers may cache them for good.
+        self.env.globals["static"] = lambda name: f"/static/{name}?v={versions.get(name, '0')}"
+        self.env.filters["filesize"] = _filesize
+        self.env.filters["thousands"] = lambda n: f"{n:,}"
+
+    def render(self, template: str, page: Mapping[str, Any], **extra: Any) -> str:
+        """Return the HTML of ``template`` for ``page``."""
+        return self.env.get_template(template).render(page=page, **extra)

@@ -1,0 +1,238 @@
+"""Quicklooks: a map of one attribute at a chosen time and level, and a time series at a point.
+
+Both ask the query engine itself, with every other dimension fixed by an
+equality on its coordinate, so pushdown reads one hyperslab::
+
+    select lat, lon, temperature from ccm3 where time = '1990-03-16 12:00:00' and lev = 850.0
+
+A value asked for (``time=1990-03``, ``lev=850``, ``lat=41.9``) picks the
+nearest grid point; a dimension not mentioned takes its first value. Maps
+need an attribute on both a Y (latitude) and an X (longitude) axis; time
+series need a T axis. Missing values are drawn as masked (grey), descending
+latitudes and text times (360_day and other calendars) are handled.
+Rendering uses matplotlib's Agg canvas without pyplot (no global state).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dstp.errors import QueryError, UnknownColumnError
+from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
+from dstp.web.builder import sql_identifier
+
+__all__ = ["Selection", "map_selection", "render_map", "render_series", "series_selection"]
+
+#: Matplotlib is not thread-safe; figures are drawn one at a time.
+_DRAW_LOCK = threading.Lock()
+_ISO = re.compile(r"(-?\d+)(?:-(\d\d)(?:-(\d\d)(?:[T ](\d\d)(?::(\d\d)(?::(\d\d))?)?)?)?)?")
+_AXIS_PARAM = {"Y": ("lat", "latitude"), "X": ("lon", "longitude"), "T": ("time",), "Z": ("lev", "level", "depth")}
+
+ValuesOf = Callable[[str], Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """A slice to draw: the SQL that reads it and the value chosen for each fixed dimension."""
+
+    attribute: ColumnInfo
+    sql: str
+    fixed: tuple[tuple[str, str], ...]
+    #: Coordinate columns of the free axes (map: y then x; series: time).
+    free: tuple[str, ...]
+    free_units: tuple[str, ...]
+
+
+def _column(d: DimensionInfo) -> str:
+    return d.coordinate or d.name
+
+
+def _time_key(text: str) -> float:
+    """Return a number that orders ISO times on any calendar, close to days for distances."""
+    m = _ISO.fullmatch(text.strip())
+    if m is None:
+        raise QueryError(f"{text!r} is not a date or time such as 1990-03-16 or 1990-03-16T12:00")
+    y, mo, d, h, mi, s = (int(g) if g else default for g, default in zip(m.groups(), (0, 1, 1, 0, 0, 0)))
+    return y * 372.0 + (mo - 1) * 31 + (d - 1) + (h * 3600 + mi * 60 + s) / 86400
+
+
+def _nearest(values: Sequence[Any], wanted: str, name: str) -> Any:
+    if not values:
+        raise QueryError(f"{name} has no values")
+    first = values[0]
+    if isinstance(first, (dt.datetime, dt.date)):
+        key = _time_key(wanted)
+        return min(values, key=lambda v: abs(_time_key(v.isoformat()) - key))
+    if isinstance(first, str):
+        key = _time_key(wanted)
+        return min(values, key=lambda v: abs(_time_key(v) - key))
+    try:
+        target = float(wanted)
+    except ValueError:
+        raise QueryError(f"{name}={wanted!r} is not a number") from None
+    return min(values, key=lambda v: abs(float(v) - target))
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return f"'{value.isoformat(sep=' ')}'"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _shown(value: Any) -> str:
+    return value.isoformat() if isinstance(value, (dt.datetime, dt.date)) else str(value)
+
+
+def _wanted(d: DimensionInfo, params: Mapping[str, str]) -> str | None:
+    for key in (d.name, d.coordinate, *_AXIS_PARAM.get(d.axis, ())):
+        if key and params.get(key, "").strip():
+            return params[key].strip()
+    return None
+
+
+def _attribute(details: DatasetDetails, name: str) -> ColumnInfo:
+    for a in details.attributes:
+        if a.name == name:
+            return a
+    names = ", ".join(a.name for a in details.attributes)
+    raise UnknownColumnError(f"{details.summary.id} has no attribute {name!r}; its attributes are {names}")
+
+
+def _select(
+    details: DatasetDetails, attribute: str, free_axes: tuple[str, ...], params: Mapping[str, str], values_of: ValuesOf
+) -> Selection:
+    a = _attribute(details, attribute)
+    dims = [d for d in details.dimensions if d.name in a.dimensions]
+    free = [next((d for d in dims if d.axis == axis), None) for axis in free_axes]
+    if any(f is None for f in free):
+        wanted = " and ".join({"Y": "latitude", "X": "longitude", "T": "time"}[x] for x in free_axes)
+        raise QueryError(f"{a.name} is on {' × '.join(a.dimensions) or 'no dimension'}; this plot needs {wanted}")
+    chosen = [f for f in free if f is not None]
+    conditions, fixed = [], []
+    for d in dims:
+        if d in chosen:
+            continue
+        values = list(values_of(d.name))
+        asked = _wanted(d, params)
+        value = _nearest(values, asked, d.name) if asked is not None else values[0]
+        conditions.append(f"{sql_identifier(_column(d))} = {_literal(value)}")
+        fixed.append((d.name, _shown(value)))
+    columns = ", ".join(sql_identifier(_column(f)) for f in chosen)
+    sql = f"select {columns}, {sql_identifier(a.name)} from {sql_identifier(details.summary.id)}"
+    if conditions:
+        sql += " where " + " and ".join(conditions)
+    return Selection(a, sql, tuple(fixed), tuple(_column(f) for f in chosen), tuple(f.units for f in chosen))
+
+
+def map_selection(details: DatasetDetails, attribute: str, params: Mapping[str, str], values_of: ValuesOf) -> Selection:
+    """Return the lat/lon slice of ``attribute`` at the time/level chosen in ``params``."""
+    return _select(details, attribute, ("Y", "X"), params, values_of)
+
+
+def series_selection(
+    details: DatasetDetails, attribute: str, params: Mapping[str, str], values_of: ValuesOf
+) -> Selection:
+    """Return the time series of ``attribute`` at the grid point nearest ``params`` (lat, lon, level…)."""
+    return _select(details, attribute, ("T",), params, values_of)
+
+
+def _values(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
+        return pc.cast(col, pa.float64()).to_numpy()  # nulls become NaN
+    return np.asarray(col.to_pylist(), dtype=object)
+
+
+def _label(c: ColumnInfo) -> str:
+    name = c.description or dict(c.cf).get("long_name") or c.name
+    return f"{name} [{c.units}]" if c.units else name
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _figure(width: float, height: float, bottom: float, right: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    # Fixed margins: a layout engine would triple the drawing time.
+    fig = Figure(figsize=(width, height), dpi=100)
+    fig.subplots_adjust(left=0.09, right=right, top=0.86, bottom=bottom)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _title(dataset: str, s: Selection, extra: str = "") -> str:
+    fixed = ", ".join(f"{k} = {v}" for k, v in s.fixed)
+    return f"{dataset}: {s.attribute.name}{extra}" + (f"\n{fixed}" if fixed else "")
+
+
+def render_map(table: pa.Table, dataset: str, s: Selection) -> bytes:
+    """Return a PNG map of the slice in ``table`` with a colour bar in the attribute's units."""
+    from matplotlib import colormaps
+
+    y_name, x_name = s.free
+    ys, yi = np.unique(_values(table, y_name), return_inverse=True)
+    xs, xi = np.unique(_values(table, x_name), return_inverse=True)
+    grid = np.full((len(ys), len(xs)), np.nan)
+    grid[yi, xi] = _values(table, s.attribute.name)
+    data = np.ma.masked_invalid(grid)
+    with _DRAW_LOCK:
+        fig = _figure(8.0, 4.6, 0.11, 0.9)
+        ax = fig.add_subplot()
+        if data.count():
+            cmap = colormaps["viridis"].with_extremes(bad="#c8c8c8")
+            mesh = ax.pcolormesh(xs, ys, data, shading="nearest", cmap=cmap)
+            fig.colorbar(mesh, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
+        else:
+            ax.text(0.5, 0.5, "no data: every value of this slice is missing", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel(f"{x_name} [{s.free_units[1]}]" if s.free_units[1] else x_name)
+        ax.set_ylabel(f"{y_name} [{s.free_units[0]}]" if s.free_units[0] else y_name)
+        ax.set_title(_title(dataset, s), fontsize=10)
+        return _png(fig)
+
+
+def render_series(table: pa.Table, dataset: str, s: Selection) -> bytes:
+    """Return a PNG line plot of the time series in ``table`` (gaps where values are missing)."""
+    (t_name,) = s.free
+    times = table.column(t_name)
+    values = _values(table, s.attribute.name)
+    order: Any = np.argsort(np.asarray(times.to_pylist(), dtype=object), kind="stable") if len(times) else []
+    with _DRAW_LOCK:
+        fig = _figure(8.0, 3.6, 0.27, 0.97)
+        ax = fig.add_subplot()
+        if pa.types.is_timestamp(times.type) or pa.types.is_date(times.type):
+            x = times.to_numpy()[order]
+        else:  # text times of calendars numpy cannot hold: evenly spaced, labelled
+            labels = [str(v)[:10] for v in np.asarray(times.to_pylist(), dtype=object)[order]]
+            x = np.arange(len(labels))
+            step = max(1, len(labels) // 8)
+            ax.set_xticks(x[::step], labels[::step], rotation=30, ha="right")
+        y = values[order] if len(values) else values
+        if np.isfinite(y).any():
+            ax.plot(x, y, marker="o", markersize=3, linewidth=1.2)
+        else:
+            ax.text(0.5, 0.5, "no data: every value at this point is missing", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel(t_name)
+        ax.set_ylabel(_label(s.attribute))
+        ax.grid(True, alpha=0.3)
+        ax.set_title(_title(dataset, s, " time series"), fontsize=10)
+        return _png(fig)

@@ -1,0 +1,174 @@
+// Query builder: keeps the SQL, snippets and download links in step with the form,
+// and previews the first rows through the JSON API (GET /query?format=json&limit=100).
+"use strict";
+
+const form = document.getElementById("builder-form");
+const dataset = form.dataset.dataset;
+const sqlBox = document.getElementById("sql");
+const errorBox = document.getElementById("query-error");
+const builderErrorBox = document.getElementById("builder-error");
+const resetButton = document.getElementById("reset-sql");
+const statusLine = document.getElementById("preview-status");
+let custom = new URLSearchParams(location.search).has("sql");
+let timer = null;
+let generation = 0;
+
+function encodeConditions() {
+  form.querySelectorAll(".condition").forEach((row) => {
+    const column = row.querySelector(".cond-column").value;
+    const op = row.querySelector(".cond-op").value;
+    const value = row.querySelector(".cond-value").value;
+    row.querySelector("input[name=where]").value = column + ":" + op + ":" + value;
+  });
+}
+
+function builderParams() {
+  encodeConditions();
+  const params = new URLSearchParams();
+  for (const [name, value] of new FormData(form)) {
+    if (String(value).trim() !== "") params.append(name, value);
+  }
+  return params;
+}
+
+function showError(message, box = errorBox) {
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+async function errorMessage(response) {
+  try {
+    const body = await response.json();
+    return body.error ? body.error.message : response.statusText;
+  } catch (err) {
+    return response.status + " " + response.statusText;
+  }
+}
+
+function render(page) {
+  if (!custom) sqlBox.value = page.sql;
+  for (const lang of ["python", "r", "curl"]) {
+    document.getElementById("snippet-" + lang).textContent = page.snippets[lang];
+  }
+  const list = document.getElementById("downloads");
+  list.replaceChildren(...page.downloads.map((d) => {
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = d.url;
+    link.dataset.format = d.format;
+    link.setAttribute("download", "");
+    link.textContent = d.label;
+    item.append(link);
+    return item;
+  }));
+}
+
+async function refresh() {
+  const mine = ++generation;
+  const params = custom ? new URLSearchParams({ sql: sqlBox.value }) : builderParams();
+  const response = await fetch("/datasets/" + encodeURIComponent(dataset) + "/query.json?" + params);
+  if (mine !== generation) return;  // a newer refresh is on its way
+  if (!response.ok) {
+    showError(await errorMessage(response), builderErrorBox);
+    return;
+  }
+  showError("", builderErrorBox);
+  render(await response.json());
+  if (!custom) history.replaceState(null, "", "?" + builderParams());
+  resetButton.hidden = !custom;
+}
+
+function refreshSoon() {
+  clearTimeout(timer);
+  timer = setTimeout(refresh, 150);
+}
+
+function cell(value) {
+  const td = document.createElement("td");
+  if (value === null) {
+    td.textContent = "NULL";
+    td.className = "null";
+  } else {
+    td.textContent = String(value);
+  }
+  return td;
+}
+
+async function preview() {
+  const started = performance.now();
+  statusLine.textContent = "running…";
+  const params = new URLSearchParams({ sql: sqlBox.value, format: "json", limit: "100" });
+  const response = await fetch("/query?" + params);
+  const head = document.querySelector("#preview-table thead");
+  const body = document.querySelector("#preview-table tbody");
+  head.replaceChildren();
+  body.replaceChildren();
+  if (!response.ok) {
+    statusLine.textContent = "";
+    showError(await errorMessage(response));
+    return;
+  }
+  let rows;
+  try {
+    rows = await response.json();
+  } catch (err) {
+    statusLine.textContent = "";
+    showError("the result broke off while it was being sent; the server log says why");
+    return;
+  }
+  showError("");
+  const columns = rows.length ? Object.keys(rows[0]) : [];
+  const tr = document.createElement("tr");
+  columns.forEach((name) => {
+    const th = document.createElement("th");
+    th.textContent = name;
+    tr.append(th);
+  });
+  head.append(tr);
+  for (const record of rows) {
+    const row = document.createElement("tr");
+    columns.forEach((name) => row.append(cell(record[name])));
+    body.append(row);
+  }
+  const ms = Math.round(performance.now() - started);
+  statusLine.textContent = rows.length
+    ? rows.length + " row" + (rows.length === 1 ? "" : "s") + " in " + ms + " ms" + (rows.length === 100 ? " (first 100)" : "")
+    : "no rows match";
+}
+
+function addCondition() {
+  const template = document.getElementById("condition-template");
+  document.getElementById("conditions").append(template.content.cloneNode(true));
+  refreshSoon();
+}
+
+form.addEventListener("input", () => { custom = false; refreshSoon(); });
+form.addEventListener("change", () => { custom = false; refreshSoon(); });
+form.addEventListener("submit", (event) => { event.preventDefault(); refresh(); });
+form.addEventListener("click", (event) => {
+  if (event.target.classList.contains("cond-remove")) {
+    event.target.closest(".condition").remove();
+    custom = false;
+    refreshSoon();
+  }
+});
+document.getElementById("add-condition").addEventListener("click", addCondition);
+sqlBox.addEventListener("input", () => { custom = true; refreshSoon(); });
+sqlBox.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); preview(); }
+});
+resetButton.addEventListener("click", () => { custom = false; refresh(); });
+document.getElementById("preview-btn").addEventListener("click", preview);
+document.querySelectorAll("button.copy").forEach((button) => {
+  button.addEventListener("click", async () => {
+    const text = document.getElementById(button.dataset.target).textContent;
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = "copied";
+    } catch (err) {
+      button.textContent = "select and copy";
+    }
+    setTimeout(() => { button.textContent = "copy"; }, 1500);
+  });
+});
+resetButton.hidden = !custom;

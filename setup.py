@@ -1,0 +1,115 @@
+"""Build hook for the optional compiled part of dstp.
+
+All metadata lives in pyproject.toml; setuptools merges what this file adds:
+only ``ext_modules`` and ``cmdclass``.
+
+The UDT channel needs the extension ``dstp.transport._udt`` (pybind11 over
+libudt, sources in ``transport/_udt/``). It is built only when libudt's
+header is found; otherwise -- or when compiling/linking it fails -- the
+pure-Python package still installs and the UDT channel reports itself
+unavailable. Environment variables (see docs/udt.md):
+
+``DSTP_UDT_DISABLE=1``
+    never build the extension.
+``DSTP_UDT_INCLUDE=DIR``
+    look for ``udt.h`` or ``udt/udt.h`` in DIR only (os.pathsep-separated list allowed).
+``DSTP_UDT_LIB=DIR``
+    link against ``libudt`` from DIR (added to the library path and rpath).
+``DSTP_UDT_REQUIRED=1``
+    make a missing header or a failed build an error instead of a notice
+    (for CI jobs that must ship the UDT channel).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext  # in [build-system] requires
+from setuptools import setup
+
+UNAVAILABLE = "dstp: libudt headers not found; the UDT channel will be unavailable (install libudt-dev)"
+DEFAULT_INCLUDE_DIRS = ["/usr/include", "/usr/local/include", "/opt/homebrew/include"]
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "no", "false")
+
+
+def _notice(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def find_udt_include() -> str | None:
+    """Return the include dir holding ``udt/udt.h`` or ``udt.h``, or None."""
+    override = os.environ.get("DSTP_UDT_INCLUDE")
+    dirs = override.split(os.pathsep) if override else DEFAULT_INCLUDE_DIRS
+    for d in filter(None, dirs):
+        if os.path.isfile(os.path.join(d, "udt", "udt.h")) or os.path.isfile(os.path.join(d, "udt.h")):
+            return d
+    return None
+
+
+def udt_extensions() -> list[Pybind11Extension]:
+    if _flag("DSTP_UDT_DISABLE"):
+        _notice("dstp: DSTP_UDT_DISABLE is set; the UDT channel will be unavailable")
+        return []
+    include = find_udt_include()
+    if include is None:
+        if _flag("DSTP_UDT_REQUIRED"):
+            raise SystemExit(UNAVAILABLE + " [DSTP_UDT_REQUIRED is set]")
+        _notice(UNAVAILABLE)
+        return []
+    lib_dirs: list[str] = []
+    if os.environ.get("DSTP_UDT_LIB"):
+        lib_dirs = [d for d in os.environ["DSTP_UDT_LIB"].split(os.pathsep) if d]
+    # The C++ source picks <udt/udt.h> or <udt.h> itself (__has_include).
+    include_dirs = [] if include == "/usr/include" else [include]
+    return [
+        Pybind11Extension(
+            "dstp.transport._udt",
+            sources=["transport/_udt/udt_module.cpp"],
+            include_dirs=include_dirs,
+            library_dirs=lib_dirs,
+            runtime_library_dirs=lib_dirs,
+            libraries=["udt", "pthread"],
+            extra_compile_args=["-O2"],
+            cxx_std=17,
+        )
+    ]
+
+
+def _build_errors() -> tuple[type[BaseException], ...]:
+    from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
+
+    return (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
+
+
+class optional_build_ext(build_ext):
+    """build_ext that turns a failed UDT build into a notice (unless DSTP_UDT_REQUIRED)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except _build_errors() as exc:  # e.g. no C++ compiler at all
+            self._give_up(exc, None)
+
+    def build_extension(self, ext) -> None:
+        try:
+            super().build_extension(ext)
+        except _build_errors() as exc:  # CompileError, LinkError, ...
+            self._give_up(exc, ext)
+
+    def _give_up(self, exc: BaseException, ext) -> None:
+        if _flag("DSTP_UDT_REQUIRED"):
+            raise exc
+        name = getattr(ext, "name", "dstp.transport._udt")
+        reason = str(exc).splitlines()[0][:200] if isinstance(exc, OSError) else type(exc).__name__
+        _notice(f"dstp: building {name} failed ({reason}; see the compiler output above); "
+                "the UDT channel will be unavailable")
+        # Forget the extension (rebinding, not mutating the list being iterated) so
+        # that get_outputs() and the in-place copy of editable installs skip it.
+        self.extensions = [e for e in self.extensions if ext is not None and e is not ext]  # type: ignore[has-type]
+
+
+setup(ext_modules=udt_extensions(), cmdclass={"build_ext": optional_build_ext})

@@ -1,0 +1,83 @@
+"""GridCopy's rule: start at 4 streams, shed one while throughput holds at 97 %, climb when the path changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dstp.transport.tcp import KernelLimits, buffer_plan
+from dstp.transport.tuning import AutoTuner
+
+MB = 2**20
+
+
+def _run(tuner: AutoTuner, rate_of, rtt=0.1, rounds=8) -> list[int]:
+    used = []
+    for _ in range(rounds):
+        plan = tuner.plan("srv", rtt, allowed_cc=("bbr", "cubic"))
+        used.append(plan.streams)
+        seconds = 1000 * MB * 8 / rate_of(plan.streams)
+        tuner.record("srv", plan, 1000 * MB, seconds, rtt)
+    return used
+
+
+def test_sheds_streams_while_throughput_holds(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    # 2 streams already fill the path; fewer lose a lot
+    used = _run(tuner, lambda n: 900e6 if n >= 2 else 450e6)
+    assert used[:4] == [4, 3, 2, 1]
+    assert used[4:] == [2, 2, 2, 2]  # 1 stream fell under 97 %: back to 2, and stay
+
+
+def test_stops_when_a_stream_less_costs_more_than_3_percent(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    used = _run(tuner, lambda n: {4: 1000e6, 3: 960e6}.get(n, 500e6), rounds=5)
+    assert used == [4, 3, 4, 4, 4]
+
+
+def test_climbs_when_the_path_changes(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    _run(tuner, lambda n: 900e6 if n >= 2 else 450e6, rtt=0.01)
+    plan = tuner.plan("srv", 0.2, allowed_cc=("bbr",))  # RTT ×20: a different path
+    assert plan.streams >= 4 and "path changed" in plan.reason
+
+
+def test_climbs_when_throughput_falls_and_stays_down(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    _run(tuner, lambda n: 900e6 if n >= 2 else 450e6)
+    settled = tuner.plan("srv", 0.1).streams
+    for _ in range(2):
+        plan = tuner.plan("srv", 0.1)
+        tuner.record("srv", plan, 1000 * MB, 1000 * MB * 8 / 300e6, 0.1)
+    assert tuner.plan("srv", 0.1).streams > settled
+
+
+def test_small_transfers_teach_nothing(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    plan = tuner.plan("srv", 0.1)
+    assert tuner.record("srv", plan, 1 * MB, 0.01, 0.1) is None
+    assert tuner.record_for("srv") is None
+
+
+def test_bbr_on_long_paths_only(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    assert tuner.plan("a", 0.1, allowed_cc=("cubic", "bbr")).congestion_control == "bbr"
+    assert tuner.plan("b", 0.0002, allowed_cc=("cubic", "bbr")).congestion_control == ""
+    assert tuner.plan("c", 0.1, allowed_cc=("cubic",)).congestion_control == ""
+
+
+def test_buffers_only_where_they_beat_autotuning() -> None:
+    here = KernelLimits(rmem_max=4 * MB, wmem_max=4 * MB, tcp_rmem_max=6 * MB, tcp_wmem_max=4 * MB)
+    assert buffer_plan(12 * MB, here) == 0  # autotuning reaches 4 MiB too; explicit cannot do better
+    big = KernelLimits(rmem_max=64 * MB, wmem_max=64 * MB, tcp_rmem_max=6 * MB, tcp_wmem_max=4 * MB)
+    assert buffer_plan(12 * MB, big) == 12 * MB
+    assert buffer_plan(2 * MB, big) == 0  # autotuning already gets there
+
+
+def test_gridcopy_buffer_rule(tmp_path: Path, monkeypatch) -> None:
+    import dstp.transport.tuning as tuning
+
+    monkeypatch.setattr(tuning, "buffer_plan", lambda wanted: wanted)
+    tuner = AutoTuner(tmp_path / "t.json")
+    plan = tuner.plan("x", 0.05)
+    # BDP at 1 Gb/s and 50 ms is 6.25 MB; 4 streams / loss factor 2 → half each
+    assert plan.buffer_bytes == int(0.05 * 1e9 / 8 / 2)
