@@ -131,6 +131,12 @@ def _range(c: CoordinateColumn) -> tuple[Any, Any]:
     return values.min(), values.max()
 
 
+def _degrees(units: str | None, direction: str) -> bool:
+    """Return whether ``units`` are CF degrees north/east (a bounding box needs them)."""
+    text = (units or "").replace(" ", "").lower()
+    return text.startswith("degree") and (text.endswith(direction) or text.endswith(direction[0]))
+
+
 def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     """Return the catalog-listing view of a dataset."""
     d = ds.descriptor
@@ -141,7 +147,9 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
         time_start, time_end = render_value(lo), render_value(hi)
     bbox = None
     lat, lon = _axis_of(ds, "Y"), _axis_of(ds, "X")
-    if lat is not None and lon is not None and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if":
+    geographic = lat is not None and lon is not None and _degrees(lat.spec.units, "north") \
+        and _degrees(lon.spec.units, "east")
+    if geographic and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if":  # type: ignore[union-attr]
         bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
     return DatasetSummary(
         id=d.id,

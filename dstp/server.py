@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,7 @@ class DstpServer:
             raise OSError(f"cannot listen on {s.host}:{s.port} (is another server using it?)")
         self._grpc.start()
         self.endpoints = Endpoints(grpc=f"{s.host}:{port}")
+        self.service.register_channel(ChannelInfo("grpc", self.endpoints.grpc))
         self._start_extras()
         log.info("dstp serving gRPC on %s", self.endpoints.grpc)
         return self.endpoints
@@ -105,7 +107,7 @@ class DstpServer:
             endpoints.http = http.endpoint
         if s.data_port >= 0:
             channel = DataChannelServer(
-                "striped", TcpListener(s.host, s.data_port), self._open_query_transfer,
+                "striped", TcpListener(s.host, s.data_port), partial(self._open_transfer, "striped"),
                 window_bytes=s.window_bytes,
             )
             channel.start()
@@ -115,11 +117,25 @@ class DstpServer:
                 "striped", channel.endpoint, max_streams=s.max_streams,
                 congestion_controls=allowed_congestion_controls(),
             ))
+        if s.udt_port >= 0:
+            from dstp.transport import udt
 
-    def _open_query_transfer(self, token: bytes) -> TransferSpec:
-        """Redeem a striped-channel ticket: start its query (or open its file); return what to send."""
+            if not udt.available():
+                log.warning("UDT channel not offered: %s", udt.unavailable_reason())
+            else:
+                channel = DataChannelServer(
+                    "udt", udt.UdtChannelListener(s.host, s.udt_port), partial(self._open_transfer, "udt"),
+                    window_bytes=s.window_bytes,
+                )
+                channel.start()
+                self._extras.append(channel)
+                endpoints.udt = channel.endpoint
+                service.register_channel(ChannelInfo("udt", channel.endpoint))
+
+    def _open_transfer(self, kind: str, token: bytes) -> TransferSpec:
+        """Redeem a data-channel ticket: start its query (or open its file); return what to send."""
         assert self.service is not None
-        pending = self.service.redeem(token, "striped")
+        pending = self.service.redeem(token, kind)
         options = {"congestion_control": pending.congestion_control}
         if pending.file is not None:
             f = pending.file

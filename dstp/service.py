@@ -15,7 +15,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Generator, Sequence
 
 import pyarrow as pa
 
@@ -312,6 +312,11 @@ class DstpService:
             self._running.pop(execution.query_id, None)
         self._slots.release()
 
+    def running(self) -> list[str]:
+        """Return the ids of the queries executing now."""
+        with self._lock:
+            return list(self._running)
+
     def cancel_all(self) -> None:
         """Interrupt every running query (server shutdown)."""
         with self._lock:
@@ -344,8 +349,8 @@ class Execution:
     def schema(self) -> pa.Schema:
         return self.pending.prepared.schema
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Yield result batches; the query slot is released when this generator ends."""
+    def batches(self) -> Generator[pa.RecordBatch, None, None]:
+        """Yield result batches; the query slot is released when this generator ends (or is closed)."""
         try:
             yield from self.execution.batches()
         finally:

@@ -81,6 +81,8 @@ class DataChannelServer:
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self.rejected = 0
+        #: Test hook handed to every new transfer (see Transfer.tamper).
+        self.tamper: Callable[[int, Any], bytes | None] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -184,6 +186,7 @@ class DataChannelServer:
                     resume_timeout=self.resume_timeout, on_done=self._forget, label=spec.label,
                 )
                 transfer.options = spec.options  # type: ignore[attr-defined]
+                transfer.tamper = self.tamper
                 self._transfers[ticket] = transfer
                 transfer.start()
             elif time.time() > transfer.expires_at:

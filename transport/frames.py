@@ -131,11 +131,18 @@ class Conn(Protocol):
         """Close the connection (idempotent)."""
 
 
-def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"") -> int:
-    """Send one frame without copying ``payload``; return the bytes sent."""
+def send_frame(
+    conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"", *, wire: Any = None
+) -> int:
+    """Send one frame without copying ``payload``; return the bytes sent.
+
+    ``wire`` (tests only) replaces the payload bytes actually sent, while the
+    header still describes ``payload``: how fault tests corrupt a frame.
+    """
     view = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else memoryview(payload)
     header = encode_header(kind, stripe, sequence, offset, view)
-    conn.send_parts([header, view] if view.nbytes else [header])
+    body = view if wire is None else memoryview(wire)
+    conn.send_parts([header, body] if body.nbytes else [header])
     return len(header) + view.nbytes
 
 

@@ -94,7 +94,8 @@ class StripedReceiver:
         self.max_reconnects = max_reconnects
         self.stall_timeout = stall_timeout
         self.ack_every_bytes = ack_every_bytes
-        #: Test hook: called by a stripe's reader after each frame (stripe, conn, frames so far).
+        #: Test hook: called by a stripe's reader with (stripe, conn, frames so far, phase), phase
+        #: "header" after a DATA frame's header (its payload still on the wire) and "frame" after it.
         self.fault = fault
         self.stats = ReceiverStats()
         self.summary: dict[str, Any] | None = None
@@ -214,6 +215,8 @@ class StripedReceiver:
                 if self._end_seq is not None and seq > self._end_seq:
                     self._fail(ProtocolError(f"message {seq} arrived after the END of the transfer"))
                     raise _Fatal()
+            if self.fault is not None and header.kind == Kind.DATA:
+                self.fault(stripe, conn, frames, "header")
             target = None
             if header.kind == Kind.DATA and self.sink is not None:
                 target = self.sink.buffer_for(seq, header.offset, header.length)
@@ -235,7 +238,7 @@ class StripedReceiver:
                 self._last_frame = time.monotonic()
                 self._cond.notify_all()
             if self.fault is not None:
-                self.fault(stripe, conn, frames)
+                self.fault(stripe, conn, frames, "frame")
 
     def _fail(self, error: DstpError) -> None:
         with self._cond:

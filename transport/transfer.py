@@ -76,6 +76,8 @@ class Transfer:
         self._all_dead_since: float | None = None
         self.sent_bytes = 0
         self.resumes = 0
+        #: Test hook: (sequence, payload) -> bytes to put on the wire instead, or None.
+        self.tamper: Callable[[int, Any], bytes | None] | None = None
         self._producer = threading.Thread(target=self._produce, name=f"dstp-produce-{label}", daemon=True)
 
     # -- production ---------------------------------------------------------------------
@@ -187,7 +189,8 @@ class Transfer:
                 msg = self._messages.get(seq)
                 if msg is None:
                     continue
-                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload)
+                wire = self.tamper(seq, msg.payload) if self.tamper is not None else None
+                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload, wire=wire)
                 self.sent_bytes += msg.size
         except TransportError as exc:
             log.info("transfer %s: stripe %d broke while sending: %s", self.label, stripe, exc)

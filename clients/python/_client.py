@@ -319,15 +319,23 @@ class Client:
         if kind == "grpc":
             stream._batches = self._mapped(fetch_grpc(self._stub, offer.ticket, info.schema, report, on_summary))
         else:
-            host, port = endpoint_address(offer.endpoint, self.target)
-            buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
-
-            def dial(stripe: int) -> Any:
-                return tcp.connect(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
-
+            dial = self._dialer(kind, offer, choice)
             stream._batches = fetch_stripes(offer.ticket, granted, dial, info.schema, report, on_summary,
                                             fault=self._fault)
         return stream
+
+    def _dialer(self, kind: str, offer: Any, choice: "_Choice") -> Callable[[int], Any]:
+        """Return how to open one stripe of an offer's data channel."""
+        host, port = endpoint_address(offer.endpoint, self.target)
+        if kind == "udt":
+            from dstp.transport import udt
+
+            if not udt.available():
+                raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
+            rtt = choice.rtt_s or min(self.ping() for _ in range(3))
+            return lambda stripe: udt.dial(host, port, rtt_s=rtt, timeout=self.timeout)
+        buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
+        return lambda stripe: tcp.connect(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
 
     def _mapped(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:

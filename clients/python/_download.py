@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from dstp.client._channels import endpoint_address
 from dstp.errors import IntegrityError
 from dstp.proto import dstp_pb2 as pb
-from dstp.transport import tcp
 from dstp.transport.files import FileSink, RemoteFile
 from dstp.transport.receiver import StripedReceiver
 
@@ -104,13 +102,8 @@ def download(
             except grpc.RpcError as exc:
                 raise _raise(exc, client.target) from None
         else:
-            host, port = endpoint_address(offer.endpoint, client.target)
-            buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
-            receiver = StripedReceiver(
-                offer.ticket, granted,
-                lambda stripe: tcp.connect(host, port, timeout=client.timeout, buffer_bytes=buffer_bytes),
-                sink=sink, fault=client._fault,
-            )
+            receiver = StripedReceiver(offer.ticket, granted, client._dialer(kind, offer, choice), sink=sink,
+                                       fault=client._fault)
             receiver.start()
             for _, block_offset, payload in receiver.messages():
                 sink.block_done(block_offset, payload.nbytes)

@@ -177,14 +177,14 @@ class SearchIndex:
         for d, fields, labels in self._entries:
             if any(a not in labels for a in wanted) or not _overlaps(d.summary, f):
                 continue
-            score, matches = 0, []
+            score, matches = 0, list[str]()
             for term, pattern in terms:
                 found = [x for x in fields if (term == x.text.casefold() if x.exact else pattern.search(x.text.casefold()))]
                 if not found:
                     break
                 best = max(found, key=lambda x: x.weight)
                 score += best.weight
-                matches += [x.label for x in found if x.label not in matches]
+                matches += dict.fromkeys(x.label for x in found if x.label not in matches)
             else:
                 hits.append(Hit(d.summary, score, tuple(matches)))
         return sorted(hits, key=lambda h: (-h.score, h.summary.id))

@@ -236,7 +236,8 @@ class QueryExecution:
                     yield batch
                 if summary.truncated:
                     break
-        except duckdb.Error as exc:
+        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+            # Once DuckDB streams, its errors reach us through the Arrow reader as OSError.
             raise self._translate(exc, scan) from None
         finally:
             stop.set()
@@ -246,7 +247,7 @@ class QueryExecution:
             except duckdb.Error:
                 pass
 
-    def _translate(self, exc: duckdb.Error, scan: GridScan) -> DstpError:
+    def _translate(self, exc: Exception, scan: GridScan) -> DstpError:
         if scan.error is not None and isinstance(scan.error, DstpError) and not isinstance(scan.error, CancelledError):
             return scan.error
         if self._timed_out:
@@ -256,7 +257,11 @@ class QueryExecution:
             )
         if self.cancel.is_set() or isinstance(exc, duckdb.InterruptException):
             return CancelledError("the query was cancelled")
+        if "INTERRUPT" in str(exc):
+            return CancelledError("the query was cancelled")
         if isinstance(scan.error, Exception):
             return ServerError(f"reading the data failed: {type(scan.error).__name__}")
+        if not isinstance(exc, duckdb.Error):
+            return ServerError(f"the query failed while streaming its result: {type(exc).__name__}")
         return _query_error_from_duckdb(exc, self.prepared.query)
 

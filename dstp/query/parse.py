@@ -127,14 +127,17 @@ def _parse(sql: str, max_length: int) -> exp.Select:
         first = exc.errors[0] if exc.errors else {}
         desc = str(first.get("description") or exc).split("\n")[0]
         desc = desc.replace("<Token token_type: ", "").split(", text:")[0] if "<Token" in desc else desc
-        if not sql.lstrip().lower().startswith("select"):
+        line, col, token = first.get("line"), first.get("col"), first.get("highlight")
+        words = sql.split()
+        if words and words[0].lower() != "select":
             desc += "; a dstp query starts with SELECT: select … from <dataset> …"
+            # point at the first word, which is what is wrong
+            head = sql[: len(sql) - len(sql.lstrip())]
+            line = head.count("\n") + 1
+            col = len(head.rsplit("\n", 1)[-1]) + len(words[0])
+            token = words[0]
         raise QuerySyntaxError(
-            f"cannot parse the query: {desc}",
-            sql=sql,
-            line=first.get("line"),
-            column=first.get("col"),
-            token=first.get("highlight"),
+            f"cannot parse the query: {desc}", sql=sql, line=line, column=col, token=token
         ) from None
     except TokenError as exc:
         raise QuerySyntaxError(f"cannot read the query: {exc}") from None

@@ -626,7 +626,13 @@ class UdtSocket {
         } v;
         std::memset(&v, 0, sizeof v);
         int len = sizeof v;
-        if (UDT::getsockopt(u, 0, o.opt, &v, &len) == UDT::ERROR) fail(last_error(), std::string("getsockopt ") + o.name);
+        int rc;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            rc = UDT::getsockopt(u, 0, o.opt, &v, &len);
+        }
+        if (rc == UDT::ERROR) fail(last_error(), std::string("getsockopt ") + o.name);
         switch (o.kind) {
             case OptKind::Bool: return py::bool_(v.b);
             case OptKind::Linger: return py::int_(v.l.l_onoff ? v.l.l_linger : 0);
@@ -639,11 +645,18 @@ class UdtSocket {
         UDTSOCKET u = live("setsockopt");
         const OptInfo& o = find_option(key);
         int rc = UDT::ERROR;
+        // libudt takes the socket's locks here, which a thread blocked in recv/send
+        // may hold: never wait for them with the GIL held.
+        auto set = [&](const void* p, int n) {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            return UDT::setsockopt(u, 0, o.opt, p, n);
+        };
         switch (o.kind) {
             case OptKind::ReadOnlyInt: throw py::value_error(std::string(o.name) + " is read only");
             case OptKind::Bool: {
                 bool b = value.cast<bool>();
-                rc = UDT::setsockopt(u, 0, o.opt, &b, sizeof b);
+                rc = set(&b, sizeof b);
                 if (rc != UDT::ERROR && o.opt == UDT_RCVSYN) rcvsyn_ = b;
                 break;
             }
@@ -652,19 +665,19 @@ class UdtSocket {
                 linger l{};
                 l.l_onoff = secs > 0 ? 1 : 0;
                 l.l_linger = secs > 0 ? secs : 0;
-                rc = UDT::setsockopt(u, 0, o.opt, &l, sizeof l);
+                rc = set(&l, sizeof l);
                 break;
             }
             case OptKind::Int64: {
                 int64_t ll = value.cast<int64_t>();
-                rc = UDT::setsockopt(u, 0, o.opt, &ll, sizeof ll);
+                rc = set(&ll, sizeof ll);
                 break;
             }
             case OptKind::Int: {
                 int64_t wide = value.cast<int64_t>();
                 if (wide > INT_MAX || wide < INT_MIN) throw py::value_error(std::string(o.name) + " does not fit a C int");
                 int i = static_cast<int>(wide);
-                rc = UDT::setsockopt(u, 0, o.opt, &i, sizeof i);
+                rc = set(&i, sizeof i);
                 break;
             }
         }
@@ -675,7 +688,13 @@ class UdtSocket {
         UDTSOCKET u = live("perfmon");
         UDT::TRACEINFO t;
         std::memset(&t, 0, sizeof t);
-        if (UDT::perfmon(u, &t, clear) == UDT::ERROR) fail(last_error(), "perfmon");
+        int rc;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            rc = UDT::perfmon(u, &t, clear);
+        }
+        if (rc == UDT::ERROR) fail(last_error(), "perfmon");
         py::dict d;
 #define DSTP_FIELD(name) d[#name] = t.name
         // instant values

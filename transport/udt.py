@@ -1,0 +1,126 @@
+"""The UDT data channel: the same frames, tickets and resume as striped TCP, over libudt.
+
+Only the connection differs: :class:`UdtConn` and :class:`UdtChannelListener`
+adapt :mod:`dstp.transport.udt_socket` (the pybind11 extension over the
+reference UDT4 library) to the channel's ``Conn``/``Listener`` protocols, so
+``DataChannelServer``, ``Transfer`` and ``StripedReceiver`` run unchanged.
+
+Tuning: UDT_MSS counts the whole IP packet, so it is set to the path MTU (the
+route's MTU from the kernel, capped at 9000); buffers are twice the
+bandwidth-delay product (at least 8 MiB) and the flow window UDT_FC is matched
+to them (``ceil(2 × buffer / MSS)``) — an oversized window made transfers
+slower, not faster. The MSS is negotiated down to the smaller of the peers'.
+UDT has no end-of-file: a receive after the peer closed raises, which the
+frame protocol tolerates because its END frame marks the end of the data.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from dstp.errors import TransportError
+from dstp.transport import udt_socket
+from dstp.transport.udt_socket import UdtOptions, available, tuned_options, unavailable_reason
+
+__all__ = ["UdtChannelListener", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
+
+MAX_MSS = 9000
+
+
+def path_mtu(host: str, port: int) -> int:
+    """Return the kernel's MTU for the route to ``host`` (1500 if it cannot tell)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return int(probe.getsockopt(socket.IPPROTO_IP, getattr(socket, "IP_MTU", 14)))
+    except OSError:
+        return 1500
+
+
+class UdtConn:
+    """A UDT connection speaking frames."""
+
+    def __init__(self, connection: udt_socket.UdtConnection) -> None:
+        self.connection = connection
+        self.raw = connection.socket
+        self._closed = False
+
+    def send_parts(self, parts: list[memoryview | bytes]) -> None:
+        try:
+            self.connection.sendall_buffers(parts)
+        except TransportError as exc:
+            raise TransportError(f"UDT data connection lost while sending: {exc}") from exc
+
+    def recv_into(self, view: memoryview) -> int:
+        try:
+            return int(self.raw.recv_into(view, view.nbytes))
+        except Exception as exc:  # noqa: BLE001 - the extension's typed errors
+            name = type(exc).__name__
+            if name == "UdtTimeout":
+                raise TimeoutError("UDT receive timed out") from exc
+            if self._closed:
+                return 0
+            raise TransportError(f"UDT data connection lost while receiving: {exc}") from exc
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.raw.setsockopt("UDT_RCVTIMEO", -1 if seconds is None else int(seconds * 1000))
+
+    def perfmon(self) -> dict[str, float]:
+        return self.connection.perfmon(clear=False)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.connection.close()
+        except TransportError:
+            pass
+
+    def abort(self) -> None:
+        """Close at once. (Changing UDT_LINGER first would wait for the lock a blocked recv holds.)"""
+        self.close()
+
+
+class UdtChannelListener:
+    """The UDT channel's listening socket."""
+
+    def __init__(self, host: str, port: int, *, mss: int = 0, buffer_bytes: int = 64 * 2**20) -> None:
+        if not available():
+            raise TransportError(f"the UDT data channel is {unavailable_reason()}")
+        mss = mss or min(MAX_MSS, path_mtu(host, port or 9))
+        self.options = UdtOptions(mss=mss, buffer_bytes=buffer_bytes, linger_s=10)
+        self.listener = udt_socket.listen(host, port, options=self.options, backlog=64)
+        bound = self.listener.address
+        self.endpoint = f"{bound[0]}:{bound[1]}"
+        self._closed = False
+
+    def accept(self) -> tuple[UdtConn, str]:
+        if self._closed:
+            raise OSError("listener closed")
+        try:
+            conn, peer = self.listener.accept(None)  # close() from another thread wakes it
+        except TransportError as exc:
+            raise OSError(str(exc)) from exc
+        return UdtConn(conn), f"{peer[0]}:{peer[1]}"
+
+    def configure(self, conn: Any, options: dict[str, Any]) -> None:
+        """UDT options are inherited from the listener; nothing is negotiated per transfer."""
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.listener.close()
+        except TransportError:
+            pass
+
+
+def dial(host: str, port: int, *, rtt_s: float, rate_bps: float = 1e9, timeout: float = 10.0) -> UdtConn:
+    """Return a UDT connection tuned for the path to ``host:port``."""
+    mtu = min(MAX_MSS, path_mtu(host, port))
+    tuned = tuned_options(max(rtt_s, 0.001), rate_bps, mtu)
+    connection = udt_socket.connect(host, port, options=UdtOptions.from_tuned(tuned, linger_s=10),
+                                    timeout=timeout)
+    return UdtConn(connection)
