@@ -8,16 +8,19 @@ runs it so the harness never rots) and writes nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 
 from dstp.samples import ensure_samples
 
-SUITES = ("seed_query",)
+SUITES = ("seed_query", "table4", "bulk")
 
 
 def samples(quick: bool) -> dict[str, Path]:
@@ -38,11 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(SUITES)
     if unknown:
         parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
-    folders = samples(args.quick)
+    with exclusive_machine():
+        return _run(chosen, args.quick)
+
+
+@contextlib.contextmanager
+def exclusive_machine(path: Path = Path("/tmp/dstp-bench.lock")) -> Iterator[None]:
+    """Hold a machine-wide lock so that two benchmark runs never measure each other."""
+    with open(path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another benchmark run to finish ({path})", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _run(chosen: list[str], quick: bool) -> int:
+    folders = samples(quick)
     for name in chosen:
         module = __import__(f"bench.{name}", fromlist=["run"])
         started = time.monotonic()
-        result = module.run(args.quick, folders)
+        result = module.run(quick, folders)
         print(json.dumps({"benchmark": name, "seconds": round(time.monotonic() - started, 1),
                           **{k: v for k, v in result.items() if not isinstance(v, (list, dict))}}))
     return 0

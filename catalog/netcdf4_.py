@@ -82,10 +82,19 @@ def _attrs(obj: Any) -> dict[str, Any]:
 
 
 class FileHandles:
-    """An LRU cache of open netCDF files; use ``with handles.open(path) as ds``."""
+    """An LRU cache of open netCDF files.
 
-    def __init__(self, capacity: int = 64) -> None:
+    HDF5 keeps a chunk cache per open variable, 64 MiB by default in
+    netCDF-C: a scan over twenty files then holds gigabytes of chunks it
+    will never read again (dstp reads each chunk once, in order). So files
+    are opened with a small cache, ``chunk_cache_bytes`` per variable (enough
+    for a few chunks, so a chunk read in several hyperslabs is decompressed
+    once).
+    """
+
+    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20) -> None:
         self.capacity = max(1, capacity)
+        self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
 
     def _get(self, path: Path) -> netCDF4.Dataset:
@@ -94,7 +103,12 @@ class FileHandles:
             self._open.move_to_end(path)
             return ds
         try:
-            ds = netCDF4.Dataset(path, "r")
+            previous = netCDF4.get_chunk_cache()
+            netCDF4.set_chunk_cache(self.chunk_cache_bytes, 1009, 0.75)  # applies to files opened now
+            try:
+                ds = netCDF4.Dataset(path, "r")
+            finally:
+                netCDF4.set_chunk_cache(*previous)
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path.name}: {exc}") from exc
         # dstp decodes CF packing and fill values itself, the way xarray does.

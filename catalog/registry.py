@@ -44,10 +44,10 @@ class Catalog:
         self.problems = problems
 
     @classmethod
-    def scan(cls, root: Path, open_files: int = 64) -> "Catalog":
+    def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised."""
         root = Path(root).resolve()
-        handles = FileHandles(open_files)
+        handles = FileHandles(open_files, chunk_cache_bytes)
         datasets: dict[str, GriddedDataset] = {}
         problems: list[Problem] = []
         if not root.is_dir():

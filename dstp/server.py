@@ -68,7 +68,7 @@ class DstpServer:
         s = self.settings
         if self.catalog is None:
             root = s.catalog_root or default_catalog_root(lambda m: log.info("%s", m))
-            self.catalog = Catalog.scan(root, open_files=s.open_files)
+            self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes)
         for problem in self.catalog.problems:
             log.warning("not published: %s", problem)
         log.info("catalog %s: %d datasets published, %d skipped", self.catalog.root, len(self.catalog),

@@ -42,7 +42,10 @@ class Settings:
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
     duckdb_threads: int = _setting(2, "DuckDB worker threads per query.")
     duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit per query (DuckDB size syntax).")
-    open_files: int = _setting(64, "netCDF files kept open in the handle cache.")
+    open_files: int = _setting(32, "netCDF files kept open in the handle cache.")
+    chunk_cache_bytes: int = _setting(
+        8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
+    )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
     max_streams: int = _setting(64, "Most parallel TCP streams one transfer may use on the striped channel.")

@@ -26,6 +26,7 @@ size always writes the same numbers. ``medium`` is sized so that
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
 import tempfile
@@ -64,7 +65,7 @@ class SampleSize:
 SIZES: dict[str, SampleSize] = {
     "small": SampleSize(12, 4, 8, 32, 64, 12, 6, 6, 36, 72, 4),
     "medium": SampleSize(36, 6, 18, 64, 128, 24, 12, 10, 90, 180, 4),
-    "large": SampleSize(420, 30, 18, 128, 256, 48, 12, 20, 180, 360, 1),
+    "large": SampleSize(540, 30, 18, 128, 256, 48, 12, 20, 180, 360, 1),
 }
 
 _LEVELS = np.array([3.5, 7.4, 13.9, 23.9, 37.2, 53.1, 70.1, 85.4, 100.5, 118.3, 139.1, 163.7,
@@ -300,7 +301,9 @@ def generate_samples(directory: Path, size: str = "small", progress: Callable[[s
 
 def ensure_samples(cache_dir: Path, size: str = "small", progress: Callable[[str], None] | None = None) -> Path:
     """Return a folder holding the samples of ``size``, generating them on first use."""
-    target = Path(cache_dir) / f"samples-{size}-v{SAMPLES_VERSION}"
+    spec = SIZES[size]
+    digest = hashlib.sha1(repr(spec).encode()).hexdigest()[:8]  # a new spec never reuses old files
+    target = Path(cache_dir) / f"samples-{size}-v{SAMPLES_VERSION}-{digest}"
     marker = target / MARKER
     if marker.exists():
         return target
