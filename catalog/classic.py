@@ -86,7 +86,7 @@ def classic_expected_size(path: Path) -> int | None:
         if tag not in (0, _NC_VARIABLE):
             raise ValueError("bad variable list tag")
         end = f.tell()
-        record: list[tuple[int, int]] = []  # (begin, vsize) of record variables
+        record: list[tuple[int, int, int]] = []  # (begin, vsize, unpadded size) of record variables
         for _ in range(nvars if tag else 0):
             h.name()
             ndim = h.count()

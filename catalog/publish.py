@@ -172,10 +172,10 @@ def draft_descriptor(
     for var in first.variables.values():
         if var.dimensions or var.name in coord_vars or var.name in support:
             continue
-        axis = coordinate_axis(var.name, var.attrs)
-        if (var.name in auxiliary or axis) and decoding_for(var.dtype, var.attrs) is not None:
+        scalar_axis = coordinate_axis(var.name, var.attrs)
+        if (var.name in auxiliary or scalar_axis) and decoding_for(var.dtype, var.attrs) is not None:
             coord_vars.add(var.name)
-            coordinates.append(_coordinate_spec(var, None, axis or "other", rename))
+            coordinates.append(_coordinate_spec(var, None, scalar_axis or "other", rename))
 
     data_vars = [
         v for v in first.variables.values()

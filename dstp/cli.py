@@ -61,7 +61,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     server = DstpServer(settings)
     endpoints = server.start()
-    print(f"dstp serving {server.catalog.root} ({len(server.catalog)} datasets)", flush=True)  # type: ignore[union-attr]
+    catalog = server.catalog
+    assert catalog is not None
+    print(f"dstp serving {catalog.root} ({len(catalog)} datasets)", flush=True)
     for name, value in asdict(endpoints).items():
         if value:
             print(f"  {name:5s} {value}", flush=True)
@@ -279,7 +281,8 @@ def cmd_query(args: argparse.Namespace) -> int:
                         writer.write_batch(b)
                 finish()
             else:
-                shown, total = [], 0
+                shown: list[Any] = []
+                total = 0
                 for b in stream:
                     total += b.num_rows
                     if sum(x.num_rows for x in shown) < args.max_rows:

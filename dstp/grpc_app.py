@@ -47,7 +47,7 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         metadata = [("dstp-error-code", exc.code)]
         if isinstance(exc, QueryError) and exc.line is not None:
             metadata += [("dstp-error-line", str(exc.line)), ("dstp-error-column", str(exc.column))]
-        context.set_trailing_metadata(metadata)
+        context.set_trailing_metadata(tuple(metadata))
         context.abort(getattr(grpc.StatusCode, exc.grpc_status), exc.message)
     except grpc.RpcError:
         raise
@@ -55,7 +55,7 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         incident = uuid.uuid4().hex[:12]
         log.exception("incident %s: unexpected error", incident)
         err = ServerError(f"unexpected server error (incident {incident}); the server log has the details")
-        context.set_trailing_metadata([("dstp-error-code", err.code)])
+        context.set_trailing_metadata((("dstp-error-code", err.code),))
         context.abort(grpc.StatusCode.INTERNAL, err.message)
 
 

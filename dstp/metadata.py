@@ -147,9 +147,8 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
         time_start, time_end = render_value(lo), render_value(hi)
     bbox = None
     lat, lon = _axis_of(ds, "Y"), _axis_of(ds, "X")
-    geographic = lat is not None and lon is not None and _degrees(lat.spec.units, "north") \
-        and _degrees(lon.spec.units, "east")
-    if geographic and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if":  # type: ignore[union-attr]
+    if (lat is not None and lon is not None and _degrees(lat.spec.units, "north")
+            and _degrees(lon.spec.units, "east") and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if"):
         bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
     return DatasetSummary(
         id=d.id,

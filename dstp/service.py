@@ -347,6 +347,7 @@ class Execution:
 
     @property
     def schema(self) -> pa.Schema:
+        assert self.pending.prepared is not None  # execute() only accepts query tickets
         return self.pending.prepared.schema
 
     def batches(self) -> Generator[pa.RecordBatch, None, None]:

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import netCDF4
 import numpy as np
@@ -180,21 +180,21 @@ def _write_ccm3(folder: Path, size: SampleSize) -> list[Path]:
             v[:] = gw
             chunks4 = (1, len(lev), len(lat), len(lon))
             chunks3 = (1, len(lat), len(lon))
-            kw = dict(zlib=True, complevel=size.complevel, shuffle=True)
-            vT = nc.createVariable("T", "f4", ("time", "lev", "lat", "lon"), chunksizes=chunks4, **kw)
+            kw: dict[str, Any] = dict(zlib=True, complevel=size.complevel, shuffle=True)
+            vT = nc.createVariable("T", "f4", ("time", "lev", "lat", "lon"), chunksizes=chunks4, **kw)  # type: ignore[call-overload]
             vT.units, vT.long_name, vT.standard_name = "K", "Temperature", "air_temperature"
             vT.cell_methods = "time: mean"
-            vR = nc.createVariable("RELHUM", "i2", ("time", "lev", "lat", "lon"), chunksizes=chunks4,
-                                   fill_value=np.int16(-32767), **kw)
+            vR = nc.createVariable("RELHUM", "i2", ("time", "lev", "lat", "lon"),  # type: ignore[call-overload]
+                                   chunksizes=chunks4, fill_value=np.int16(-32767), **kw)
             vR.units, vR.long_name, vR.standard_name = "%", "Relative humidity", "relative_humidity"
             vR.scale_factor, vR.add_offset = np.float32(0.002), np.float32(50.0)
             vR.cell_methods = "time: mean"
             vR.comment = "_FillValue below ground (level pressure above surface pressure)"
-            vC = nc.createVariable("CLOUD", "f4", ("time", "lev", "lat", "lon"), chunksizes=chunks4, **kw)
+            vC = nc.createVariable("CLOUD", "f4", ("time", "lev", "lat", "lon"), chunksizes=chunks4, **kw)  # type: ignore[call-overload]
             vC.units, vC.long_name, vC.standard_name = "1", "Cloud fraction", "cloud_area_fraction_in_atmosphere_layer"
-            vP = nc.createVariable("PS", "f4", ("time", "lat", "lon"), chunksizes=chunks3, **kw)
+            vP = nc.createVariable("PS", "f4", ("time", "lat", "lon"), chunksizes=chunks3, **kw)  # type: ignore[call-overload]
             vP.units, vP.long_name, vP.standard_name = "Pa", "Surface pressure", "surface_air_pressure"
-            vQ = nc.createVariable("PRECT", "f4", ("time", "lat", "lon"), chunksizes=chunks3, **kw)
+            vQ = nc.createVariable("PRECT", "f4", ("time", "lat", "lon"), chunksizes=chunks3, **kw)  # type: ignore[call-overload]
             vQ.units, vQ.long_name, vQ.standard_name = "mm/day", "Total precipitation rate", "lwe_precipitation_rate"
             vR.set_auto_maskandscale(False)
             for i, step in enumerate(steps):

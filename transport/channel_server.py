@@ -196,9 +196,10 @@ class DataChannelServer:
         return transfer, stripe, generation
 
     def _forget(self, transfer: Transfer) -> None:
+        key: bytes = transfer.key
         with self._lock:
-            if self._transfers.get(transfer.key) is transfer:
-                del self._transfers[transfer.key]
+            if self._transfers.get(key) is transfer:
+                del self._transfers[key]
 
     def _janitor(self) -> None:
         while not self._stopped.wait(1.0):

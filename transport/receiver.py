@@ -85,7 +85,7 @@ class StripedReceiver:
         max_reconnects: int = 5,
         stall_timeout: float = 60.0,
         ack_every_bytes: int = 8 * 2**20,
-        fault: Callable[[int, Conn, int], None] | None = None,
+        fault: Callable[[int, Conn, int, str], None] | None = None,
     ) -> None:
         self.ticket = ticket
         self.streams = max(1, streams)

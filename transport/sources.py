@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Protocol, Sequence
 
 from dstp.transport.ipc import BatchEncoder
 
@@ -80,6 +80,8 @@ class FileSource:
         self._sent = 0
         self._blocks = 0
         self._cancelled = False
+        self._map: mmap.mmap | None = None
+        self._file: BinaryIO | None = None
 
     def messages(self) -> Iterator[tuple[Any, int]]:
         size = os.path.getsize(self.path)
@@ -106,13 +108,13 @@ class FileSource:
         self._cancelled = True
 
     def close(self) -> None:
-        mapped, self._map = getattr(self, "_map", None), None
+        mapped, self._map = self._map, None
         if mapped is not None:
             try:
                 mapped.close()
             except BufferError:
                 pass  # a view is still referenced somewhere; the map closes when it is collected
-        handle, self._file = getattr(self, "_file", None), None
+        handle, self._file = self._file, None
         if handle is not None:
             handle.close()
         callback, self.on_close = self.on_close, None

@@ -106,7 +106,10 @@ class QueryInfo:
 def _raise(exc: grpc.RpcError, target: str) -> DstpError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
-    meta = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
+    meta: dict[str, str] = {}
+    if hasattr(exc, "trailing_metadata"):
+        items: Any = exc.trailing_metadata() or ()
+        meta = {str(k): v.decode() if isinstance(v, bytes) else str(v) for k, v in items}
     if code == grpc.StatusCode.UNAVAILABLE and "dstp-error-code" not in meta:
         return TransportError(f"cannot reach the dstp server at {target}: {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and "dstp-error-code" not in meta:

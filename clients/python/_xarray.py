@@ -16,7 +16,7 @@ def _decode_iso(values: Any, calendar: str) -> Any:
     import cftime
     import numpy as np
 
-    out = []
+    out: list[Any] = []
     for text in values:
         if text is None:
             out.append(None)

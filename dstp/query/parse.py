@@ -98,7 +98,7 @@ class ValidatedQuery:
         return tuple(o.alias for o in self.outputs)
 
 
-def _position(node: exp.Expression | None) -> tuple[int | None, int | None, str | None]:
+def _position(node: Any) -> tuple[int | None, int | None, str | None]:
     """Return (line, column, token text) of the first token inside ``node``, else of its parents."""
     probe = node
     while probe is not None:
@@ -111,7 +111,7 @@ def _position(node: exp.Expression | None) -> tuple[int | None, int | None, str 
     return None, None, None
 
 
-def _error(cls: type[QueryError], message: str, sql: str, node: exp.Expression | None) -> QueryError:
+def _error(cls: type[QueryError], message: str, sql: str, node: Any) -> QueryError:
     line, col, token = _position(node)
     return cls(message, sql=sql, line=line, column=col, token=token)
 
@@ -275,7 +275,7 @@ class _Validator:
         self.sql = sql
         self.dataset = dataset
         self.columns = {c: c for c in dataset.column_names()}
-        self.lower = {}
+        self.lower: dict[str, list[str]] = {}
         for c in dataset.column_names():
             self.lower.setdefault(c.lower(), []).append(c)
         self.used: set[str] = set()
@@ -342,7 +342,7 @@ class _Validator:
             raise self._not_allowed(sub)
         return node
 
-    def _not_allowed(self, node: exp.Expression) -> QueryError:
+    def _not_allowed(self, node: Any) -> QueryError:
         if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
             return _error(ForbiddenQueryError, "subqueries are not supported", self.sql, node)
         if isinstance(node, exp.Placeholder):
@@ -446,7 +446,7 @@ def validate_query(sql: str, catalog: Catalog, *, max_length: int = 16_384) -> V
     sampling = _sampling(tree, table, sql)
     v = _Validator(sql, dataset)
 
-    outputs: list[exp.Alias] = []
+    outputs: list[Any] = []  # exp.Alias nodes
     for item in tree.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             for name in _star_outputs(dataset):
@@ -479,15 +479,14 @@ def validate_query(sql: str, catalog: Catalog, *, max_length: int = 16_384) -> V
     order_node = tree.args.get("order")
     if order_node is not None:
         for ordered in order_node.expressions:
-            key = ordered.this
-            if isinstance(key, exp.Literal) and not key.is_string:
-                pos = int(float(key.this))
+            order_key = ordered.this
+            if isinstance(order_key, exp.Literal) and not order_key.is_string:
+                pos = int(float(order_key.this))
                 if not 1 <= pos <= len(outputs):
-                    raise _error(QueryError, f"ORDER BY {pos}: there are {len(outputs)} output columns", sql, key)
-                key = exp.column(outputs[pos - 1].alias, quoted=True)
-                checked_key: exp.Expression = key
+                    raise _error(QueryError, f"ORDER BY {pos}: there are {len(outputs)} output columns", sql, order_key)
+                checked_key: Any = exp.column(outputs[pos - 1].alias, quoted=True)
             else:
-                checked_key = v.check(key, aliases=seen)
+                checked_key = v.check(order_key, aliases=seen)
                 for col in checked_key.find_all(exp.Column):
                     if col.name in seen and not col.this.quoted:
                         col.set("this", exp.Identifier(this=col.name, quoted=True))

@@ -133,9 +133,10 @@ class _Interval:
 
 def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> tuple[str, _Interval] | None:
     """Return (coordinate name, closed value interval) a conjunct confines a coordinate to."""
-    flip = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
+    flip: dict[Any, Any] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
     if isinstance(conj, tuple(flip)):
-        col, other, kind = conj.this, conj.expression, type(conj)
+        kind: Any = type(conj)
+        col, other = conj.this, conj.expression
         if not isinstance(col, exp.Column):
             col, other, kind = conj.expression, conj.this, flip[type(conj)]
         if not isinstance(col, exp.Column) or col.name not in coords:
@@ -159,9 +160,10 @@ def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> t
             and not conj.args.get("query"):
         coord = coords[conj.this.name]
         values = [_constant(e, coord) for e in conj.expressions]
-        if not values or any(v is None for v in values):
+        known = [v for v in values if v is not None]
+        if not values or len(known) != len(values):
             return None
-        return conj.this.name, _Interval(min(values), max(values))
+        return conj.this.name, _Interval(min(known), max(known))
     return None
 
 
