@@ -264,6 +264,8 @@ def cmd_query(args: argparse.Namespace) -> int:
             return 0
         stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
                                  progress=progress, streams=args.streams)
+        if args.verbose:
+            print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
         try:
             if args.output is not None:
                 out = Path(args.output)
@@ -302,6 +304,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         finally:
             finish()
             stream.close()
+        if args.verbose and stream.summary:
+            s = stream.summary
+            print(f"server read {s.get('hyperslabs_read', 0)} hyperslabs, {s.get('elements_read', 0):,} values "
+                  f"({s.get('bytes_read', 0) / 2**20:.1f} MiB) for {s.get('rows', 0):,} records in "
+                  f"{s.get('seconds', 0):.2f} s", file=sys.stderr)
     return 0
 
 
@@ -395,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", type=int, default=0, help="parallel streams for the striped channel")
     p.add_argument("--compression", default="none", choices=["none", "lz4", "zstd"], help="batch compression")
     p.add_argument("--explain", action="store_true", help="print the plan (grid, hyperslab, schema) without fetching")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say which data channel was chosen and why, and what the server read")
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,24 @@ def buffer_plan(wanted: int, limits: KernelLimits | None = None) -> int:
     return min(wanted, explicit_ceiling)
 
 
+_TCP_INFO = struct.Struct("=8B24I")  # struct tcp_info up to tcpi_total_retrans (Linux uapi/linux/tcp.h)
+
+
+def tcp_path_stats(sock: socket.socket) -> dict[str, float]:
+    """Return what the kernel measured on a connection: smoothed RTT, retransmissions, segments sent."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    except OSError:
+        return {}
+    if len(raw) < 144:
+        return {}
+    fields = _TCP_INFO.unpack_from(raw)
+    u32 = fields[8:]
+    rtt_us, total_retrans = u32[15], u32[23]
+    segs_out = struct.unpack_from("=I", raw, 136)[0]
+    return {"rtt_ms": rtt_us / 1000.0, "retransmits": float(total_retrans), "segments": float(segs_out)}
+
+
 class TcpConn:
     """A connected TCP socket speaking frames (send without copies, receive into buffers)."""
 
@@ -143,6 +162,10 @@ class TcpConn:
 
     def settimeout(self, seconds: float | None) -> None:
         self.sock.settimeout(seconds)
+
+    def path_stats(self) -> dict[str, float]:
+        """Return the kernel's RTT and retransmission counts for this connection."""
+        return tcp_path_stats(self.sock)
 
     def close(self) -> None:
         """Close the connection; threads blocked on it in other calls wake up (shutdown first)."""

@@ -102,7 +102,10 @@ class Transfer:
                     self._queue.append(seq)
                     self._cond.notify_all()
                 seq += 1
-            end = control_payload({"messages": seq, **self.source.summary()})
+            with self._cond:
+                live = list(self._live.items())
+            paths: dict[str, Any] = {str(s): getattr(conn, "path_stats", dict)() for s, (_, conn) in live}
+            end = control_payload({"messages": seq, **self.source.summary(), "paths": paths})
             with self._cond:
                 self._messages[seq] = _Message(Kind.END, end, 0, len(end))
                 self._end_seq = seq

@@ -30,13 +30,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import platformdirs
 
 from dstp.transport.tcp import buffer_plan
 
-__all__ = ["AutoTuner", "StripePlan", "TuneRecord"]
+__all__ = ["AutoTuner", "ChannelRecord", "StripePlan", "TuneRecord", "path_loss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +64,27 @@ class TuneRecord:
     weak: int = 0  # consecutive transfers under 70 % of best at the settled count
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelRecord:
+    """What one data channel achieved on one endpoint: throughput, loss and RTT seen."""
+
+    best_bps: float
+    last_bps: float
+    loss: float
+    rtt_s: float
+    updated: float
+
+
+def path_loss(summary: dict[str, Any]) -> float:
+    """Return the retransmitted fraction of segments the server's stripes reported, 0 if unknown."""
+    paths = summary.get("paths") or {}
+    sent = sum(float(p.get("segments", 0)) for p in paths.values())
+    lost = sum(float(p.get("retransmits", 0)) for p in paths.values())
+    return lost / sent if sent > 0 else 0.0
+
+
 class AutoTuner:
-    """Chooses stripe plans from measurements and remembers the outcome."""
+    """Chooses stripe plans and channels from measurements, and remembers the outcome."""
 
     def __init__(
         self,
@@ -89,18 +108,89 @@ class AutoTuner:
 
     # -- cache --------------------------------------------------------------------------
 
-    def _load(self) -> dict[str, TuneRecord]:
+    def _read(self) -> dict[str, Any]:
         try:
             raw = json.loads(self.cache_path.read_text())
-            return {k: TuneRecord(**v) for k, v in raw.items()}
-        except (OSError, ValueError, TypeError):
+            return raw if isinstance(raw, dict) and raw.get("version") == 2 else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _write(self, raw: dict[str, Any]) -> None:
+        raw["version"] = 2
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(raw, indent=1))
+        tmp.replace(self.cache_path)
+
+    def _load(self) -> dict[str, TuneRecord]:
+        try:
+            return {k: TuneRecord(**v) for k, v in self._read().get("striped", {}).items()}
+        except TypeError:
             return {}
 
     def _save(self, records: dict[str, TuneRecord]) -> None:
-        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: asdict(v) for k, v in records.items()}, indent=1))
-        tmp.replace(self.cache_path)
+        raw = self._read()
+        raw["striped"] = {k: asdict(v) for k, v in records.items()}
+        self._write(raw)
+
+    def channel_record(self, endpoint: str, transport: str) -> ChannelRecord | None:
+        """Return what ``transport`` achieved on ``endpoint`` so far."""
+        try:
+            entry = self._read().get("channels", {}).get(endpoint, {}).get(transport)
+            return ChannelRecord(**entry) if entry else None
+        except TypeError:
+            return None
+
+    def observe(self, endpoint: str, transport: str, nbytes: int, seconds: float, rtt_s: float,
+                loss: float) -> ChannelRecord | None:
+        """Remember a channel's throughput and loss on ``endpoint`` (transfers ≥ ``min_bytes`` only)."""
+        if nbytes < self.min_bytes or seconds <= 0:
+            return None
+        bps = nbytes * 8 / seconds
+        with self._lock:
+            raw = self._read()
+            channels = raw.setdefault("channels", {}).setdefault(endpoint, {})
+            old = channels.get(transport)
+            best = bps
+            if old and abs(rtt_s - old["rtt_s"]) <= max(0.3 * old["rtt_s"], 0.002):
+                best = max(bps, old["best_bps"])
+            record = ChannelRecord(best, bps, loss, rtt_s, time.time())
+            channels[transport] = asdict(record)
+            self._write(raw)
+            return record
+
+    def choose_channel(self, endpoint: str, offered: Sequence[str], rtt_s: float) -> tuple[str, str]:
+        """Return (transport, reason) among ``offered`` data channels ("striped", "udt") for a large transfer.
+
+        UDT is taken only when it measured faster on this endpoint (by 10 %: it costs far
+        more CPU than TCP), or — once, to learn — when striped TCP on a long path (RTT ≥
+        20 ms) lost packets (≥ 0.01 % retransmitted) or stayed under half the assumed
+        bandwidth. Measurements from another RTT (a changed path) do not count.
+        """
+        if "udt" not in offered:
+            return "striped", "striped (UDT not offered)"
+        if "striped" not in offered:
+            return "udt", "udt (the only data channel offered)"
+
+        def same_path(rec: Any) -> bool:
+            return rec is not None and abs(rtt_s - rec.rtt_s) <= max(0.3 * rec.rtt_s, 0.002)
+
+        tcp = self.channel_record(endpoint, "striped")
+        udt = self.channel_record(endpoint, "udt")
+        tcp = tcp if same_path(tcp) else None
+        udt = udt if same_path(udt) else None
+        if tcp and udt:
+            if udt.best_bps > 1.1 * tcp.best_bps:
+                return "udt", (f"udt: measured {udt.best_bps / 1e6:.0f} Mb/s here vs striped TCP "
+                               f"{tcp.best_bps / 1e6:.0f} Mb/s")
+            return "striped", (f"striped: measured {tcp.best_bps / 1e6:.0f} Mb/s here vs UDT "
+                               f"{udt.best_bps / 1e6:.0f} Mb/s")
+        if tcp and not udt and rtt_s >= 0.02 and (
+            tcp.loss >= 1e-4 or tcp.best_bps < 0.5 * self.assumed_bandwidth_bps
+        ):
+            return "udt", (f"probing udt once: striped TCP reached {tcp.best_bps / 1e6:.0f} Mb/s with "
+                           f"{tcp.loss * 100:.3f} % retransmitted at {rtt_s * 1e3:.0f} ms RTT")
+        return "striped", "striped (no measurement favours UDT on this path)"
 
     def record_for(self, endpoint: str) -> TuneRecord | None:
         """Return what the cache knows about ``endpoint``."""

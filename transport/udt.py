@@ -67,8 +67,14 @@ class UdtConn:
     def settimeout(self, seconds: float | None) -> None:
         self.raw.setsockopt("UDT_RCVTIMEO", -1 if seconds is None else int(seconds * 1000))
 
-    def perfmon(self) -> dict[str, float]:
-        return self.connection.perfmon(clear=False)
+    def path_stats(self) -> dict[str, float]:
+        """Return libudt's RTT, retransmissions and packets sent for this connection."""
+        try:
+            p = self.connection.perfmon(clear=False)
+        except TransportError:
+            return {}
+        return {"rtt_ms": float(p.get("msRTT", 0.0)), "retransmits": float(p.get("pktRetransTotal", 0)),
+                "segments": float(p.get("pktSentTotal", 0)), "bandwidth_mbps": float(p.get("mbpsBandwidth", 0.0))}
 
     def close(self) -> None:
         if self._closed:

@@ -30,7 +30,7 @@ from dstp.client._download import download
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport import tcp
-from dstp.transport.tuning import AutoTuner, StripePlan
+from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
 
 __all__ = ["Client", "Progress", "QueryInfo", "QueryStream", "connect"]
 
@@ -256,7 +256,7 @@ class Client:
             raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
         if compression not in _COMPRESSION:
             raise TransportUnavailableError(f"unknown compression {compression!r}; use none, lz4 or zstd")
-        channels = [pb.GRPC_STREAM, pb.STRIPED_TCP] if transport == "auto" else [_KIND[transport]]
+        channels = [pb.GRPC_STREAM, pb.STRIPED_TCP, pb.UDT] if transport == "auto" else [_KIND[transport]]
         request = pb.QueryRequest(
             sql=sql, channels=channels, streams=streams, compression=_COMPRESSION[compression],
             congestion_control=congestion_control,
@@ -315,9 +315,7 @@ class Client:
             summary["seconds"] = time.perf_counter() - started
             summary["choice"] = choice.reason
             stream.summary = summary
-            if kind == "striped" and choice.plan is not None:
-                self.tuner.record(self._tuning_key(), choice.plan, summary.get("wire_bytes", 0),
-                                  summary["seconds"], choice.rtt_s)
+            self._learn(kind, choice, summary.get("wire_bytes", 0), summary["seconds"], summary)
 
         if kind == "grpc":
             stream._batches = self._mapped(fetch_grpc(self._stub, offer.ticket, info.schema, report, on_summary))
@@ -366,14 +364,32 @@ class Client:
                        f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
 
     def _pick_offer(self, info: QueryInfo, choice: "_Choice") -> str:
-        kinds = {_KIND_NAME.get(o.kind) for o in info.offers}
+        kinds = {_KIND_NAME.get(o.kind, "") for o in info.offers}
         upper = info.estimated_bytes if info.estimated_bytes >= 0 else info.scan_rows * sum(
             _width(f.type) for f in info.schema)
-        if "striped" in kinds and upper >= AUTO_STRIPED_MIN_BYTES:
-            choice.reason = f"auto: striped × {choice.streams} ({choice.reason}); result up to {upper / 2**20:.1f} MiB"
-            return "striped"
-        choice.reason = f"auto: grpc (result at most {upper / 2**20:.1f} MiB)"
-        return "grpc"
+        return self._pick(kinds, upper, AUTO_STRIPED_MIN_BYTES, choice, "result")
+
+    def _pick(self, kinds: set[str], upper: int, threshold: int, choice: "_Choice", what: str) -> str:
+        """Return the offered channel for ``upper`` bytes: gRPC when small, else the measured best."""
+        from dstp.transport import udt
+
+        data = [k for k in ("striped", "udt") if k in kinds and (k != "udt" or udt.available())]
+        if upper < threshold or not data:
+            choice.reason = f"auto: grpc ({what} at most {upper / 2**20:.1f} MiB)"
+            return "grpc"
+        kind, why = self.tuner.choose_channel(self._tuning_key(), data, choice.rtt_s)
+        detail = f" × {choice.streams} ({choice.reason})" if kind == "striped" else ""
+        choice.reason = f"auto: {why}{detail}; {what} up to {upper / 2**20:.1f} MiB"
+        return kind
+
+    def _learn(self, kind: str, choice: "_Choice", nbytes: int, seconds: float, summary: dict[str, Any]) -> None:
+        """Teach the auto-tuner what a data-channel transfer achieved."""
+        if kind not in ("striped", "udt"):
+            return
+        rtt = choice.rtt_s or 0.0
+        self.tuner.observe(self._tuning_key(), kind, nbytes, seconds, rtt, path_loss(summary))
+        if kind == "striped" and choice.plan is not None:
+            self.tuner.record(self._tuning_key(), choice.plan, nbytes, seconds, rtt)
 
     def query(
         self,

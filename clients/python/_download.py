@@ -61,7 +61,7 @@ def download(
     from dstp.client._client import Progress
 
     choice = client._choose(transport, streams, congestion_control)
-    kinds = ["grpc", "striped"] if transport == "auto" else [choice.transport]
+    kinds = ["grpc", "striped", "udt"] if transport == "auto" else [choice.transport]
     out = Path(out)
     reply = _open(client, dataset, name, offset, length, [], kinds, choice.streams, choice.congestion_control)
     remote = RemoteFile(dataset, name, reply.size, reply.mtime_ns, reply.range.offset, reply.range.length, reply.crc32c)
@@ -77,7 +77,7 @@ def download(
     offers = {_KIND_NAME[o.kind]: o for o in reply.offers}
     kind = choice.transport
     if transport == "auto":
-        kind = "striped" if "striped" in offers and want >= AUTO_STRIPED_MIN_BYTES else "grpc"
+        kind = client._pick(set(offers), want, AUTO_STRIPED_MIN_BYTES, choice, "file")
     offer = offers[kind]
     started = time.perf_counter()
     granted = max(1, offer.streams)
@@ -87,6 +87,7 @@ def download(
         if progress is not None:
             progress(Progress(0, received, time.perf_counter() - started, 0, kind, granted, -1))
 
+    end_summary: dict[str, Any] = {}
     sink.open()
     try:
         if not missing:
@@ -110,14 +111,14 @@ def download(
                 received += payload.nbytes
                 payload.release()
                 report()
+            end_summary = receiver.summary or {}
         sink.finish()
     except BaseException:
         sink.save_state(force=True)
         sink.close()
         raise
     seconds = time.perf_counter() - started
-    if kind == "striped" and choice.plan is not None:
-        client.tuner.record(client._tuning_key(), choice.plan, received, seconds, choice.rtt_s)
+    client._learn(kind, choice, received, seconds, end_summary)
     return {
         "file": name, "dataset": dataset, "out": str(out), "bytes": received, "size": remote.length,
         "resumed_from": remote.length - want, "seconds": seconds, "transport": kind, "streams": granted,

@@ -71,16 +71,23 @@ class ChannelConformance:
         channel = _channel(data_server, self.transport)
         fired = []
 
-        def kill(stripe, conn, frames, phase):
-            if stripe == 0 and frames == 4 and phase == "header" and not fired:
+        def kill_before_sending(seq, payload):
+            # The server is about to send message 6 on some stripe: reset that stripe first, so the
+            # message is owned by a dead connection and only a resume can deliver it.
+            if seq == 6 and not fired:
                 transfer = list(channel._transfers.values())[-1]  # this query's: the newest
-                live = transfer._live.get(0)
+                stripe = transfer._owner.get(seq)
+                live = transfer._live.get(stripe) if stripe is not None else None
                 if live is not None:
                     fired.append(stripe)
                     live[1].abort()
+            return None
 
-        data_client._fault = kill
-        table, summary = self.query(data_client, BIG)
+        channel.tamper = kill_before_sending
+        try:
+            table, summary = self.query(data_client, BIG)
+        finally:
+            channel.tamper = None
         assert fired and summary["reconnects"] >= 1
         assert table.equals(data_client.query(BIG, transport="grpc"))
 

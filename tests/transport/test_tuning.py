@@ -81,3 +81,35 @@ def test_gridcopy_buffer_rule(tmp_path: Path, monkeypatch) -> None:
     plan = tuner.plan("x", 0.05)
     # BDP at 1 Gb/s and 50 ms is 6.25 MB; 4 streams / loss factor 2 → half each
     assert plan.buffer_bytes == int(0.05 * 1e9 / 8 / 2)
+
+
+def test_udt_only_when_it_measured_faster_or_to_learn_on_a_lossy_long_path(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    offered = ["striped", "udt"]
+    assert tuner.choose_channel("srv", offered, 0.2)[0] == "striped"  # nothing known: TCP
+    # striped TCP on a 200 ms path with 0.1 % retransmitted and a fifth of the link: try UDT once
+    tuner.observe("srv", "striped", 500 * MB, 500 * MB * 8 / 200e6, 0.2, 1e-3)
+    kind, why = tuner.choose_channel("srv", offered, 0.2)
+    assert kind == "udt" and "probing" in why
+    tuner.observe("srv", "udt", 500 * MB, 500 * MB * 8 / 400e6, 0.2, 2e-3)
+    assert tuner.choose_channel("srv", offered, 0.2)[0] == "udt"  # measured 2x faster
+    tuner.observe("srv", "striped", 500 * MB, 500 * MB * 8 / 900e6, 0.2, 1e-3)  # e.g. BBR got going
+    kind, why = tuner.choose_channel("srv", offered, 0.2)
+    assert kind == "striped" and "900" in why
+    assert tuner.choose_channel("srv", ["striped"], 0.2)[0] == "striped"
+
+
+def test_a_clean_fast_path_never_probes_udt(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    tuner.observe("lan", "striped", 500 * MB, 500 * MB * 8 / 900e6, 0.0005, 0.0)
+    assert tuner.choose_channel("lan", ["striped", "udt"], 0.0005)[0] == "striped"
+    tuner.observe("wan", "striped", 500 * MB, 500 * MB * 8 / 880e6, 0.1, 0.0)
+    assert tuner.choose_channel("wan", ["striped", "udt"], 0.1)[0] == "striped"
+
+
+def test_path_loss_from_the_servers_stripes() -> None:
+    from dstp.transport.tuning import path_loss
+
+    summary = {"paths": {"0": {"retransmits": 3, "segments": 1000}, "1": {"retransmits": 1, "segments": 1000}}}
+    assert path_loss(summary) == 0.002
+    assert path_loss({}) == 0.0
