@@ -399,10 +399,11 @@ class Client:
         compression: str = "none",
         progress: ProgressCallback | None = None,
         streams: int = 0,
+        congestion_control: str = "",
     ) -> pa.Table:
-        """Run ``sql`` and return the whole result as a ``pyarrow.Table``."""
+        """Run ``sql`` and return the whole result as a ``pyarrow.Table`` (options as ``query_batches``)."""
         stream = self.query_batches(sql, transport=transport, compression=compression, progress=progress,
-                                    streams=streams)
+                                    streams=streams, congestion_control=congestion_control)
         table = stream.read_all()
         self.last_summary = stream.summary
         return table

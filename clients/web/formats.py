@@ -85,7 +85,9 @@ class StreamEncoder(Protocol):
 
 
 class _Drained:
-    """A file-like sink whose contents are taken after each write."""
+    """An Arrow writer over a file-like sink whose contents are taken after each write."""
+
+    _writer: Any
 
     def __init__(self) -> None:
         self.sink = io.BytesIO()
@@ -95,14 +97,6 @@ class _Drained:
         self.sink.seek(0)
         self.sink.truncate()
         return data
-
-
-class CsvEncoder(_Drained):
-    """CSV with a header line; times as ``YYYY-MM-DD HH:MM:SS.ffffff``, NULL as an empty field."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        super().__init__()
-        self._writer = pa_csv.CSVWriter(self.sink, schema)
 
     def start(self) -> bytes:
         return self.take()
@@ -114,6 +108,14 @@ class CsvEncoder(_Drained):
     def end(self) -> bytes:
         self._writer.close()
         return self.take()
+
+
+class CsvEncoder(_Drained):
+    """CSV with a header line; times as ``YYYY-MM-DD HH:MM:SS.ffffff``, NULL as an empty field."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__()
+        self._writer = pa_csv.CSVWriter(self.sink, schema)
 
     def error(self, err: DstpError) -> bytes:
         return b"# dstp-error: " + json.dumps(err.to_dict()).encode() + b"\n"
@@ -219,17 +221,6 @@ class ArrowEncoder(_Drained):
     def __init__(self, schema: pa.Schema) -> None:
         super().__init__()
         self._writer = pa.ipc.new_stream(self.sink, schema)
-
-    def start(self) -> bytes:
-        return self.take()
-
-    def encode(self, batch: pa.RecordBatch) -> bytes:
-        self._writer.write_batch(batch)
-        return self.take()
-
-    def end(self) -> bytes:
-        self._writer.close()
-        return self.take()
 
     def error(self, err: DstpError) -> bytes:
         return b""
