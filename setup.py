@@ -4,7 +4,7 @@ All metadata lives in pyproject.toml; setuptools merges what this file adds:
 only ``ext_modules`` and ``cmdclass``.
 
 The UDT channel needs the extension ``dstp.transport._udt`` (pybind11 over
-libudt, sources in ``transport/_udt/``). It is built only when libudt's
+libudt, sources in ``transport/_udt_src/``). It is built only when libudt's
 header is found; otherwise -- or when compiling/linking it fails -- the
 pure-Python package still installs and the UDT channel reports itself
 unavailable. Environment variables (see docs/udt.md):
@@ -68,7 +68,7 @@ def udt_extensions() -> list[Pybind11Extension]:
     return [
         Pybind11Extension(
             "dstp.transport._udt",
-            sources=["transport/_udt/udt_module.cpp"],
+            sources=["transport/_udt_src/udt_module.cpp"],
             include_dirs=include_dirs,
             library_dirs=lib_dirs,
             runtime_library_dirs=lib_dirs,
