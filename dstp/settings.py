@@ -40,8 +40,8 @@ class Settings:
     max_concurrent_queries: int = _setting(8, "Queries executing at once; more are refused with RESOURCE_EXHAUSTED.")
     batch_rows: int = _setting(131_072, "Target grid points per record batch read from netCDF.")
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
-    duckdb_threads: int = _setting(2, "DuckDB worker threads per query.")
-    duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit per query (DuckDB size syntax).")
+    duckdb_threads: int = _setting(2, "DuckDB worker threads, shared by all queries.")
+    duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit, shared by all queries (DuckDB size syntax).")
     open_files: int = _setting(32, "netCDF files kept open in the handle cache.")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
