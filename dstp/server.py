@@ -22,6 +22,7 @@ import platformdirs
 from dstp.catalog.registry import Catalog
 from dstp.grpc_app import DstpServicer
 from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.query.execute import warm_up
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer, TransferSpec
@@ -74,6 +75,7 @@ class DstpServer:
         log.info("catalog %s: %d datasets published, %d skipped", self.catalog.root, len(self.catalog),
                  len(self.catalog.problems))
         self.service = DstpService(self.catalog, s)
+        warm_up(s)
         options = [
             ("grpc.max_send_message_length", s.grpc_max_message_bytes),
             ("grpc.max_receive_message_length", s.grpc_max_message_bytes),

@@ -119,6 +119,11 @@ def _connect(settings: Settings) -> duckdb.DuckDBPyConnection:
         return database.cursor()
 
 
+def warm_up(settings: Settings) -> None:
+    """Open the shared DuckDB database now, so the first query does not pay for it."""
+    _connect(settings).close()
+
+
 _DUCK_PREFIX = re.compile(r"^\w+ Error: ")
 
 

@@ -9,7 +9,7 @@
 # parsed, float32 values widen exactly to double, and the schema (types,
 # units, calendars) travels in the same response as the records.
 #
-# Anything else (nested types, dictionaries, decimals, compressed bodies)
+# Anything else (nested types, dictionaries, 256-bit decimals, compressed bodies)
 # makes ipc_supported() FALSE and the caller uses CSV instead. The layout
 # follows format/Schema.fbs and format/Message.fbs of the Arrow project.
 
@@ -84,17 +84,13 @@ fb_key_values <- function(buf, tab, i) {
 # Combine the low and high 32-bit halves of little-endian int64 values into doubles
 # (exact up to 2^53). readBin() maps the bit pattern 0x80000000 to NA_integer_.
 int64_to_double <- function(lo, hi, signed = TRUE) {
-  lo <- as.double(lo)
-  hi <- as.double(hi)
-  lo[is.na(lo)] <- -2147483648
-  hi[is.na(hi)] <- -2147483648
-  neg <- lo < 0
-  lo[neg] <- lo[neg] + 4294967296
-  if (!signed) {
-    hneg <- hi < 0
-    hi[hneg] <- hi[hneg] + 4294967296
-  }
-  hi * 4294967296 + lo
+  lo_d <- as.double(lo)
+  hi_d <- as.double(hi)
+  if (anyNA(lo)) lo_d[is.na(lo)] <- -2147483648
+  if (anyNA(hi)) hi_d[is.na(hi)] <- -2147483648
+  out <- hi_d * 4294967296 + lo_d + (lo_d < 0) * 4294967296
+  if (!signed) out <- out + (hi_d < 0) * 18446744073709551616
+  out
 }
 
 # -- Schema -------------------------------------------------------------------
@@ -136,7 +132,11 @@ ipc_field <- function(buf, f) {
     bool = "bool",
     null = "null",
     binary = "binary",
-    decimal = sprintf("decimal(%d, %d)", fb_scalar(buf, t, 0L, fb_i32), fb_scalar(buf, t, 1L, fb_i32)),
+    decimal = {
+      bits <- fb_scalar(buf, t, 2L, fb_i32, default = 128L)
+      unit <- as.character(fb_scalar(buf, t, 1L, fb_i32))  # the scale
+      sprintf("decimal%s(%d, %s)", if (bits == 128L) "" else bits, fb_scalar(buf, t, 0L, fb_i32), unit)
+    },
     kind
   )
   list(
@@ -162,7 +162,8 @@ ipc_schema_from_message <- function(buf, msg) {
 
 # -- Messages -----------------------------------------------------------------
 
-# Read the next message from connection `con`: list(type, buf, msg, body) or NULL at end of stream.
+# Read the next message's metadata from connection `con`: list(type, buf, msg, body_len), or NULL at
+# the end of the file. The body (body_len bytes) is left for the caller to read or skip.
 ipc_next_message <- function(con) {
   head <- readBin(con, "raw", 8L)
   if (length(head) == 0L) return(NULL)
@@ -182,10 +183,16 @@ ipc_next_message <- function(con) {
   msg <- fb_deref(meta, 0L)
   header_type <- fb_scalar(meta, msg, 1L, fb_u8)
   body_len <- fb_scalar(meta, msg, 3L, fb_i64, default = 0)
-  body <- if (body_len > 0) readBin(con, "raw", body_len) else raw()
-  if (length(body) < body_len) stop_dstp("integrity_error", "the Arrow stream ended inside a record batch")
   type <- c("schema", "dictionary", "recordbatch", "tensor", "sparsetensor")[header_type]
-  list(type = if (is.na(type)) "unknown" else type, buf = meta, msg = msg, body = body)
+  list(type = if (is.na(type)) "unknown" else type, buf = meta, msg = msg, body_len = body_len)
+}
+
+# Read exactly n bytes (n may be 0) or fail: the stream ended early.
+read_raw <- function(con, n) {
+  if (n <= 0) return(raw())
+  out <- readBin(con, "raw", n)
+  if (length(out) < n) stop_dstp("integrity_error", "the Arrow stream ended inside a message body")
+  out
 }
 
 #' Parse an Arrow IPC schema message (bytes as in gRPC QueryReply.arrow_schema)
@@ -204,25 +211,54 @@ ipc_supported <- function(schema) {
     !f$dictionary && f$children == 0L && (
       f$kind %in% c("null", "floatingpoint", "bool", "utf8", "largeutf8", "timestamp", "date") &&
         f$type != "halffloat" ||
+        f$kind == "decimal" && f$bits == 128L ||
         f$kind == "int" && f$bits %in% c(8L, 16L, 32L, 64L)
     )
   }
   all(vapply(schema$fields, ok, logical(1)))
 }
 
-# -- Record batches -------------------------------------------------------------
 
-ipc_buffer <- function(body, spec) {
-  if (spec[2] == 0) return(raw())
-  body[spec[1] + seq_len(spec[2])]
+# -- Record batches -------------------------------------------------------------
+#
+# A record batch body is read buffer by buffer straight from the connection: typed buffers go
+# through readBin() into R vectors without an intermediate raw copy.
+
+body_reader <- function(con, body_len) {
+  pos <- 0
+  goto <- function(offset) {
+    if (offset < pos) stop_dstp("protocol_error", "Arrow buffers out of order in a record batch")
+    read_raw(con, offset - pos)
+    pos <<- offset
+  }
+  list(
+    raw = function(spec) {
+      goto(spec[1L])
+      pos <<- pos + spec[2L]
+      read_raw(con, spec[2L])
+    },
+    typed = function(spec, what, n, size, signed = TRUE) {
+      if (spec[2L] < n * size) stop_dstp("protocol_error", "an Arrow buffer is shorter than its column")
+      goto(spec[1L])
+      x <- if (n > 0) readBin(con, what, n = n, size = size, signed = signed, endian = "little") else
+        vector(if (what == "double") "double" else "integer")
+      if (length(x) < n) stop_dstp("integrity_error", "the Arrow stream ended inside a record batch")
+      pos <<- pos + n * size
+      x
+    },
+    finish = function() goto(body_len)
+  )
 }
 
 ipc_strings <- function(offsets, data) {
   n <- length(offsets) - 1L
   if (n == 0L) return(character())
+  # the buffer may be padded past the last string, and offsets need not start at 0
+  first <- offsets[1L]
+  data <- if (offsets[n + 1L] > first) data[(first + 1):offsets[n + 1L]] else raw()
   if (length(data) == 0L) return(rep("", n))
-  starts <- offsets[-length(offsets)]
-  ends <- offsets[-1L]
+  starts <- offsets[-length(offsets)] - first
+  ends <- offsets[-1L] - first
   if (!any(data > as.raw(0x7f)) && !any(data == as.raw(0))) {
     # ASCII (ISO times, most names): cut one string, byte positions are character positions
     return(substring(rawToChar(data), starts + 1, ends))
@@ -233,54 +269,68 @@ ipc_strings <- function(offsets, data) {
   out
 }
 
-# Decode one column: `node` is c(length, null_count); `bufs` a list of c(offset, length).
-ipc_column <- function(field, n, null_count, bufs, body) {
+# Interleaved little-endian int64 values read as pairs of int32, as doubles.
+int64_pairs <- function(v, signed = TRUE) {
+  dim(v) <- c(2L, length(v) %/% 2L)
+  int64_to_double(v[1L, ], v[2L, ], signed = signed)
+}
+
+# Decode one column (as a plain vector: timestamps in seconds, dates in days; see ipc_finish()).
+# `specs` is a list of c(offset, length) for this column's buffers.
+ipc_column <- function(field, n, null_count, specs, body) {
   if (field$kind == "null") return(rep(NA, n))
-  validity <- ipc_buffer(body, bufs[[1L]])
-  data <- ipc_buffer(body, bufs[[2L]])
+  validity <- body$raw(specs[[1L]])
+  data <- specs[[2L]]
   value <- switch(field$kind,
-    floatingpoint = readBin(data, "double", n = n, size = if (field$type == "float") 4L else 8L,
-                            endian = "little"),
-    int = {
-      if (field$bits == 64L) {
-        v <- readBin(data, "integer", n = 2L * n, size = 4L, endian = "little")
-        int64_to_double(v[c(TRUE, FALSE)], v[c(FALSE, TRUE)], signed = field$signed)
-      } else if (field$bits == 32L) {
-        v <- readBin(data, "integer", n = n, size = 4L, endian = "little")
+    floatingpoint = body$typed(data, "double", n, if (field$type == "float") 4L else 8L),
+    int = switch(as.character(field$bits),
+      "64" = int64_pairs(body$typed(data, "integer", 2L * n, 4L), signed = field$signed),
+      "32" = {
+        v <- body$typed(data, "integer", n, 4L)
         if (field$signed) v else int64_to_double(v, 0L, signed = FALSE)
-      } else {
-        readBin(data, "integer", n = n, size = field$bits %/% 8L, signed = field$signed, endian = "little")
-      }
+      },
+      body$typed(data, "integer", n, field$bits %/% 8L, signed = field$signed)
+    ),
+    bool = as.logical(rawToBits(body$raw(data))[seq_len(n)]),
+    timestamp = int64_pairs(body$typed(data, "integer", 2L * n, 4L)) /
+      c(s = 1, ms = 1e3, us = 1e6, ns = 1e9)[[field$unit]],
+    date = if (field$type == "date32[day]") {
+      as.double(body$typed(data, "integer", n, 4L))
+    } else {
+      int64_pairs(body$typed(data, "integer", 2L * n, 4L)) / 86400000
     },
-    bool = as.logical(rawToBits(data)[seq_len(n)]),
-    timestamp = {
-      v <- readBin(data, "integer", n = 2L * n, size = 4L, endian = "little")
-      us <- int64_to_double(v[c(TRUE, FALSE)], v[c(FALSE, TRUE)])
-      .POSIXct(us / c(s = 1, ms = 1e3, us = 1e6, ns = 1e9)[[field$unit]], tz = "UTC")
+    decimal = {
+      # 128-bit two's complement integers scaled by 10^-scale; the low half is read as signed
+      # 64-bit so small negative numbers stay exact (as exact as a parsed decimal up to 2^53)
+      v <- body$typed(data, "integer", 4L * n, 4L)
+      dim(v) <- c(4L, n)
+      lo <- int64_to_double(v[1L, ], v[2L, ])
+      hi <- int64_to_double(v[3L, ], v[4L, ])
+      ((hi + (lo < 0)) * 18446744073709551616 + lo) / 10^as.numeric(field$unit)
     },
-    date = {
-      if (field$type == "date32[day]") {
-        days <- as.double(readBin(data, "integer", n = n, size = 4L, endian = "little"))
-      } else {
-        v <- readBin(data, "integer", n = 2L * n, size = 4L, endian = "little")
-        days <- int64_to_double(v[c(TRUE, FALSE)], v[c(FALSE, TRUE)]) / 86400000
-      }
-      structure(days, class = "Date")
+    utf8 = {
+      offsets <- body$typed(data, "integer", n + 1L, 4L)
+      ipc_strings(offsets, body$raw(specs[[3L]]))
     },
-    utf8 = ipc_strings(readBin(data, "integer", n = n + 1L, size = 4L, endian = "little"),
-                       ipc_buffer(body, bufs[[3L]])),
     largeutf8 = {
-      v <- readBin(data, "integer", n = 2L * (n + 1L), size = 4L, endian = "little")
-      ipc_strings(int64_to_double(v[c(TRUE, FALSE)], v[c(FALSE, TRUE)]), ipc_buffer(body, bufs[[3L]]))
+      offsets <- int64_pairs(body$typed(data, "integer", 2L * (n + 1L), 4L))
+      ipc_strings(offsets, body$raw(specs[[3L]]))
     },
     stop_dstp("protocol_error", sprintf("cannot decode Arrow type %s", field$type))
   )
-  if (length(value) != n) stop_dstp("integrity_error", sprintf("column %s: %d values where %d were announced",
-                                                                field$name, length(value), n))
   if (null_count > 0 && length(validity)) {
     value[!as.logical(rawToBits(validity)[seq_len(n)])] <- NA
   }
   value
+}
+
+# Give decoded columns their R classes.
+ipc_finish <- function(field, x) {
+  switch(field$kind,
+    timestamp = .POSIXct(x, tz = "UTC"),
+    date = structure(x, class = "Date"),
+    x
+  )
 }
 
 # Number of buffers each column takes in a record batch body.
@@ -288,7 +338,7 @@ ipc_buffer_count <- function(field) {
   switch(field$kind, null = 0L, utf8 = 3L, largeutf8 = 3L, binary = 3L, largebinary = 3L, 2L)
 }
 
-ipc_decode_batch <- function(schema, m) {
+ipc_decode_batch <- function(schema, m, con) {
   buf <- m$buf
   rb <- fb_table(buf, m$msg, 2L)
   if (!is.na(fb_field(buf, rb, 3L))) {
@@ -298,35 +348,42 @@ ipc_decode_batch <- function(schema, m) {
   specs <- fb_vector(buf, rb, 2L, struct_size = 16L)
   fields <- schema$fields
   if (length(nodes) != length(fields)) stop_dstp("protocol_error", "a record batch does not match its schema")
+  body <- body_reader(con, m$body_len)
   out <- vector("list", length(fields))
   b <- 0L
   for (i in seq_along(fields)) {
     k <- ipc_buffer_count(fields[[i]])
     bufs <- lapply(specs[b + seq_len(k)], function(p) c(fb_i64(buf, p), fb_i64(buf, p + 8L)))
     b <- b + k
-    out[[i]] <- ipc_column(fields[[i]], fb_i64(buf, nodes[i]), fb_i64(buf, nodes[i] + 8L), bufs, m$body)
+    n <- fb_i64(buf, nodes[i])
+    value <- ipc_column(fields[[i]], n, fb_i64(buf, nodes[i] + 8L), bufs, body)
+    if (length(value) != n) {
+      stop_dstp("integrity_error", sprintf("column %s: %d values where %d were announced", fields[[i]]$name,
+                                           length(value), n))
+    }
+    out[[i]] <- value
   }
+  body$finish()
   out
 }
 
-# An empty column of the R type a field decodes to.
+# An empty column of the R type a field decodes to (before ipc_finish()).
 ipc_empty <- function(field) {
   switch(field$kind,
-    floatingpoint = double(),
     int = if (field$bits < 32L || field$bits == 32L && field$signed) integer() else double(),
     bool = logical(),
-    timestamp = .POSIXct(double(), tz = "UTC"),
-    date = structure(double(), class = "Date"),
     utf8 = character(),
     largeutf8 = character(),
-    logical()
+    null = logical(),
+    double()
   )
 }
 
 #' Read an Arrow IPC stream file into a list(schema, columns)
 #'
 #' Raises a dstp_integrity_error condition when the stream lacks its end
-#' marker (the server stopped mid-result).
+#' marker (the server stopped mid-result). `columns` is NULL when the schema
+#' has a type this reader does not decode (see ipc_supported()).
 #' @noRd
 ipc_read_stream <- function(path, schema_only = FALSE) {
   con <- file(path, "rb")
@@ -336,8 +393,8 @@ ipc_read_stream <- function(path, schema_only = FALSE) {
     stop_dstp("integrity_error", "the Arrow stream does not start with a schema")
   }
   schema <- ipc_schema_from_message(first$buf, first$msg)
-  if (schema_only) return(list(schema = schema, columns = NULL))
-  if (!ipc_supported(schema)) return(list(schema = schema, columns = NULL))
+  if (schema_only || !ipc_supported(schema)) return(list(schema = schema, columns = NULL))
+  read_raw(con, first$body_len)
   batches <- list()
   repeat {
     m <- ipc_next_message(con)
@@ -348,18 +405,18 @@ ipc_read_stream <- function(path, schema_only = FALSE) {
     }
     if (m$type == "eos") break
     if (m$type == "recordbatch") {
-      batches[[length(batches) + 1L]] <- ipc_decode_batch(schema, m)
+      batches[[length(batches) + 1L]] <- ipc_decode_batch(schema, m, con)
     } else if (m$type == "dictionary") {
       stop_dstp("protocol_error", "dictionary-encoded Arrow columns are not supported by this client")
+    } else {
+      read_raw(con, m$body_len)
     }
   }
   columns <- lapply(seq_along(schema$fields), function(i) {
-    parts <- lapply(batches, `[[`, i)
-    if (length(parts) == 0L) return(ipc_empty(schema$fields[[i]]))
-    if (length(parts) == 1L) return(parts[[1L]])
-    out <- do.call(c, parts)
-    if (inherits(parts[[1L]], "POSIXct")) attr(out, "tzone") <- "UTC"
-    out
+    f <- schema$fields[[i]]
+    x <- if (length(batches) == 0L) ipc_empty(f) else if (length(batches) == 1L) batches[[1L]][[i]] else
+      unlist(lapply(batches, `[[`, i), use.names = FALSE)
+    ipc_finish(f, x)
   })
   list(schema = schema, columns = columns)
 }
