@@ -96,6 +96,9 @@ class FileHandles:
         self.capacity = max(1, capacity)
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
+        # (size, mtime) of each file when first opened: a file changed or cut short afterwards
+        # must fail loudly, not be served (netCDF-C reads a truncated classic file as fill values).
+        self._identity: dict[Path, tuple[int, int]] = {}
 
     def _get(self, path: Path) -> netCDF4.Dataset:
         ds = self._open.get(path)
@@ -111,6 +114,8 @@ class FileHandles:
                 netCDF4.set_chunk_cache(*previous)
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path.name}: {exc}") from exc
+        st = path.stat()
+        self._identity.setdefault(path, (st.st_size, st.st_mtime_ns))
         # dstp decodes CF packing and fill values itself, the way xarray does.
         ds.set_auto_maskandscale(False)
         ds.set_always_mask(False)
@@ -126,6 +131,7 @@ class FileHandles:
         """Return the raw (still packed) values of ``variable[index]`` from ``path``."""
         with NETCDF_LOCK:
             ds = self._get(path)
+            self._check_unchanged(path)
             try:
                 var = ds.variables[variable]
                 array = np.asarray(var[tuple(index)] if index else var[...])
@@ -135,6 +141,21 @@ class FileHandles:
         if stats is not None:
             stats.add(array)
         return array
+
+    def _check_unchanged(self, path: Path) -> None:
+        try:
+            st = path.stat()
+        except OSError as exc:
+            self._drop(path)
+            raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
+        size, mtime = self._identity.get(path, (st.st_size, st.st_mtime_ns))
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            self._drop(path)
+            what = "cut short" if st.st_size < size else "changed"
+            raise DataFileError(
+                f"{path.name} was {what} on disk after the catalog was scanned ({size} → {st.st_size} bytes); "
+                "restart the server to publish the new version"
+            )
 
     def _drop(self, path: Path) -> None:
         ds = self._open.pop(path, None)

@@ -15,6 +15,7 @@ traceback and never sent. ``docs/web.md`` describes pages, endpoints and formats
 
 from __future__ import annotations
 
+import base64
 import logging
 import socket
 import threading
@@ -245,7 +246,7 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
     app.add_middleware(_Boundary)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["*"], expose_headers=["Content-Disposition", "X-Dstp-Query-Id"])
+                           allow_headers=["*"], expose_headers=["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema"])
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     def page(template: str, model: dict[str, Any], **extra: Any) -> HTMLResponse:
@@ -352,6 +353,8 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
         headers = {
             "Content-Disposition": f'attachment; filename="{result_filename(execution.schema, sql, kind.extension)}"',
             "X-Dstp-Query-Id": execution.query_id,
+            # The typed schema (units, calendars) for formats that cannot carry it, e.g. CSV.
+            "X-Dstp-Arrow-Schema": base64.b64encode(execution.schema.serialize().to_pybytes()).decode(),
         }
         if kind.streamed:
             stream = ResultStream(execution, encoder_for(fmt, execution.schema), limit, unexpected=_incident)
@@ -405,6 +408,21 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
         return await run_query(request, body.sql, body.format, body.limit)
 
     # -- API description ----------------------------------------------------------------
+
+    @app.get("/server.json", summary="Where this server listens: HTTP, gRPC and data channels, and its version")
+    def server_json(request: Request) -> dict[str, Any]:
+        ends = _endpoints(request, service, settings)
+        host = request.url.hostname or settings.host
+
+        def seen(kind: str) -> str:
+            info = service.channels.get(kind)
+            if info is None or not info.endpoint:
+                return ""
+            bound, _, port = info.endpoint.rpartition(":")
+            return f"{host}:{port}" if bound.strip("[]") in ("0.0.0.0", "::") else info.endpoint
+
+        return {"version": __version__, "http": ends.http_base, "grpc": ends.grpc_target, "data": seen("striped"),
+                "udt": seen("udt"), "channels": [k for k in ("grpc", "striped", "udt") if k in service.channels]}
 
     @app.get("/api.json", summary="This API's OpenAPI description (same as /openapi.json)")
     def api_json() -> dict[str, Any]:

@@ -196,3 +196,21 @@ def test_concurrent_query_limit(catalog_root: Path) -> None:
             except dstp.LimitExceededError:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+
+
+def test_a_file_cut_short_while_serving_fails_loudly(tmp_path: Path) -> None:
+    import shutil
+
+    from dstp.samples import generate_samples
+
+    generate_samples(tmp_path, "small")
+    with DstpServer(Settings(catalog_root=tmp_path, port=0, http_port=-1, data_port=-1, udt_port=-1)) as srv, \
+            dstp.connect(srv.endpoints.grpc) as c:
+        assert c.query("select salinity from ocean limit 5").num_rows == 5
+        victim = tmp_path / "ocean" / "ocean_2000-07.nc"
+        data = victim.read_bytes()
+        victim.write_bytes(data[: int(len(data) * 0.95)])  # netCDF3: the library would invent fill values
+        with pytest.raises(dstp.DataFileError, match="cut short"):
+            c.query("select salinity from ocean")
+        assert c.query("select temperature from ccm3 limit 2").num_rows == 2  # everyone else is served
+    shutil.rmtree(tmp_path)

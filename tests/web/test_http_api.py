@@ -279,3 +279,21 @@ def test_unexpected_error_is_500_with_an_incident_id_and_no_traceback(web_server
     assert page.status_code == 500 and "text/html" in page.headers["content-type"] and "secret" not in page.text
     logged = [rec for rec in caplog.records if incident[1] in rec.getMessage()]
     assert logged and logged[0].exc_info is not None  # the traceback stays in the server log
+
+
+def test_server_json_says_where_every_channel_listens(web_server, http) -> None:
+    info = http.get("/server.json").json()
+    assert info["grpc"] == web_server.endpoints.grpc
+    assert info["http"].startswith("http://") and info["version"]
+    assert "grpc" in info["channels"]
+
+
+def test_query_responses_carry_the_typed_schema(http) -> None:
+    import base64
+
+    import pyarrow as pa
+
+    r = http.get("/query", params={"sql": "select temperature, time from ccm3 limit 3", "format": "csv"})
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(r.headers["x-dstp-arrow-schema"])))
+    assert schema.field("temperature").metadata[b"units"] == b"K"
+    assert schema.field("time").type == pa.timestamp("us")

@@ -1,0 +1,136 @@
+# HTTP plumbing on curl: JSON documents, and query results streamed to a file.
+
+USER_AGENT <- "dstp-r/0.1.0 (https://github.com/dstp; R package dstp)"
+
+# GET URLs longer than this (URL-encoded) use POST /query with a JSON body instead.
+MAX_GET_URL <- 8000L
+
+new_dstp_handle <- function(con) {
+  h <- curl::new_handle()
+  curl::handle_setopt(h, useragent = USER_AGENT, connecttimeout = con$timeout, followlocation = TRUE,
+                      failonerror = FALSE)
+  h
+}
+
+# A curl failure (no answer at all) as a dstp_connection_error naming the URL.
+connection_error <- function(url, e) {
+  dstp_condition("connection_error", sprintf("cannot reach the dstp server at %s: %s", url, conditionMessage(e)),
+                 url = url)
+}
+
+# Turn an error response body (the JSON error shape of docs/web.md) into a condition.
+error_from_body <- function(status, body, url) {
+  text <- if (is.raw(body)) rawToChar(body) else paste(body, collapse = "\n")
+  parsed <- tryCatch(jsonlite::fromJSON(text, simplifyVector = FALSE), error = function(e) NULL)
+  err <- if (is.list(parsed)) parsed$error else NULL
+  if (!is.list(err)) {
+    snippet <- substr(gsub("\\s+", " ", text), 1L, 200L)
+    return(dstp_condition(if (status == 404) "not_found" else "internal",
+                          sprintf("HTTP %d from %s (not a dstp error body): %s", status, url, snippet),
+                          status = status, url = url))
+  }
+  as_int <- function(x) if (is.null(x)) NULL else as.integer(x)
+  dstp_condition(err$code, err$message %||% sprintf("HTTP %d", status), line = as_int(err$line),
+                 column = as_int(err$column), token = err$token, status = status, url = url)
+}
+
+base_url <- function(con, path, query = list()) {
+  url <- paste0(con$url, path)
+  query <- query[!vapply(query, is.null, logical(1))]
+  if (length(query)) {
+    values <- vapply(seq_along(query), function(i) {
+      paste0(curl::curl_escape(names(query)[i]), "=", curl::curl_escape(as.character(query[[i]])))
+    }, character(1))
+    url <- paste0(url, "?", paste(values, collapse = "&"))
+  }
+  url
+}
+
+# GET a JSON document; returns the parsed list (simplifyVector = FALSE).
+http_json <- function(con, path, query = list()) {
+  url <- base_url(con, path, query)
+  res <- tryCatch(curl::curl_fetch_memory(url, handle = new_dstp_handle(con)),
+                  error = function(e) stop(connection_error(url, e)))
+  if (res$status_code >= 400) stop(error_from_body(res$status_code, res$content, url))
+  text <- rawToChar(res$content)
+  Encoding(text) <- "UTF-8"
+  parsed <- tryCatch(jsonlite::fromJSON(text, simplifyVector = FALSE), error = function(e) {
+    stop_dstp("protocol_error", sprintf("%s did not answer JSON: %s", url, conditionMessage(e)), url = url)
+  })
+  parsed
+}
+
+# The last line of a file, if it is short enough to be a trailer ("" otherwise).
+last_line <- function(path, max_bytes = 65536) {
+  size <- file.size(path)
+  if (is.na(size) || size == 0) return("")
+  con <- file(path, "rb")
+  on.exit(close(con))
+  n <- min(size, max_bytes)
+  seek(con, size - n)
+  tail <- readBin(con, "raw", n)
+  while (length(tail) && tail[length(tail)] %in% as.raw(c(10, 13))) tail <- tail[-length(tail)]
+  nl <- which(tail == as.raw(10))
+  if (length(nl)) tail <- tail[(max(nl) + 1L):length(tail)]
+  if (length(tail) == 0L || any(tail == as.raw(0))) return("")
+  out <- rawToChar(tail)
+  Encoding(out) <- "UTF-8"
+  out
+}
+
+CSV_TRAILER <- "# dstp-error: "
+
+# The error a result file ends with (CSV `# dstp-error:` line, NDJSON `{"error": ...}` line), or NULL.
+trailer_error <- function(path, format, url) {
+  if (!format %in% c("csv", "ndjson")) return(NULL)
+  line <- last_line(path)
+  body <- NULL
+  if (format == "csv" && startsWith(line, CSV_TRAILER)) body <- substring(line, nchar(CSV_TRAILER) + 1L)
+  if (format == "ndjson" && startsWith(line, "{\"error\"")) body <- line
+  if (is.null(body)) return(NULL)
+  cond <- error_from_body(500L, body, url)
+  cond$message <- paste0(cond$message, "\n(the server failed after it had started sending the result; ",
+                         "the records received so far were discarded)")
+  cond$status <- NULL
+  cond
+}
+
+#' Run a query over HTTP and stream its result into `path`
+#'
+#' Returns list(status, headers, url, path). Raises the server's error as a
+#' condition: before the result (status >= 400 with a JSON body), after it
+#' started (the CSV/NDJSON trailer), or when the transfer broke off (an
+#' integrity error naming the URL).
+#' @noRd
+http_query_to_file <- function(con, sql, format, path, limit = NULL) {
+  stopifnot(is.character(sql), length(sql) == 1L, !is.na(sql))
+  url <- base_url(con, "/query", list(sql = sql, format = format, limit = limit))
+  h <- new_dstp_handle(con)
+  shown <- base_url(con, "/query", list(format = format))
+  if (nchar(url) > MAX_GET_URL) {
+    body <- jsonlite::toJSON(list(sql = sql, format = format, limit = limit), auto_unbox = TRUE, null = "null")
+    curl::handle_setopt(h, post = TRUE, postfields = as.character(body))
+    curl::handle_setheaders(h, "Content-Type" = "application/json")
+    url <- paste0(con$url, "/query")
+    shown <- url
+  }
+  res <- tryCatch(curl::curl_fetch_disk(url, path, handle = h), error = function(e) e)
+  if (inherits(res, "error")) {
+    trailer <- if (file.exists(path)) trailer_error(path, format, shown) else NULL
+    if (!is.null(trailer)) stop(trailer)
+    if (file.exists(path) && file.size(path) > 0) {
+      stop_dstp("integrity_error", sprintf(
+        "the result from %s broke off after %s bytes (%s); it is incomplete and was discarded",
+        shown, format(file.size(path), big.mark = ","), conditionMessage(res)), url = shown)
+    }
+    stop(connection_error(shown, res))
+  }
+  headers <- curl::parse_headers_list(res$headers)
+  if (res$status_code >= 400) {
+    body <- readBin(path, "raw", file.size(path))
+    stop(error_from_body(res$status_code, body, shown))
+  }
+  trailer <- trailer_error(path, format, shown)
+  if (!is.null(trailer)) stop(trailer)
+  list(status = res$status_code, headers = headers, url = shown, path = path)
+}

@@ -1,0 +1,62 @@
+"""The R package's bridge to the dstp Python client (loaded through reticulate).
+
+R asks for a query over a data channel only the Python client speaks (gRPC,
+striped TCP, UDT); the records are written as an uncompressed Arrow IPC
+stream to a file that R decodes with the same reader as ``GET /query?format=arrow``.
+A file is used instead of converting NumPy arrays through reticulate: it is as
+fast (one sequential write and read of the Arrow buffers), keeps the schema's
+units and calendars, and does not depend on reticulate's NumPy support
+(reticulate before 1.36 cannot convert NumPy 2 arrays).
+
+Errors come back as data, ``{"error": {"code", "message", "line", "column"}}``,
+so R raises the same condition classes as over HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+
+import dstp
+from dstp.errors import DstpError
+
+
+def _error(err: DstpError) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": err.code, "message": err.message}
+    for key in ("line", "column", "token"):
+        value = getattr(err, key, None)
+        if value is not None:
+            out[key] = value
+    return {"error": out}
+
+
+def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit: int = -1) -> dict[str, Any]:
+    """Run ``sql`` on the server at ``target`` over ``transport``; write the result to ``path``.
+
+    ``limit`` >= 0 keeps that many records and then stops the transfer.
+    Returns the fetch summary (rows, transport, seconds, ...) or an error.
+    """
+    started = time.perf_counter()
+    try:
+        with dstp.connect(target) as client:
+            stream = client.query_batches(sql, transport=transport, streams=streams)
+            rows = 0
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, stream.schema) as writer:
+                try:
+                    for batch in stream:
+                        if 0 <= limit <= rows + batch.num_rows:
+                            writer.write_batch(batch.slice(0, limit - rows))
+                            rows = limit
+                            break
+                        writer.write_batch(batch)
+                        rows += batch.num_rows
+                finally:
+                    stream.close()
+    except DstpError as err:
+        return _error(err)
+    summary = {k: v for k, v in (stream.summary or {}).items() if isinstance(v, (bool, int, float, str))}
+    summary.update({"rows": rows, "transport": stream.transport, "seconds": time.perf_counter() - started,
+                    "choice": stream.choice})
+    return summary

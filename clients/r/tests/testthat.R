@@ -1,0 +1,4 @@
+library(testthat)
+library(dstp)
+
+test_check("dstp")
