@@ -69,6 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"  {name:5s} {value}", flush=True)
     if server.catalog is not None and server.catalog.problems:
         print(f"  {len(server.catalog.problems)} descriptor(s) skipped; see the log or `dstp catalog validate`")
+    if endpoints.http:
+        print(f"browse: http://{endpoints.http}/", flush=True)
     print(f"try:  dstp query \"select temperature, time from ccm3 where humidity > 50 limit 5\" "
           f"--server {endpoints.grpc}", flush=True)
     stop = threading.Event()
