@@ -127,7 +127,7 @@ class DataChannelServer:
                 {"code": error.code, "status": error.grpc_status, "message": error.message}))
         except (DstpError, OSError):
             pass
-        conn.close()
+        getattr(conn, "close_after_error", conn.close)()
 
     def _handle(self, conn: Conn, peer: str) -> None:
         try:

@@ -12,7 +12,7 @@ Every byte on a data connection belongs to a frame: a 32-byte header, then
 | 8      | 8    | sequence | message number (DATA, END); highest in-order number received (ACK) |
 | 16     | 8    | offset   | byte offset in the target file (file transfers); 0 for query results |
 | 24     | 4    | length   | payload bytes following the header (≤ ``MAX_PAYLOAD``) |
-| 28     | 4    | checksum | CRC-32C of the header (with this field 0) followed by the payload |
+| 28     | 4    | checksum | CRC-32C of the payload followed by the header (with this field 0) |
 
 All integers are big-endian. A transfer is a sequence of *messages* numbered
 from 0; each DATA frame carries one whole message (for a query: message 0 is
@@ -56,6 +56,7 @@ __all__ = [
     "Header",
     "Kind",
     "encode_header",
+    "recv_checked",
     "recv_frame",
     "recv_header",
     "recv_payload",
@@ -97,8 +98,14 @@ class Frame:
             raise ProtocolError(f"{self.kind.name} frame payload is not JSON") from exc
 
 
-def _checksum(header: bytes, payload: Any) -> int:
-    return crc32c.crc32c(payload, crc32c.crc32c(header)) if len(payload) else crc32c.crc32c(header)
+def _checksum(header: bytes, payload: Any) -> tuple[int, int]:
+    """Return (frame checksum, CRC-32C of the payload alone).
+
+    The payload comes first so that its own CRC falls out of the same pass: a
+    download combines the blocks' CRCs into the whole file's (transport/crc.py).
+    """
+    body = crc32c.crc32c(payload) if len(payload) else 0
+    return crc32c.crc32c(header, body), body
 
 
 def encode_header(kind: Kind, stripe: int, sequence: int, offset: int, payload: Any) -> bytes:
@@ -107,7 +114,7 @@ def encode_header(kind: Kind, stripe: int, sequence: int, offset: int, payload: 
     if length > MAX_PAYLOAD:
         raise ProtocolError(f"frame payload of {length} bytes exceeds {MAX_PAYLOAD}")
     blank = HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, 0)
-    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, _checksum(blank, payload))
+    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, _checksum(blank, payload)[0])
 
 
 def control_payload(obj: Any) -> bytes:
@@ -201,17 +208,23 @@ def recv_payload(conn: Conn, header: Header, into: memoryview | None = None) -> 
 
     Raises IntegrityError when the checksum does not match.
     """
+    return recv_checked(conn, header, into)[0]
+
+
+def recv_checked(conn: Conn, header: Header, into: memoryview | None = None) -> tuple[memoryview, int]:
+    """Return (payload, CRC-32C of the payload) of ``header``; IntegrityError if the frame is corrupt."""
     payload = into if into is not None else memoryview(bytearray(header.length))
     if payload.nbytes != header.length:
         raise ProtocolError("payload buffer of the wrong size")
     if header.length:
         _recv_exact(conn, payload)
-    if _checksum(header.blank, payload) != header.checksum:
+    frame_crc, body_crc = _checksum(header.blank, payload)
+    if frame_crc != header.checksum:
         raise IntegrityError(
             f"checksum mismatch in {header.kind.name} frame {header.sequence} on stripe {header.stripe}: "
             "the data was corrupted in transit"
         )
-    return payload
+    return payload, body_crc
 
 
 def recv_frame(conn: Conn, *, max_payload: int = MAX_PAYLOAD) -> Frame | None:

@@ -33,6 +33,7 @@ from dstp.transport.frames import (
     Conn,
     Kind,
     control_payload,
+    recv_checked,
     recv_header,
     recv_payload,
     send_frame,
@@ -46,10 +47,13 @@ _END = object()
 
 
 class MessageSink(Protocol):
-    """Where payloads land: ``buffer_for`` may place them (file blocks go straight to disk)."""
+    """Where payloads land (file blocks go straight to disk from the reader threads)."""
 
     def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview | None:
         """Return the exact-size buffer to receive this payload into, or None for a fresh one."""
+
+    def received(self, sequence: int, offset: int, payload: memoryview, crc: int) -> Any:
+        """Take a checked payload in the reader thread; return what ``messages()`` yields for it."""
 
 
 @dataclass(slots=True)
@@ -220,7 +224,10 @@ class StripedReceiver:
             target = None
             if header.kind == Kind.DATA and self.sink is not None:
                 target = self.sink.buffer_for(seq, header.offset, header.length)
-            payload = recv_payload(conn, header, target)
+            payload, crc = recv_checked(conn, header, target)
+            item: Any = payload
+            if header.kind == Kind.DATA and self.sink is not None:
+                item = self.sink.received(seq, header.offset, payload, crc)
             frames += 1
             with self._cond:
                 if header.kind == Kind.END:
@@ -231,7 +238,7 @@ class StripedReceiver:
                     self.summary = _json(payload)
                     self._pending[seq] = _END
                 else:
-                    self._pending[seq] = (header.offset, payload)
+                    self._pending[seq] = (header.offset, item, header.length)
                 self.stats.frames += 1
                 self.stats.bytes += header.length
                 self.stats.per_stripe_bytes[stripe] = self.stats.per_stripe_bytes.get(stripe, 0) + header.length
@@ -248,8 +255,11 @@ class StripedReceiver:
 
     # -- delivery -----------------------------------------------------------------------
 
-    def messages(self) -> Iterator[tuple[int, int, memoryview]]:
-        """Yield (sequence, offset, payload) in order until END; raise the transfer's error, if any."""
+    def messages(self) -> Iterator[tuple[int, int, Any]]:
+        """Yield (sequence, offset, payload) in order until END; raise the transfer's error, if any.
+
+        The payload is a memoryview, or what the sink's ``received`` returned for it.
+        """
         unacked = 0
         try:
             while True:
@@ -274,8 +284,8 @@ class StripedReceiver:
                 if item is _END:
                     self._complete()
                     return
-                offset, payload = item
-                unacked += payload.nbytes
+                offset, payload, length = item
+                unacked += length
                 if unacked >= self.ack_every_bytes:
                     self._ack(seq + 1)
                     unacked = 0

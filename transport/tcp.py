@@ -178,6 +178,26 @@ class TcpConn:
             pass
         self.sock.close()
 
+    def close_after_error(self, drain_bytes: int = 1 << 20, timeout: float = 0.5) -> None:
+        """Close after sending an ERROR frame, so that the peer reads it.
+
+        Closing with unread input makes the kernel answer with a reset, which
+        destroys the ERROR frame still queued at the peer: so stop writing,
+        read (and drop) what the peer sent, briefly and boundedly, then close.
+        """
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(timeout)
+            drained = 0
+            while drained < drain_bytes:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
+        self.close()
+
     def abort(self) -> None:
         """Reset the connection at once (SO_LINGER 0): the peer sees a broken stripe."""
         if self._closed:

@@ -205,7 +205,7 @@ class Transfer:
                     {"code": error.code, "status": error.grpc_status, "message": error.message}))
             except (TransportError, OSError):
                 pass
-            conn.close()
+            getattr(conn, "close_after_error", conn.close)()
         reader.join(timeout=5.0)
 
     def _read_acks(self, stripe: int, conn: Conn, generation: int) -> None:

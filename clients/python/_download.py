@@ -106,10 +106,9 @@ def download(
             receiver = StripedReceiver(offer.ticket, granted, client._dialer(kind, offer, choice), sink=sink,
                                        fault=client._fault)
             receiver.start()
-            for _, block_offset, payload in receiver.messages():
-                sink.block_done(block_offset, payload.nbytes)
-                received += payload.nbytes
-                payload.release()
+            for _, _, block in receiver.messages():
+                sink.block_done(block)
+                received += block.length
                 report()
             end_summary = receiver.summary or {}
         sink.finish()
