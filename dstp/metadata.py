@@ -7,11 +7,10 @@ adapter (gRPC, HTTP, CLI) so that a dataset reads the same everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
+if TYPE_CHECKING:  # clients import these value types without loading the catalog (netCDF4, HDF5)
+    from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
 
 __all__ = [
     "ColumnInfo",
@@ -103,6 +102,8 @@ class DatasetDetails:
 
 def render_value(value: Any) -> str:
     """Return a coordinate value or attribute as text (ISO 8601 for instants)."""
+    import numpy as np
+
     if isinstance(value, np.datetime64):
         return str(value.astype("datetime64[s]")) if value == value.astype("datetime64[s]") else str(value)
     if isinstance(value, np.ndarray):

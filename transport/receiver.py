@@ -123,18 +123,34 @@ class StripedReceiver:
         send_frame(conn, Kind.HELLO, stripe, 0, 0, control_payload(hello))
 
     def start(self) -> None:
-        """Open every stripe (the first failure to connect is raised here)."""
-        conns = []
-        try:
-            for stripe in range(self.streams):
+        """Open every stripe at once (one round trip, not one per stripe); raise the first failure."""
+        conns: list[Conn | None] = [None] * self.streams
+        errors: list[BaseException] = []
+
+        def open_stripe(stripe: int) -> None:
+            try:
                 conn = self.dial(stripe)
-                conns.append(conn)
+                conns[stripe] = conn
                 self._hello(stripe, conn)
-        except BaseException:
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
+                errors.append(exc)
+
+        if self.streams == 1:
+            open_stripe(0)
+        else:
+            dialers = [threading.Thread(target=open_stripe, args=(i,), name=f"dstp-dial-{i}", daemon=True)
+                       for i in range(self.streams)]
+            for t in dialers:
+                t.start()
+            for t in dialers:
+                t.join()
+        if errors:
             for c in conns:
-                c.close()
-            raise
+                if c is not None:
+                    c.close()
+            raise errors[0]
         for stripe, conn in enumerate(conns):
+            assert conn is not None
             with self._cond:
                 self._live[stripe] = conn
             t = threading.Thread(target=self._read_stripe, args=(stripe, conn), name=f"dstp-stripe-{stripe}",

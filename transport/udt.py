@@ -7,7 +7,7 @@ reference UDT4 library) to the channel's ``Conn``/``Listener`` protocols, so
 
 Tuning: UDT_MSS counts the whole IP packet, so it is set to the path MTU (the
 route's MTU from the kernel, capped at 9000); buffers are twice the
-bandwidth-delay product (at least 8 MiB) and the flow window UDT_FC is matched
+bandwidth-delay product (at least 64 MiB) and the flow window UDT_FC is matched
 to them (``ceil(2 × buffer / MSS)``) — an oversized window made transfers
 slower, not faster. The MSS is negotiated down to the smaller of the peers'.
 UDT has no end-of-file: a receive after the peer closed raises, which the

@@ -80,7 +80,7 @@ IPV6_EXTRA_HEADER = 20
 #: UDT's own data-packet header (4 x 32-bit words).
 UDT_HEADER = 16
 #: Bounds of the buffers :func:`tuned_options` picks.
-MIN_BUFFER = 8 * MIB
+MIN_BUFFER = 64 * MIB  # below this libudt fell to ~70 MB/s on loopback (bench/results/bulk.md)
 MAX_BUFFER = 256 * MIB
 #: Seconds :func:`connect` waits for the server by default.
 DEFAULT_TIMEOUT = 10.0
@@ -138,7 +138,7 @@ def tuned_options(rtt_s: float, rate_bps: float, mtu: int = DEFAULT_MTU, *, ipv6
       20-byte IP header. Each packet then carries ``mss - 28 - 16`` data bytes.
     * ``buffer_bytes``: ``2 x`` the bandwidth-delay product
       (``rate_bps / 8 * rtt_s``), rounded up to a MiB and kept within
-      [8 MiB, 256 MiB]; used for UDT_SNDBUF/UDT_RCVBUF and UDP_SNDBUF/UDP_RCVBUF
+      [64 MiB, 256 MiB]; used for UDT_SNDBUF/UDT_RCVBUF and UDP_SNDBUF/UDP_RCVBUF
       (the kernel silently caps the UDP ones at net.core.[rw]mem_max).
     * ``flow_window``: UDT_FC = ``ceil(2 x buffer_bytes / mss)`` packets
       (:func:`flow_window_for`).

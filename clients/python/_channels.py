@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import grpc
-import pyarrow as pa
 
 from dstp.errors import IntegrityError
 from dstp.proto import dstp_pb2 as pb
 from dstp.transport.frames import Conn
-from dstp.transport.ipc import BatchDecoder
 from dstp.transport.receiver import StripedReceiver
+
+if TYPE_CHECKING:  # pyarrow loads on the first query, so `dstp get` starts faster
+    import pyarrow as pa
 
 __all__ = ["endpoint_address", "fetch_grpc", "fetch_stripes"]
 
@@ -29,6 +30,8 @@ def endpoint_address(endpoint: str, control_target: str) -> tuple[str, int]:
 def fetch_grpc(stub: Any, ticket: bytes, schema: pa.Schema, report: Callable[[int, int, int], None],
                on_summary: Callable[[dict[str, Any]], None]) -> Iterator[pa.RecordBatch]:
     """Yield the batches of a GRPC_STREAM ticket (raises grpc.RpcError for the caller to map)."""
+    from dstp.transport.ipc import BatchDecoder
+
     decoder = BatchDecoder(schema)
     rows = nbytes = batches = 0
     call = stub.Fetch(pb.FetchRequest(ticket=ticket))
@@ -67,6 +70,8 @@ def fetch_stripes(ticket: bytes, streams: int, dial: Callable[[int], Conn], sche
                   report: Callable[[int, int, int], None], on_summary: Callable[[dict[str, Any]], None],
                   fault: Any = None) -> Iterator[pa.RecordBatch]:
     """Yield the batches of a striped (TCP or UDT) ticket, reassembled in order."""
+    from dstp.transport.ipc import BatchDecoder
+
     receiver = StripedReceiver(ticket, streams, dial, fault=fault)
     receiver.start()
     decoder = BatchDecoder(schema)

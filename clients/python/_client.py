@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import grpc
-import pyarrow as pa
 
 from dstp.errors import DstpError, IntegrityError, TransportError, TransportUnavailableError, error_from_status
 from dstp.metadata import (
@@ -32,10 +31,15 @@ from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport import tcp
 from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
 
+if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow
+    import pyarrow as pa
+
 __all__ = ["Client", "Progress", "QueryInfo", "QueryStream", "connect"]
 
 #: Results smaller than this go over the gRPC stream when transport="auto".
 AUTO_STRIPED_MIN_BYTES = 32 * 2**20
+#: How long a measured round-trip time is trusted before the client pings again.
+RTT_MAX_AGE_S = 60.0
 
 
 @dataclass(slots=True)
@@ -177,6 +181,8 @@ class QueryStream:
 
     def read_all(self) -> pa.Table:
         """Return every remaining batch as one table."""
+        import pyarrow as pa
+
         return pa.Table.from_batches(list(self), schema=self.schema)
 
     def close(self) -> None:
@@ -200,6 +206,8 @@ class Client:
         self.timeout = timeout
         #: Remembers streams/buffers/throughput per endpoint (GridCopy's rule); shared cache file.
         self.tuner = tuner or AutoTuner()
+        #: (monotonic time, seconds) of the Ping round trips measured lately; see ``rtt()``.
+        self._rtt_samples: list[tuple[float, float]] = []
         #: Test hook for fault injection on striped transfers (see tests/transport).
         self._fault: Any = None
         #: Summary of the last ``query()``: rows, bytes, truncated, what the server read.
@@ -238,7 +246,22 @@ class Client:
             self._stub.Ping(pb.PingRequest(payload=payload), timeout=self.timeout)
         except grpc.RpcError as exc:
             raise _raise(exc, self.target) from None
-        return time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        now = time.monotonic()
+        self._rtt_samples = [(t, v) for t, v in self._rtt_samples[-15:] if now - t < RTT_MAX_AGE_S] + [(now, elapsed)]
+        return elapsed
+
+    def rtt(self) -> float:
+        """Return the path's round-trip time: the least of the last minute's Pings (3 new ones if none).
+
+        Channel choice and UDT's congestion control need it; caching it saves a
+        query on a 100 ms path three round trips.
+        """
+        now = time.monotonic()
+        recent = [v for t, v in self._rtt_samples if now - t < RTT_MAX_AGE_S]
+        if not recent:
+            recent = [self.ping() for _ in range(3)]
+        return min(recent)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -265,6 +288,8 @@ class Client:
             reply = self._stub.Query(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise _raise(exc, self.target) from None
+        import pyarrow as pa
+
         return QueryInfo(
             query_id=reply.query_id,
             schema=pa.ipc.read_schema(pa.py_buffer(reply.arrow_schema)),
@@ -333,7 +358,7 @@ class Client:
 
             if not udt.available():
                 raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
-            rtt = choice.rtt_s or min(self.ping() for _ in range(3))
+            rtt = choice.rtt_s or self.rtt()
             return lambda stripe: udt.dial(host, port, rtt_s=rtt, timeout=self.timeout)
         buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
         return lambda stripe: tcp.connect(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
@@ -356,7 +381,7 @@ class Client:
             return _Choice("udt", 1, "", None, 0.0, "asked for udt")
         if streams and transport == "striped":
             return _Choice("striped", streams, congestion_control, None, 0.0, f"asked for {streams} streams")
-        rtt = min(self.ping() for _ in range(3))
+        rtt = self.rtt()
         plan = self.tuner.plan(self._tuning_key(), rtt, allowed_cc=("bbr", "cubic", "reno"))
         if congestion_control:
             plan = StripePlan(plan.streams, plan.buffer_bytes, congestion_control, plan.reason)

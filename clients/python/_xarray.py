@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["to_xarray"]
 
@@ -38,6 +39,7 @@ def to_xarray(table: pa.Table) -> Any:
     non-Gregorian calendars become cftime objects of that calendar.
     """
     import pandas as pd
+    import pyarrow as pa
     import xarray as xr
 
     meta = table.schema.metadata or {}

@@ -309,20 +309,21 @@ def test_perfmon_after_transfer(raw_pair: tuple[Any, Any]) -> None:
 
 
 def test_tuned_options_formula() -> None:
-    # 1 Gb/s x 100 ms: BDP 12.5 MB -> buffer 2 x BDP rounded up to a MiB.
-    t = tuned_options(0.1, 1e9, 1500)
+    # 1 Gb/s x 300 ms: BDP 37.5 MB -> buffer 2 x BDP = 75 MB rounded up to a MiB (72 MiB).
+    t = tuned_options(0.3, 1e9, 1500)
     assert t["mss"] == 1500  # UDT_MSS counts the IP and UDP headers: equal to the MTU
     assert t["payload_bytes"] == 1500 - 28 - 16
-    assert t["bdp_bytes"] == 12_500_000
-    assert t["buffer_bytes"] == 24 * MIB
-    assert t["flow_window"] == -(-2 * 24 * MIB // 1500)
+    assert t["bdp_bytes"] == 37_500_000
+    assert t["buffer_bytes"] == 72 * MIB
+    assert t["flow_window"] == -(-2 * 72 * MIB // 1500)
+    assert tuned_options(0.1, 1e9)["buffer_bytes"] == udt_socket.MIN_BUFFER  # 2 x 12.5 MB is under the floor
     assert tuned_options(0.0001, 1e9)["buffer_bytes"] == udt_socket.MIN_BUFFER  # LAN: the floor
     assert tuned_options(0.3, 100e9, 9000)["buffer_bytes"] == udt_socket.MAX_BUFFER  # the cap
     assert tuned_options(0.01, 1e9, 9000, ipv6=True)["mss"] == 8980  # libudt assumes a 20-byte IP header
     with pytest.raises(ValueError):
         tuned_options(0.1, 1e9, 40)
     opts = UdtOptions.from_tuned(t)
-    assert (opts.mss, opts.buffer_bytes, opts.resolved_flow_window()) == (1500, 24 * MIB, t["flow_window"])
+    assert (opts.mss, opts.buffer_bytes, opts.resolved_flow_window()) == (1500, 72 * MIB, t["flow_window"])
 
 
 # ---------------------------------------------------------------------------
