@@ -109,6 +109,7 @@ def query_response_pb(handle: QueryHandle) -> pb.QueryResponse:
         scan_rows=prepared.scan_rows,
         estimated_rows=prepared.estimated_rows(),
         estimated_bytes=prepared.estimated_bytes(),
+        max_rows=prepared.plan.max_rows(),
         offers=[
             pb.ChannelOffer(
                 kind=CHANNEL_KIND[o.kind], ticket=o.ticket.token, expires_at_unix_ms=o.ticket.expires_at_unix_ms,

@@ -232,7 +232,7 @@ class HyperslabRange(_message.Message):
     def __init__(self, dimension: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class QueryResponse(_message.Message):
-    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "sampled")
+    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "sampled", "max_rows")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     SCAN_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class QueryResponse(_message.Message):
     HYPERSLAB_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_SEED_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     arrow_schema: bytes
     scan_rows: int
@@ -253,7 +254,8 @@ class QueryResponse(_message.Message):
     hyperslab: _containers.RepeatedCompositeFieldContainer[HyperslabRange]
     sample_seed: int
     sampled: bool
-    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., sampled: _Optional[bool] = ...) -> None: ...
+    max_rows: int
+    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., sampled: _Optional[bool] = ..., max_rows: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("ticket",)

@@ -99,6 +99,8 @@ class QueryInfo:
     hyperslab: dict[str, tuple[int, int, int]]
     offers: tuple[Any, ...]
     sample_seed: int | None
+    #: Most rows the result can have (scan capped by LIMIT/sampling); -1 from older servers.
+    max_rows: int = -1
 
     def offer(self, kind: str) -> Any:
         for o in self.offers:
@@ -252,15 +254,15 @@ class Client:
         return elapsed
 
     def rtt(self) -> float:
-        """Return the path's round-trip time: the least of the last minute's Pings (3 new ones if none).
+        """Return the path's round-trip time: the least of the last minute's Pings (at least 3).
 
         Channel choice and UDT's congestion control need it; caching it saves a
-        query on a 100 ms path three round trips.
+        query on a 100 ms path three round trips. Three samples, because the
+        first Ping on a new connection also pays for the TCP and HTTP/2 set-up.
         """
         now = time.monotonic()
         recent = [v for t, v in self._rtt_samples if now - t < RTT_MAX_AGE_S]
-        if not recent:
-            recent = [self.ping() for _ in range(3)]
+        recent += [self.ping() for _ in range(3 - len(recent))]
         return min(recent)
 
     # -- queries ------------------------------------------------------------------------
@@ -300,6 +302,7 @@ class Client:
             hyperslab={h.dimension: (h.start, h.stop, h.step) for h in reply.hyperslab},
             offers=tuple(reply.offers),
             sample_seed=reply.sample_seed if reply.sampled else None,
+            max_rows=reply.max_rows if reply.HasField("max_rows") else -1,
         )
 
     def query_batches(
@@ -390,8 +393,8 @@ class Client:
 
     def _pick_offer(self, info: QueryInfo, choice: "_Choice") -> str:
         kinds = {_KIND_NAME.get(o.kind, "") for o in info.offers}
-        upper = info.estimated_bytes if info.estimated_bytes >= 0 else info.scan_rows * sum(
-            _width(f.type) for f in info.schema)
+        rows = info.max_rows if info.max_rows >= 0 else info.scan_rows
+        upper = info.estimated_bytes if info.estimated_bytes >= 0 else rows * sum(_width(f.type) for f in info.schema)
         return self._pick(kinds, upper, AUTO_STRIPED_MIN_BYTES, choice, "result")
 
     def _pick(self, kinds: set[str], upper: int, threshold: int, choice: "_Choice", what: str) -> str:

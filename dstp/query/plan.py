@@ -75,6 +75,14 @@ class QueryPlan:
         rows = max(0, self.hyperslab.size - (self.query.offset or 0))
         return rows if self.query.limit is None else min(rows, self.query.limit)
 
+    def max_rows(self) -> int:
+        """Return the most rows the result can have: the scanned points, capped by LIMIT and sampling."""
+        rows = max(0, self.hyperslab.size - (self.query.offset or 0))
+        sampling = self.query.sampling
+        if sampling is not None and sampling.rows is not None:
+            rows = min(rows, sampling.rows)
+        return rows if self.query.limit is None else min(rows, self.query.limit)
+
 
 def _grid(q: ValidatedQuery) -> tuple[str, ...]:
     ds = q.dataset
