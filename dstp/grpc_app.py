@@ -163,24 +163,36 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
         with grpc_errors(context):
-            cancel = threading.Event()
-            context.add_callback(cancel.set)  # client gone or deadline: stop reading files
-            pending = self.service.redeem(request.ticket, "grpc")
-            execution = self.service.execute(pending, cancel)
-            encoder = BatchEncoder(execution.schema, execution.pending.compression)
-            yield pb.FetchResponse(ipc_message=encoder.schema_message().to_pybytes())
-            for batch in execution.batches():
-                yield pb.FetchResponse(ipc_message=encoder.encode(batch).to_pybytes())
-            s = execution.summary
-            log.info("query %s sent %d rows, %d bytes in %.3f s%s", execution.query_id, s.rows, s.bytes,
-                     s.seconds, " (truncated)" if s.truncated else "")
-            yield pb.FetchResponse(
-                summary=pb.FetchSummary(
-                    rows=s.rows, bytes=s.bytes, batches=s.batches, truncated=s.truncated,
-                    truncated_reason=s.truncated_reason, seconds=s.seconds,
-                    hyperslabs_read=s.stats.hyperslabs, elements_read=s.stats.elements, bytes_read=s.stats.bytes,
-                )
+            yield from self._stream(request.ticket, context)
+
+    def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
+        with grpc_errors(context):
+            handle = self.service.query(request.sql, ["grpc"],
+                                        compression=COMPRESSION_NAME.get(request.compression, "none"))
+            plan = query_response_pb(handle)
+            yield pb.FetchResponse(plan=plan)
+            yield from self._stream(plan.offers[0].ticket, context)
+
+    def _stream(self, ticket: bytes, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
+        """Yield a GRPC_STREAM ticket's responses: schema, batches, summary."""
+        cancel = threading.Event()
+        context.add_callback(cancel.set)  # client gone or deadline: stop reading files
+        pending = self.service.redeem(ticket, "grpc")
+        execution = self.service.execute(pending, cancel)
+        encoder = BatchEncoder(execution.schema, execution.pending.compression)
+        yield pb.FetchResponse(ipc_message=encoder.schema_message().to_pybytes())
+        for batch in execution.batches():
+            yield pb.FetchResponse(ipc_message=encoder.encode(batch).to_pybytes())
+        s = execution.summary
+        log.info("query %s sent %d rows, %d bytes in %.3f s%s", execution.query_id, s.rows, s.bytes,
+                 s.seconds, " (truncated)" if s.truncated else "")
+        yield pb.FetchResponse(
+            summary=pb.FetchSummary(
+                rows=s.rows, bytes=s.bytes, batches=s.batches, truncated=s.truncated,
+                truncated_reason=s.truncated_reason, seconds=s.seconds,
+                hyperslabs_read=s.stats.hyperslabs, elements_read=s.stats.elements, bytes_read=s.stats.bytes,
             )
+        )
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
         with grpc_errors(context):

@@ -286,12 +286,14 @@ class FetchSummary(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., bytes: _Optional[int] = ..., batches: _Optional[int] = ..., truncated: _Optional[bool] = ..., truncated_reason: _Optional[str] = ..., seconds: _Optional[float] = ..., hyperslabs_read: _Optional[int] = ..., elements_read: _Optional[int] = ..., bytes_read: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("ipc_message", "summary")
+    __slots__ = ("ipc_message", "summary", "plan")
     IPC_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     ipc_message: bytes
     summary: FetchSummary
-    def __init__(self, ipc_message: _Optional[bytes] = ..., summary: _Optional[_Union[FetchSummary, _Mapping]] = ...) -> None: ...
+    plan: QueryResponse
+    def __init__(self, ipc_message: _Optional[bytes] = ..., summary: _Optional[_Union[FetchSummary, _Mapping]] = ..., plan: _Optional[_Union[QueryResponse, _Mapping]] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ("payload",)

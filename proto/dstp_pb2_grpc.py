@@ -55,6 +55,11 @@ class DstpStub:
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
                 response_deserializer=dstp_dot_proto_dot_dstp__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.Run = channel.unary_stream(
+                '/dstp.v1.Dstp/Run',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.QueryRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/dstp.v1.Dstp/Ping',
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.PingRequest.SerializeToString,
@@ -112,6 +117,17 @@ class DstpServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Run(self, request, context):
+        """Query and Fetch in one round trip, for results wanted over this gRPC
+        connection: the first response carries the plan (a QueryResponse whose
+        only offer is GRPC_STREAM), then the stream continues as Fetch's does.
+        The request's channels, streams and congestion_control are ignored.
+        Errors are Query's and Fetch's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Ping(self, request, context):
         """Echoes a payload; clients time it to measure the round-trip time of the
         path for channel auto-tuning.
@@ -158,6 +174,11 @@ def add_DstpServicer_to_server(servicer, server):
             'Fetch': grpc.unary_stream_rpc_method_handler(
                     servicer.Fetch,
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.FetchResponse.SerializeToString,
+            ),
+            'Run': grpc.unary_stream_rpc_method_handler(
+                    servicer.Run,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.QueryRequest.FromString,
                     response_serializer=dstp_dot_proto_dot_dstp__pb2.FetchResponse.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
@@ -284,6 +305,33 @@ class Dstp:
             target,
             '/dstp.v1.Dstp/Fetch',
             dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Run(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dstp.v1.Dstp/Run',
+            dstp_dot_proto_dot_dstp__pb2.QueryRequest.SerializeToString,
             dstp_dot_proto_dot_dstp__pb2.FetchResponse.FromString,
             options,
             channel_credentials,

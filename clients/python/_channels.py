@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import grpc
 
 from dstp.errors import IntegrityError
-from dstp.proto import dstp_pb2 as pb
 from dstp.transport.frames import Conn
 from dstp.transport.receiver import StripedReceiver
 
@@ -27,14 +26,13 @@ def endpoint_address(endpoint: str, control_target: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def fetch_grpc(stub: Any, ticket: bytes, schema: pa.Schema, report: Callable[[int, int, int], None],
+def fetch_grpc(call: Any, schema: pa.Schema, report: Callable[[int, int, int], None],
                on_summary: Callable[[dict[str, Any]], None]) -> Iterator[pa.RecordBatch]:
-    """Yield the batches of a GRPC_STREAM ticket (raises grpc.RpcError for the caller to map)."""
+    """Yield the batches of an open Fetch (or Run, past its plan) call; raises grpc.RpcError for the caller."""
     from dstp.transport.ipc import BatchDecoder
 
     decoder = BatchDecoder(schema)
     rows = nbytes = batches = 0
-    call = stub.Fetch(pb.FetchRequest(ticket=ticket))
     schema_seen = False
     try:
         for msg in call:

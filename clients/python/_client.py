@@ -8,6 +8,7 @@ arrive, ``query_pandas`` and :func:`dstp.client.to_xarray` convert.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +178,8 @@ class QueryStream:
         #: Why this data path was chosen (auto-tuning decisions are visible here).
         self.choice = ""
         self._batches = batches
+        #: The open gRPC call behind the batches, if any: cancelled on close even before iteration.
+        self._call: Any = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self._batches
@@ -188,9 +191,18 @@ class QueryStream:
         return pa.Table.from_batches(list(self), schema=self.schema)
 
     def close(self) -> None:
+        """Stop the transfer (the server stops reading files) and release the connection."""
         close = getattr(self._batches, "close", None)
         if close is not None:
             close()
+        if self._call is not None:
+            self._call.cancel()
+
+    def __enter__(self) -> "QueryStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Client:
@@ -290,20 +302,37 @@ class Client:
             reply = self._stub.Query(request, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise _raise(exc, self.target) from None
-        import pyarrow as pa
+        return _info_from_pb(reply)
 
-        return QueryInfo(
-            query_id=reply.query_id,
-            schema=pa.ipc.read_schema(pa.py_buffer(reply.arrow_schema)),
-            scan_rows=reply.scan_rows,
-            estimated_rows=reply.estimated_rows,
-            estimated_bytes=reply.estimated_bytes,
-            grid=tuple(reply.grid),
-            hyperslab={h.dimension: (h.start, h.stop, h.step) for h in reply.hyperslab},
-            offers=tuple(reply.offers),
-            sample_seed=reply.sample_seed if reply.sampled else None,
-            max_rows=reply.max_rows if reply.HasField("max_rows") else -1,
-        )
+    def _run(self, sql: str, compression: str) -> tuple[QueryInfo, Any]:
+        """Start a Run call (plan and records in one round trip); return the plan and the open call."""
+        if compression not in _COMPRESSION:
+            raise TransportUnavailableError(f"unknown compression {compression!r}; use none, lz4 or zstd")
+        call = self._stub.Run(pb.QueryRequest(sql=sql, channels=[pb.GRPC_STREAM],
+                                              compression=_COMPRESSION[compression]))
+        # The stream has no deadline (a result may take minutes); its plan must come within the timeout.
+        late = threading.Event()
+
+        def give_up() -> None:
+            late.set()
+            call.cancel()
+
+        timer = threading.Timer(self.timeout, give_up)
+        timer.start()
+        try:
+            first = next(call)
+        except grpc.RpcError as exc:
+            if late.is_set():
+                raise TransportError(f"the server at {self.target} did not answer within {self.timeout:g} s") from None
+            raise _raise(exc, self.target) from None
+        except StopIteration:
+            raise IntegrityError("the server ended the Run stream before sending the plan") from None
+        finally:
+            timer.cancel()
+        if not first.HasField("plan"):
+            call.cancel()
+            raise IntegrityError("the Run stream did not start with the plan")
+        return _info_from_pb(first.plan), call
 
     def query_batches(
         self,
@@ -323,9 +352,13 @@ class Client:
         transport the server does not offer raises TransportUnavailableError.
         """
         choice = self._choose(transport, streams, congestion_control)
-        info = self.plan(sql, transport="auto" if transport == "auto" else choice.transport,
-                         streams=choice.streams, compression=compression,
-                         congestion_control=choice.congestion_control)
+        call = None
+        if choice.transport == "grpc" and transport == "grpc":
+            info, call = self._run(sql, compression)  # one round trip instead of Query + Fetch
+        else:
+            info = self.plan(sql, transport="auto" if transport == "auto" else choice.transport,
+                             streams=choice.streams, compression=compression,
+                             congestion_control=choice.congestion_control)
         kind = self._pick_offer(info, choice) if transport == "auto" else choice.transport
         stream = QueryStream(info, iter(()), kind)
         stream.choice = choice.reason
@@ -346,7 +379,10 @@ class Client:
             self._learn(kind, choice, summary.get("wire_bytes", 0), summary["seconds"], summary)
 
         if kind == "grpc":
-            stream._batches = self._mapped(fetch_grpc(self._stub, offer.ticket, info.schema, report, on_summary))
+            if call is None:
+                call = self._stub.Fetch(pb.FetchRequest(ticket=offer.ticket))
+            stream._call = call
+            stream._batches = self._mapped(fetch_grpc(call, info.schema, report, on_summary))
         else:
             dial = self._dialer(kind, offer, choice)
             stream._batches = fetch_stripes(offer.ticket, granted, dial, info.schema, report, on_summary,
@@ -470,6 +506,24 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _info_from_pb(reply: Any) -> QueryInfo:
+    """Return the QueryInfo of a QueryResponse."""
+    import pyarrow as pa
+
+    return QueryInfo(
+        query_id=reply.query_id,
+        schema=pa.ipc.read_schema(pa.py_buffer(reply.arrow_schema)),
+        scan_rows=reply.scan_rows,
+        estimated_rows=reply.estimated_rows,
+        estimated_bytes=reply.estimated_bytes,
+        grid=tuple(reply.grid),
+        hyperslab={h.dimension: (h.start, h.stop, h.step) for h in reply.hyperslab},
+        offers=tuple(reply.offers),
+        sample_seed=reply.sample_seed if reply.sampled else None,
+        max_rows=reply.max_rows if reply.HasField("max_rows") else -1,
+    )
 
 
 def connect(target: str, *, timeout: float = 30.0) -> Client:

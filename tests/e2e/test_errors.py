@@ -214,3 +214,25 @@ def test_a_file_cut_short_while_serving_fails_loudly(tmp_path: Path) -> None:
             c.query("select salinity from ocean")
         assert c.query("select temperature from ccm3 limit 2").num_rows == 2  # everyone else is served
     shutil.rmtree(tmp_path)
+
+
+def test_run_sends_the_plan_then_what_fetch_sends(server) -> None:
+    sql = "select temperature, time from ccm3 where humidity > 50 limit 700"
+    with grpc.insecure_channel(server.endpoints.grpc) as channel:
+        stub = pb_grpc.DstpStub(channel)
+        run = list(stub.Run(pb.QueryRequest(sql=sql, channels=[pb.STRIPED_TCP], streams=8)))
+        plan = run[0].plan
+        assert run[0].HasField("plan") and [o.kind for o in plan.offers] == [pb.GRPC_STREAM]
+        assert plan.max_rows == 700  # LIMIT caps the bound the client sizes its channel by
+        with pytest.raises(grpc.RpcError) as info:  # Run redeemed its own ticket
+            list(stub.Fetch(pb.FetchRequest(ticket=plan.offers[0].ticket)))
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        reply = stub.Query(pb.QueryRequest(sql=sql, channels=[pb.GRPC_STREAM]))
+        fetched = list(stub.Fetch(pb.FetchRequest(ticket=reply.offers[0].ticket)))
+        assert plan.arrow_schema == reply.arrow_schema
+        assert [m.ipc_message for m in run[1:-1]] == [m.ipc_message for m in fetched[:-1]]
+        assert run[-1].summary.rows == fetched[-1].summary.rows == 700
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Run(pb.QueryRequest(sql="select nosuch from ccm3")))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(info.value.trailing_metadata())["dstp-error-code"] == "unknown_column"

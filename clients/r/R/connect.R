@@ -63,18 +63,17 @@ check_connection <- function(con) {
   if (!inherits(con, "dstp_connection")) stop("`con` must be a connection from dstp_connect()", call. = FALSE)
 }
 
-# The gRPC address: given to dstp_connect(), or discovered from the HTTP API.
-#
-# The HTTP API has no field for it yet: it appears only in the Python snippet
-# of the query builder (/datasets/{id}/query.json), which the server fills
-# from the gRPC channel it registered. See docs/r-client.md for the change
-# requested (a `grpc` field in a server-info document).
+# The gRPC address: given to dstp_connect(), or discovered from the HTTP API:
+# /server.json names it; servers older than that document only show it in
+# the query builder's Python snippet (/datasets/{id}/query.json).
 grpc_target <- function(con) {
   if (!is.null(con$grpc)) return(con$grpc)
   if (!is.null(con$cache$grpc)) return(con$cache$grpc)
-  ids <- con$datasets %||% vapply(http_json(con, "/datasets.json"), function(d) d$id, character(1))
   found <- NULL
-  if (length(ids)) {
+  info <- tryCatch(http_json(con, "/server.json"), dstp_error = function(e) NULL)
+  if (!is.null(info) && is.character(info$grpc) && nzchar(info$grpc)) found <- info$grpc
+  ids <- if (is.null(found)) con$datasets %||% vapply(http_json(con, "/datasets.json"), function(d) d$id, character(1))
+  if (is.null(found) && length(ids)) {
     builder <- http_json(con, sprintf("/datasets/%s/query.json", curl::curl_escape(ids[[1L]])))
     m <- regmatches(builder$snippets$python %||% "",
                     regexec("dstp\\.connect\\(['\"]([^'\"]+)['\"]\\)", builder$snippets$python %||% ""))[[1L]]
