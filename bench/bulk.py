@@ -276,6 +276,8 @@ def tuner_state(cache: Path, endpoint: str) -> tuple[bool, bool, str]:
     kind, why = tuner.choose_channel(endpoint, ["striped", "udt"], rec.rtt_s)
     if why.startswith("probing"):
         return False, True, why
+    if kind == "striped" and rec.increase and rec.streams * 2 <= tuner.max_streams:
+        return False, False, f"still to try more than {rec.streams} streams"
     if kind == "striped" and rec.decrease and rec.streams > 1:
         return False, False, f"still trying fewer than {rec.streams} streams"
     return True, False, f"{why}; {rec.streams} streams, {rec.congestion_control or 'server default'} congestion control"

@@ -39,8 +39,10 @@ __all__ = ["Client", "Progress", "QueryInfo", "QueryStream", "connect"]
 
 #: Results smaller than this go over the gRPC stream when transport="auto".
 AUTO_STRIPED_MIN_BYTES = 32 * 2**20
-#: How long a measured round-trip time is trusted before the client pings again.
-RTT_MAX_AGE_S = 60.0
+#: How long a measured round-trip time is trusted before the client pings again. Three Pings
+#: cost 0.33 s on a 110 ms path, more than a small query; a path's RTT rarely moves in minutes,
+#: and a moved path still shows in the throughput the tuner records.
+RTT_MAX_AGE_S = 300.0
 
 
 @dataclass(slots=True)
@@ -266,7 +268,7 @@ class Client:
         return elapsed
 
     def rtt(self) -> float:
-        """Return the path's round-trip time: the least of the last minute's Pings (at least 3).
+        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3).
 
         Channel choice and UDT's congestion control need it; caching it saves a
         query on a 100 ms path three round trips. Three samples, because the
@@ -453,7 +455,11 @@ class Client:
         rtt = choice.rtt_s or 0.0
         self.tuner.observe(self._tuning_key(), kind, nbytes, seconds, rtt, path_loss(summary))
         if kind == "striped" and choice.plan is not None:
-            self.tuner.record(self._tuning_key(), choice.plan, nbytes, seconds, rtt)
+            plan = choice.plan
+            granted = int(summary.get("streams") or plan.streams)
+            if granted < plan.streams:  # the server capped the count: learn what was really used
+                plan = StripePlan(granted, plan.buffer_bytes, plan.congestion_control, plan.reason)
+            self.tuner.record(self._tuning_key(), plan, nbytes, seconds, rtt)
 
     def query(
         self,

@@ -1,4 +1,7 @@
-"""GridCopy's rule: start at 4 streams, shed one while throughput holds at 97 %, climb when the path changes."""
+"""GridCopy's rule: start at 4 streams, shed one while throughput holds at 97 %, climb when the path changes.
+
+dstp adds one upward probe first (twice the streams, kept if ≥ 10 % faster).
+"""
 
 from __future__ import annotations
 
@@ -24,14 +27,27 @@ def test_sheds_streams_while_throughput_holds(tmp_path: Path) -> None:
     tuner = AutoTuner(tmp_path / "t.json")
     # 2 streams already fill the path; fewer lose a lot
     used = _run(tuner, lambda n: 900e6 if n >= 2 else 450e6)
-    assert used[:4] == [4, 3, 2, 1]
-    assert used[4:] == [2, 2, 2, 2]  # 1 stream fell under 97 %: back to 2, and stay
+    assert used[:5] == [4, 8, 3, 2, 1]  # 8 streams gained nothing: back to 4, then shed
+    assert used[5:] == [2, 2, 2]  # 1 stream fell under 97 %: back to 2, and stay
 
 
 def test_stops_when_a_stream_less_costs_more_than_3_percent(tmp_path: Path) -> None:
     tuner = AutoTuner(tmp_path / "t.json")
     used = _run(tuner, lambda n: {4: 1000e6, 3: 960e6}.get(n, 500e6), rounds=5)
-    assert used == [4, 3, 4, 4, 4]
+    assert used == [4, 8, 3, 4, 4]
+
+
+def test_climbs_while_more_streams_pay_10_percent(tmp_path: Path) -> None:
+    # a lossy long path: each stream is held to 60 Mb/s, the link is 1 Gb/s
+    tuner = AutoTuner(tmp_path / "t.json")
+    used = _run(tuner, lambda n: min(1000e6, n * 60e6), rounds=7)
+    assert used == [4, 8, 16, 32, 16, 16, 16]  # 32 gave 1000 vs 960 Mb/s: under 10 % more, so 16 stays
+
+
+def test_the_upward_probe_respects_the_stream_cap(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json", max_streams=6)
+    used = _run(tuner, lambda n: min(1000e6, n * 60e6), rounds=3)
+    assert max(used) <= 6
 
 
 def test_climbs_when_the_path_changes(tmp_path: Path) -> None:
