@@ -3,7 +3,11 @@
 The rules follow xarray's ``decode_cf`` so that a dstp result and
 ``xr.open_dataset(...).to_dataframe()`` agree value for value:
 
-* ``_FillValue`` and ``missing_value`` become NULL (``valid_range`` is not applied);
+* ``_FillValue`` and ``missing_value`` become NULL (``valid_range`` is not applied,
+  as in xarray); a variable with no ``_FillValue`` also treats the netCDF default
+  fill of its type as missing (what netCDF-C's tools and netCDF4-python do: it is
+  what an unwritten value reads back as), except for 8-bit types, whose default
+  fill is an ordinary value;
 * floating NaN becomes NULL too, because SQL engines order NaN above every
   number, so ``humidity > 50`` would otherwise match a missing value;
 * ``scale_factor``/``add_offset`` unpack to the float type of those attributes
@@ -19,13 +23,20 @@ is the usual reading of model output). ``360_day``, ``all_leap``/``366_day``,
 calendar (2001-02-30), so they decode to ISO-8601 strings
 ``YYYY-MM-DDTHH:MM:SS`` that sort and compare correctly as text; time
 literals in queries are normalised to the same form.
+
+Decoding belongs to a file, not to a dataset. Every file of an aggregation
+carries its own packing, fill values, time units and dtype, so a column
+keeps one :class:`Decoding` per file and each file's hyperslab is decoded with
+its own before results from several files meet. :func:`merge_decodings`
+decides the column's type across files, or says why the files cannot be served
+together (a calendar that changes, a time that stops being a time).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import cftime
 import numpy as np
@@ -35,8 +46,11 @@ __all__ = [
     "ISO_CALENDARS",
     "TIMESTAMP_CALENDARS",
     "Decoding",
+    "calendar_family",
     "decoding_for",
     "decode_values",
+    "merge_decodings",
+    "numpy_dtype_of",
     "decode_times",
     "time_literal",
     "is_time_units",
@@ -104,11 +118,26 @@ def calendar_of(attrs: Mapping[str, Any]) -> str:
     return str(cal).strip().lower() if cal else "standard"
 
 
-def decoding_for(dtype: np.dtype, attrs: Mapping[str, Any]) -> Decoding | None:
-    """Return how to decode a variable, or None if it cannot be a query column."""
+#: Calendars that are the same calendar under another CF name.
+_CALENDAR_ALIASES = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
+
+
+def calendar_family(calendar: str) -> str:
+    """Return the canonical name of a CF calendar (``gregorian`` is ``standard``, ``365_day`` is ``noleap``)."""
+    return _CALENDAR_ALIASES.get(calendar, calendar)
+
+
+def decoding_for(dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None) -> Decoding | None:
+    """Return how to decode a variable, or None if it cannot be a query column.
+
+    ``default_fill`` is the netCDF default fill value of the variable's type
+    when the file has no ``_FillValue`` for it (see the module docstring).
+    """
     if dtype.kind not in "iufb":
         return None
     fills = _fill_values(attrs)
+    if default_fill is not None and "_FillValue" not in attrs and dtype.itemsize > 1:
+        fills = tuple(dict.fromkeys([*fills, *np.atleast_1d(np.asarray(default_fill)).tolist()]))
     units = attrs.get("units")
     if is_time_units(units):
         calendar = calendar_of(attrs)
@@ -128,8 +157,49 @@ def decoding_for(dtype: np.dtype, attrs: Mapping[str, Any]) -> Decoding | None:
     return Decoding(arrow_type=pa.from_numpy_dtype(dtype), fill_values=fills)
 
 
-def decode_values(raw: np.ndarray, dec: Decoding) -> tuple[np.ndarray, np.ndarray | None]:
-    """Return (values, null mask or None) for raw values read from a file."""
+def numpy_dtype_of(arrow_type: pa.DataType) -> np.dtype:
+    """Return the numpy dtype decoded values of ``arrow_type`` are held in (object for text)."""
+    if pa.types.is_timestamp(arrow_type):
+        return np.dtype("datetime64[us]")
+    if pa.types.is_string(arrow_type):
+        return np.dtype(object)
+    return np.dtype(arrow_type.to_pandas_dtype())
+
+
+def merge_decodings(decodings: Sequence[Decoding | None]) -> pa.DataType:
+    """Return the column type of one variable decoded file by file; ValueError says why files conflict.
+
+    Numbers take the type numpy promotes the per-file types to (as
+    ``xarray.concat`` does: float32 from one file and float64 from another
+    give float64). Times must stay times on one calendar; their units may
+    differ from file to file, because each file is decoded with its own.
+    """
+    present = [d for d in decodings if d is not None]
+    if not present:
+        raise ValueError("no file holds it")
+    times = {d.time_units is not None for d in present}
+    if len(times) > 1:
+        raise ValueError("it is a time (units '… since …') in some files and not in others")
+    if present[0].time_units is not None:
+        families = sorted({calendar_family(d.calendar or "standard") for d in present})
+        if len(families) > 1:
+            raise ValueError(f"its calendar changes between files ({', '.join(families)})")
+        return present[0].arrow_type
+    dtypes = [numpy_dtype_of(d.arrow_type) for d in present]
+    if any(t.kind == "b" for t in dtypes) and not all(t.kind == "b" for t in dtypes):
+        raise ValueError("it is boolean in some files and numeric in others")
+    return pa.from_numpy_dtype(np.result_type(*dtypes))
+
+
+def decode_values(
+    raw: np.ndarray, dec: Decoding, dtype: np.dtype | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return (values, null mask or None) for raw values read from a file.
+
+    ``dtype``, when given, is the column's type across files: the decoded
+    values are cast to it (never narrowed: :func:`merge_decodings` chose it
+    to hold every file's values).
+    """
     mask: np.ndarray | None = None
     for fill in dec.fill_values:
         if isinstance(fill, float) and np.isnan(fill):
@@ -141,6 +211,17 @@ def decode_values(raw: np.ndarray, dec: Decoding) -> tuple[np.ndarray, np.ndarra
     if dec.time_units is not None:
         values = decode_times(raw, dec.time_units, dec.calendar or "standard", mask)
         return values, mask
+    values = _unpack(raw, dec)
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        if nan.any():
+            mask = nan if mask is None else (mask | nan)
+    if dtype is not None and values.dtype != dtype:
+        values = values.astype(dtype)
+    return values, mask
+
+
+def _unpack(raw: np.ndarray, dec: Decoding) -> np.ndarray:
     values = raw
     if dec.packed:
         fdt = dec.float_dtype or np.dtype(np.float64)
@@ -149,11 +230,7 @@ def decode_values(raw: np.ndarray, dec: Decoding) -> tuple[np.ndarray, np.ndarra
             values *= fdt.type(dec.scale_factor)
         if dec.add_offset is not None:
             values += fdt.type(dec.add_offset)
-    if values.dtype.kind == "f":
-        nan = np.isnan(values)
-        if nan.any():
-            mask = nan if mask is None else (mask | nan)
-    return values, mask
+    return values
 
 
 def decode_times(

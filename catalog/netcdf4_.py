@@ -52,6 +52,8 @@ class VariableMeta:
     shape: tuple[int, ...]
     dtype: np.dtype
     attrs: dict[str, Any]
+    #: netCDF's default fill value for the type, when the variable has no ``_FillValue`` and is pre-filled.
+    default_fill: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,19 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
         return np.dtype(object)
 
 
+def _default_fill(var: Any) -> Any:
+    """Return the value an unwritten element of ``var`` reads back as, if it has no ``_FillValue``."""
+    if "_FillValue" in var.ncattrs():
+        return None
+    try:
+        value = var.get_fill_value()  # None when the variable is not pre-filled (NOFILL)
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    if value is None or np.ndim(value) != 0:
+        return None
+    return value
+
+
 def _check_classic_length(path: Path) -> None:
     try:
         expected = classic_expected_size(path)
@@ -216,6 +231,7 @@ def inspect_file(path: Path) -> FileMeta:
                     shape=tuple(int(s) for s in var.shape),
                     dtype=_numpy_dtype(var.dtype),
                     attrs=_attrs(var),
+                    default_fill=_default_fill(var),
                 )
                 for name, var in ds.variables.items()
             }

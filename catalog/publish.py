@@ -142,7 +142,7 @@ def draft_descriptor(
         raise CatalogError("all files of a dataset must be in one folder (the descriptor goes beside them)")
     folder = folders.pop()
     metas = [inspect_file(p) for p in paths]
-    first = metas[0]
+    first = _union(metas)
     rename = dict(rename or {})
     support, auxiliary = _referenced(first.variables)
 
@@ -221,6 +221,23 @@ def draft_descriptor(
         access_policy="public",
         path=folder / f"{dataset_id}{DESCRIPTOR_SUFFIX}",
     )
+
+
+def _union(metas: Sequence[FileMeta]) -> FileMeta:
+    """Return the first file's metadata with the variables and dimensions only later files have added.
+
+    Real archives drop or add a variable now and then; it is published, and
+    reads as NULL on the records of the files that lack it.
+    """
+    head = metas[0]
+    variables = dict(head.variables)
+    dimensions = dict(head.dimensions)
+    for meta in metas[1:]:
+        for name, var in meta.variables.items():
+            variables.setdefault(name, var)
+        for name, size in meta.dimensions.items():
+            dimensions.setdefault(name, size)
+    return FileMeta(head.path, head.format, dimensions, head.unlimited, variables, head.attrs)
 
 
 def _str_or_none(value: Any) -> str | None:

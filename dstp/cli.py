@@ -118,6 +118,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     catalog = Catalog.scan(Path(args.root))
     for ds in catalog:
         print(f"ok      {ds.id:20s} {len(ds.files)} file(s), {len(ds.attributes)} attributes  ({ds.descriptor.path})")
+        for warning in ds.warnings:
+            print(f"warning {ds.id:20s} {warning}")
+        for column in ds.attributes.values():
+            missing = ds.missing_from(column)
+            if missing:
+                shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                print(f"note    {ds.id:20s} {column.name!r} is NULL on the records of {shown} (not in those files)")
     for problem in catalog.problems:
         print(f"ERROR   {problem}")
     print(f"{len(catalog)} dataset(s) valid, {len(catalog.problems)} problem(s)")
@@ -178,6 +185,17 @@ def cmd_describe(args: argparse.Namespace) -> int:
     con.print(attrs)
     if d.correlation_keys:
         con.print("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
+    files = Table("file", "size", "format", "from", "to", box=None, title="files")
+    for f in d.files:
+        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, f.first or str(f.start),
+                      f.last or str(f.start + f.count - 1))
+    con.print(files)
+    for a in d.attributes:
+        if a.missing_from:
+            con.print(f"[yellow]{a.name} is NULL on the records of {', '.join(a.missing_from)}[/yellow] "
+                      "(the variable is not in those files)")
+    for warning in d.warnings:
+        con.print(f"[yellow]warning:[/yellow] {warning}")
     return 0
 
 

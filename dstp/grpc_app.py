@@ -76,7 +76,7 @@ def _column_pb(c: ColumnInfo) -> pb.Column:
         name=c.name, variable=c.variable, dimensions=list(c.dimensions), units=c.units,
         description=c.description, arrow_type=c.arrow_type,
         cf=[pb.KeyValue(key=k, value=v) for k, v in c.cf],
-        packed=c.packed, nullable=c.nullable, coordinate=c.coordinate,
+        packed=c.packed, nullable=c.nullable, coordinate=c.coordinate, missing_from=list(c.missing_from),
     )
 
 
@@ -90,13 +90,16 @@ def details_pb(d: DatasetDetails) -> pb.DatasetDescription:
         ],
         coordinates=[_column_pb(c) for c in d.coordinates],
         attributes=[_column_pb(c) for c in d.attributes],
-        files=[pb.DataFile(name=f.name, size_bytes=f.size_bytes, format=f.format, start=f.start, count=f.count)
+        files=[pb.DataFile(name=f.name, size_bytes=f.size_bytes, format=f.format, start=f.start, count=f.count,
+                           first=f.first, last=f.last)
                for f in d.files],
         correlation_keys=[pb.CorrelationKey(name=k.name, column=k.column, standard_name=k.standard_name,
                                             units=k.units) for k in d.correlation_keys],
         aggregate_dimension=d.aggregate_dimension,
         global_attributes=[pb.KeyValue(key=k, value=v) for k, v in d.global_attributes],
         license=d.license, source=d.source, descriptor_xml=d.descriptor_xml,
+        coverage=[pb.CoverageRun(first=r.first, last=r.last, start=r.start, stop=r.stop) for r in d.coverage],
+        warnings=list(d.warnings),
     )
 
 

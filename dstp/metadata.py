@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # clients import these value types without loading the catalo
 
 __all__ = [
     "ColumnInfo",
+    "CoverageRun",
     "DatasetDetails",
     "DatasetSummary",
     "DimensionInfo",
@@ -66,6 +67,8 @@ class ColumnInfo:
     packed: bool
     nullable: bool
     coordinate: bool
+    #: Files that lack the variable: the column is NULL on their records.
+    missing_from: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,19 @@ class FileInfo:
     format: str
     start: int
     count: int
+    #: First and last value of the aggregation coordinate in this file (dates for times), "" if none.
+    first: str = ""
+    last: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageRun:
+    """A stretch of the aggregation axis with no gap: first and last value, index range [start, stop)."""
+
+    first: str
+    last: str
+    start: int
+    stop: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +114,10 @@ class DatasetDetails:
     license: str
     source: str
     descriptor_xml: str
+    #: The aggregation axis as runs without gaps (one run when the files are complete).
+    coverage: tuple[CoverageRun, ...] = ()
+    #: Things a curator should know that do not stop serving (gaps, overlapping files).
+    warnings: tuple[str, ...] = ()
 
 
 def render_value(value: Any) -> str:
@@ -182,7 +202,7 @@ def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
     )
 
 
-def _attribute_info(a: AttributeColumn) -> ColumnInfo:
+def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> ColumnInfo:
     return ColumnInfo(
         name=a.name,
         variable=a.spec.variable,
@@ -194,6 +214,7 @@ def _attribute_info(a: AttributeColumn) -> ColumnInfo:
         packed=a.decoding.packed,
         nullable=True,
         coordinate=False,
+        missing_from=missing_from,
     )
 
 
@@ -219,10 +240,8 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
         summary=dataset_summary(ds),
         dimensions=tuple(dims),
         coordinates=tuple(_coordinate_info(c) for c in ds.coordinates.values()),
-        attributes=tuple(_attribute_info(a) for a in ds.attributes.values()),
-        files=tuple(
-            FileInfo(f.path.name, f.size, f.format, f.start, f.count) for f in ds.files
-        ),
+        attributes=tuple(_attribute_info(a, ds.missing_from(a)) for a in ds.attributes.values()),
+        files=tuple(_file_info(ds, f) for f in ds.files),
         correlation_keys=tuple(
             KeyInfo(k.name, k.column, k.standard_name or "", k.units or "") for k in d.correlation_keys
         ),
@@ -231,4 +250,31 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
         license=d.license or "",
         source=d.source or "",
         descriptor_xml=descriptor_xml,
+        coverage=_coverage_runs(ds),
+        warnings=ds.warnings,
+    )
+
+
+def _aggregation_coordinate(ds: GriddedDataset) -> CoordinateColumn | None:
+    agg = ds.descriptor.aggregate
+    dim = ds.dimensions.get(agg) if agg else None
+    return dim.coordinate if dim is not None else None
+
+
+def _file_info(ds: GriddedDataset, f: Any) -> FileInfo:
+    """Return a file's listing, with the first and last aggregation coordinate it holds."""
+    coord = _aggregation_coordinate(ds)
+    first = last = ""
+    if coord is not None and f.count > 0:
+        first, last = render_value(coord.values[f.start]), render_value(coord.values[f.start + f.count - 1])
+    return FileInfo(f.path.name, f.size, f.format, f.start, f.count, first, last)
+
+
+def _coverage_runs(ds: GriddedDataset) -> tuple[CoverageRun, ...]:
+    coord = _aggregation_coordinate(ds)
+    if coord is None:
+        return ()
+    return tuple(
+        CoverageRun(render_value(coord.values[a]), render_value(coord.values[b - 1]), a, b)
+        for a, b in ds.coverage if b > a
     )

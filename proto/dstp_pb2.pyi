@@ -112,7 +112,7 @@ class Dimension(_message.Message):
     def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., coordinate: _Optional[str] = ..., min: _Optional[str] = ..., max: _Optional[str] = ..., order: _Optional[int] = ..., units: _Optional[str] = ..., calendar: _Optional[str] = ..., axis: _Optional[str] = ...) -> None: ...
 
 class Column(_message.Message):
-    __slots__ = ("name", "variable", "dimensions", "units", "description", "arrow_type", "cf", "packed", "nullable", "coordinate")
+    __slots__ = ("name", "variable", "dimensions", "units", "description", "arrow_type", "cf", "packed", "nullable", "coordinate", "missing_from")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VARIABLE_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class Column(_message.Message):
     PACKED_FIELD_NUMBER: _ClassVar[int]
     NULLABLE_FIELD_NUMBER: _ClassVar[int]
     COORDINATE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FROM_FIELD_NUMBER: _ClassVar[int]
     name: str
     variable: str
     dimensions: _containers.RepeatedScalarFieldContainer[str]
@@ -133,21 +134,38 @@ class Column(_message.Message):
     packed: bool
     nullable: bool
     coordinate: bool
-    def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ...) -> None: ...
+    missing_from: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ..., missing_from: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DataFile(_message.Message):
-    __slots__ = ("name", "size_bytes", "format", "start", "count")
+    __slots__ = ("name", "size_bytes", "format", "start", "count", "first", "last")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     name: str
     size_bytes: int
     format: str
     start: int
     count: int
-    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., format: _Optional[str] = ..., start: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+    first: str
+    last: str
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., format: _Optional[str] = ..., start: _Optional[int] = ..., count: _Optional[int] = ..., first: _Optional[str] = ..., last: _Optional[str] = ...) -> None: ...
+
+class CoverageRun(_message.Message):
+    __slots__ = ("first", "last", "start", "stop")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    first: str
+    last: str
+    start: int
+    stop: int
+    def __init__(self, first: _Optional[str] = ..., last: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ...) -> None: ...
 
 class CorrelationKey(_message.Message):
     __slots__ = ("name", "column", "standard_name", "units")
@@ -162,7 +180,7 @@ class CorrelationKey(_message.Message):
     def __init__(self, name: _Optional[str] = ..., column: _Optional[str] = ..., standard_name: _Optional[str] = ..., units: _Optional[str] = ...) -> None: ...
 
 class DatasetDescription(_message.Message):
-    __slots__ = ("summary", "dimensions", "coordinates", "attributes", "files", "correlation_keys", "aggregate_dimension", "global_attributes", "license", "source", "descriptor_xml")
+    __slots__ = ("summary", "dimensions", "coordinates", "attributes", "files", "correlation_keys", "aggregate_dimension", "global_attributes", "license", "source", "descriptor_xml", "coverage", "warnings")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     COORDINATES_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +192,8 @@ class DatasetDescription(_message.Message):
     LICENSE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTOR_XML_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     summary: DatasetSummary
     dimensions: _containers.RepeatedCompositeFieldContainer[Dimension]
     coordinates: _containers.RepeatedCompositeFieldContainer[Column]
@@ -185,7 +205,9 @@ class DatasetDescription(_message.Message):
     license: str
     source: str
     descriptor_xml: str
-    def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ...) -> None: ...
+    coverage: _containers.RepeatedCompositeFieldContainer[CoverageRun]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ..., coverage: _Optional[_Iterable[_Union[CoverageRun, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("sql", "channels", "streams", "compression", "congestion_control")

@@ -19,6 +19,7 @@ import grpc
 from dstp.errors import DstpError, IntegrityError, TransportError, TransportUnavailableError, error_from_status
 from dstp.metadata import (
     ColumnInfo,
+    CoverageRun,
     DatasetDetails,
     DatasetSummary,
     DimensionInfo,
@@ -144,7 +145,7 @@ def _column_from_pb(c: pb.Column) -> ColumnInfo:
     return ColumnInfo(
         name=c.name, variable=c.variable, dimensions=tuple(c.dimensions), units=c.units,
         description=c.description, arrow_type=c.arrow_type, cf=tuple((kv.key, kv.value) for kv in c.cf),
-        packed=c.packed, nullable=c.nullable, coordinate=c.coordinate,
+        packed=c.packed, nullable=c.nullable, coordinate=c.coordinate, missing_from=tuple(c.missing_from),
     )
 
 
@@ -157,11 +158,13 @@ def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
         ),
         coordinates=tuple(_column_from_pb(c) for c in m.coordinates),
         attributes=tuple(_column_from_pb(c) for c in m.attributes),
-        files=tuple(FileInfo(f.name, f.size_bytes, f.format, f.start, f.count) for f in m.files),
+        files=tuple(FileInfo(f.name, f.size_bytes, f.format, f.start, f.count, f.first, f.last) for f in m.files),
         correlation_keys=tuple(KeyInfo(k.name, k.column, k.standard_name, k.units) for k in m.correlation_keys),
         aggregate_dimension=m.aggregate_dimension,
         global_attributes=tuple((kv.key, kv.value) for kv in m.global_attributes),
         license=m.license, source=m.source, descriptor_xml=m.descriptor_xml,
+        coverage=tuple(CoverageRun(r.first, r.last, r.start, r.stop) for r in m.coverage),
+        warnings=tuple(m.warnings),
     )
 
 

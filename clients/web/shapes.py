@@ -46,6 +46,7 @@ def column_json(c: ColumnInfo) -> dict[str, Any]:
         "packed": c.packed,
         "nullable": c.nullable,
         "coordinate": c.coordinate,
+        "missing_from": list(c.missing_from),
     }
 
 
@@ -57,7 +58,8 @@ def _dimension_json(d: DimensionInfo) -> dict[str, Any]:
 
 
 def _file_json(f: FileInfo) -> dict[str, Any]:
-    return {"name": f.name, "size_bytes": f.size_bytes, "format": f.format, "start": f.start, "count": f.count}
+    return {"name": f.name, "size_bytes": f.size_bytes, "format": f.format, "start": f.start, "count": f.count,
+            "first": f.first, "last": f.last}
 
 
 def _key_json(k: KeyInfo) -> dict[str, Any]:
@@ -78,4 +80,6 @@ def details_json(d: DatasetDetails) -> dict[str, Any]:
         "license": d.license,
         "source": d.source,
         "descriptor_xml": d.descriptor_xml,
+        "coverage": [{"first": r.first, "last": r.last, "start": r.start, "stop": r.stop} for r in d.coverage],
+        "warnings": list(d.warnings),
     }

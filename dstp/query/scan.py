@@ -155,7 +155,7 @@ class GridScan:
                     arrays.append(_arrow(_flat(picked, (coord.dimension,), grid, shape), None, coord.arrow_type))
                 continue
             attr = ds.attributes[name]
-            values, mask = ds.read(attr.spec.variable, attr.dimensions, index, attr.decoding, self.stats)
+            values, mask = ds.read(attr, index, self.stats)
             flat_mask = None if mask is None else _flat(mask, attr.dimensions, grid, shape)
             arrays.append(_arrow(_flat(values, attr.dimensions, grid, shape), flat_mask, attr.arrow_type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -1,0 +1,443 @@
+"""Multi-file archives as real producers write them, against xarray decoding each file on its own.
+
+Hypothesis generates small archives of 1–4 netCDF files that vary what real
+monthly files vary: each file's own packing (int16 with float32 or float64
+factors, float32, float64), its own fill values (``_FillValue``,
+``missing_value``, NaN, or none at all with unwritten elements reading back as
+netCDF's default fill), its own time units and epoch, the calendar's alias
+(``gregorian``/``standard``, ``noleap``/``365_day``), ascending or descending
+latitudes, a variable missing from one file, and gaps between files.
+
+The oracle is independent of dstp's reader: xarray opens each file by itself
+(``mask_and_scale``, cftime times), a variable a file lacks becomes NaN, the
+parts are concatenated along time with ``xarray.concat``, and DuckDB runs the
+same SQL over the oracle's records. The one convention added to xarray's is
+netCDF4-python's: an element equal to the default fill of its type, in a
+variable with no ``_FillValue``, is missing (docs/query-language.md).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import cftime
+import netCDF4
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle import _times, assert_same_records, run_sql
+
+from dstp.catalog.publish import publish
+from dstp.catalog.registry import Catalog
+from dstp.errors import DataFileError
+from dstp.query.execute import QueryExecution, prepare_query
+from dstp.settings import Settings
+
+SETTINGS = Settings(batch_rows=7)  # tiny batches: blocks cross file boundaries
+CALENDARS = {
+    "standard": ["standard", "gregorian", None],
+    "proleptic_gregorian": ["proleptic_gregorian"],
+    "noleap": ["noleap", "365_day"],
+    "360_day": ["360_day"],
+    "all_leap": ["all_leap", "366_day"],
+    "julian": ["julian"],
+}
+EPOCHS = ["1970-01-01", "2000-01-01", "1999-11-20", "2001-03-01 06:00:00"]
+UNITS = ["days", "hours", "minutes"]
+ENCODINGS = ["int16_f32", "int16_f64", "int16_offset_only", "float32", "float64", "int32"]
+FILLS = ["fill_attr", "missing_value", "nan", "default_fill"]
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    steps: int
+    units: str
+    epoch: str
+    float_time: bool
+    calendar_name: str | None
+    encoding: str
+    fill: str
+    has_humid: bool
+    seed: int
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    calendar: str
+    lat_descending: bool
+    nlat: int
+    nlon: int
+    gaps: tuple[int, ...]
+    files: tuple[FileSpec, ...]
+
+
+@st.composite
+def archives(draw: st.DrawFn) -> ArchiveSpec:
+    calendar = draw(st.sampled_from(sorted(CALENDARS)))
+    n = draw(st.integers(1, 4))
+    missing = draw(st.integers(-1, n - 1)) if n > 1 else -1
+    files = []
+    for k in range(n):
+        units = draw(st.sampled_from(UNITS))
+        epoch = draw(st.sampled_from(EPOCHS if units != "days" else EPOCHS[:3]))
+        files.append(FileSpec(
+            steps=draw(st.integers(1, 4)),
+            units=units,
+            epoch=epoch,
+            float_time=draw(st.booleans()),
+            calendar_name=draw(st.sampled_from(CALENDARS[calendar])),
+            encoding=draw(st.sampled_from(ENCODINGS)),
+            fill=draw(st.sampled_from(FILLS)),
+            has_humid=k != missing,
+            seed=draw(st.integers(0, 2**16)),
+        ))
+    return ArchiveSpec(
+        calendar=calendar,
+        lat_descending=draw(st.booleans()),
+        nlat=draw(st.integers(1, 4)),
+        nlon=draw(st.integers(1, 3)),
+        gaps=tuple(draw(st.integers(0, 3)) for _ in range(n)),
+        files=tuple(files),
+    )
+
+
+def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
+    """Write the archive's files; return their paths (named so that name order is time order)."""
+    lat = np.linspace(-45.0, 45.0, spec.nlat) if spec.nlat > 1 else np.array([10.0])
+    if spec.lat_descending:
+        lat = lat[::-1]
+    lon = np.arange(spec.nlon) * 90.0
+    day = 0
+    paths = []
+    for k, f in enumerate(spec.files):
+        day += spec.gaps[k]
+        days = np.arange(day, day + f.steps)
+        day += f.steps
+        dates = [cftime.datetime(2000, 1, 1, calendar=spec.calendar) + pd.Timedelta(days=int(d)).to_pytimedelta()
+                 for d in days]
+        units = f"{f.units} since {f.epoch}"
+        numbers = cftime.date2num(dates, units, calendar=spec.calendar)
+        path = folder / f"arch_{k:02d}.nc"
+        rng = np.random.default_rng(f.seed)
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", spec.nlat)
+            nc.createDimension("lon", spec.nlon)
+            t = nc.createVariable("time", "f8" if f.float_time or f.units == "days" and ":" in f.epoch else "i4",
+                                  ("time",))
+            t.units = units
+            if f.calendar_name is not None:
+                t.calendar = f.calendar_name
+            t.standard_name = "time"
+            t[:] = numbers
+            la = nc.createVariable("lat", "f4", ("lat",))
+            la.units, la.standard_name = "degrees_north", "latitude"
+            la[:] = lat
+            lo = nc.createVariable("lon", "f8", ("lon",))
+            lo.units, lo.standard_name = "degrees_east", "longitude"
+            lo[:] = lon
+            gw = nc.createVariable("gw", "f8", ("lat",))
+            gw.units = "1"
+            gw[:] = np.cos(np.deg2rad(lat))
+            shape = (f.steps, spec.nlat, spec.nlon)
+            physical = 250.0 + 40.0 * rng.random(shape) + 10.0 * k
+            _write_temp(nc, f, physical, rng)
+            if f.has_humid:
+                h = nc.createVariable("humid", "f4", ("time", "lat", "lon"), fill_value=np.float32(-1.0))
+                h.units = "%"
+                values = (100 * rng.random(shape)).astype(np.float32)
+                values[rng.random(shape) < 0.2] = -1.0
+                h[:] = values
+        paths.append(path)
+    return paths
+
+
+def _write_temp(nc: netCDF4.Dataset, f: FileSpec, physical: np.ndarray, rng: np.random.Generator) -> None:
+    """Write ``temp`` with the file's own encoding and fill convention."""
+    holes = rng.random(physical.shape) < 0.15
+    dims = ("time", "lat", "lon")
+    if f.encoding.startswith("int16"):
+        dtype, fill_raw = np.int16, np.int16(-32768)
+    elif f.encoding == "int32":
+        dtype, fill_raw = np.int32, np.int32(-99)
+    else:
+        dtype = np.float32 if f.encoding == "float32" else np.float64
+        fill_raw = dtype(1e20) if f.fill != "nan" else dtype(np.nan)
+    kwargs = {"fill_value": fill_raw} if f.fill in ("fill_attr", "nan") and not (
+        f.fill == "nan" and np.dtype(dtype).kind != "f") else {}
+    var = nc.createVariable("temp", dtype, dims, **kwargs)
+    var.units = "K"
+    var.set_auto_maskandscale(False)
+    if f.fill == "missing_value":
+        var.missing_value = fill_raw
+    if f.encoding.startswith("int16"):
+        lo, hi = float(physical.min()), float(physical.max())
+        ftype = np.float64 if f.encoding in ("int16_f64", "int16_offset_only") else np.float32
+        if f.encoding == "int16_offset_only":
+            offset = ftype(np.floor(lo))
+            var.add_offset = offset
+            raw = np.round(physical - offset).astype(np.int16)
+        else:
+            scale = ftype((hi - lo) / 60000.0 if hi > lo else 1.0)
+            offset = ftype((hi + lo) / 2.0)
+            var.scale_factor, var.add_offset = scale, offset
+            raw = np.round((physical - offset) / scale).astype(np.int16)
+    elif f.encoding == "int32":
+        raw = np.round(physical * 100).astype(np.int32)
+    else:
+        raw = physical.astype(dtype)
+    if f.fill == "default_fill":
+        # Leave the last time step unwritten: it reads back as netCDF's default fill.
+        if raw.shape[0] > 1:
+            var[: raw.shape[0] - 1] = raw[:-1]
+        else:
+            var[0, : max(0, raw.shape[1] - 1)] = raw[0, :-1]
+        return
+    raw = raw.copy()
+    raw[holes] = fill_raw
+    var[:] = raw
+
+
+# ------------------------------------------------------------------------- oracle
+
+
+def _mask_default_fill(decoded: xr.Dataset, raw: xr.Dataset) -> xr.Dataset:
+    """Mask elements equal to netCDF's default fill in variables without a _FillValue (netCDF4-python's rule)."""
+    for name in decoded.data_vars:
+        var = raw[name]
+        if "_FillValue" in var.encoding or "_FillValue" in var.attrs or var.dtype.itemsize == 1:
+            continue
+        default = netCDF4.default_fillvals[var.dtype.str[1:]]
+        hit = var.values == default
+        if hit.any():
+            decoded[name] = decoded[name].where(~hit)
+    return decoded
+
+
+def oracle_dataset(paths: list[Path]) -> xr.Dataset:
+    coder = xr.coders.CFDatetimeCoder(use_cftime=True)
+    parts = []
+    for p in paths:
+        with xr.open_dataset(p, decode_times=coder, mask_and_scale=True) as d, \
+                xr.open_dataset(p, decode_times=False, mask_and_scale=False) as raw:
+            part = _mask_default_fill(d.load(), raw.load())
+        if "humid" not in part:
+            part["humid"] = xr.full_like(part["temp"], np.nan, dtype=np.float32)
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0]
+    return xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override", join="exact")
+
+
+def oracle_records(ds: xr.Dataset, names: list[str], dims: list[str]) -> pd.DataFrame:
+    frame = ds[names].to_dataframe(dim_order=dims).reset_index()
+    if "time" in frame and len(frame):
+        calendar = ds["time"].values.reshape(-1)[0].calendar
+        frame["time"] = _times(frame["time"].to_numpy(), calendar)
+    return frame
+
+
+def dstp_answer(catalog: Catalog, sql: str) -> pa.Table:
+    prepared = prepare_query(sql, catalog, SETTINGS)
+    return pa.Table.from_batches(list(QueryExecution(prepared, SETTINGS).batches()), schema=prepared.schema)
+
+
+def _literal(value: float) -> str:
+    return repr(float(value))
+
+
+def _iso(value: object) -> str:
+    if isinstance(value, np.datetime64):
+        return str(value.astype("datetime64[s]"))
+    return str(value)[:19]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=archives(), pick=st.randoms(use_true_random=False))
+def test_multi_file_archives_answer_as_xarray_per_file(spec: ArchiveSpec, pick: object) -> None:
+    with tempfile.TemporaryDirectory(prefix="dstp-arch-") as tmp:
+        folder = Path(tmp)
+        paths = write_archive(spec, folder)
+        publish(paths, "arch")
+        catalog = Catalog.scan(folder)
+        try:
+            assert not catalog.problems, catalog.problems
+            truth = oracle_dataset(paths)
+            records = oracle_records(truth, ["temp", "humid"], ["time", "lat", "lon"])
+            queries = ["select time, lat, lon, temp, humid from arch"]
+            temps = records["temp"].dropna().to_numpy()
+            if temps.size:
+                queries.append(f"select time, temp from arch where temp > {_literal(pick.choice(list(temps)))}")
+            times = sorted(set(records["time"]))
+            t = _iso(pick.choice(times))
+            queries.append(f"select time, lat, humid from arch where time >= '{t}'")
+            queries.append(f"select lon, time, temp from arch where time < '{t}' and lat <= {_literal(pick.choice(list(records['lat'])))}")
+            queries.append("select time, temp from arch where humid is null order by time desc, temp")
+            for sql in queries:
+                got = dstp_answer(catalog, sql)
+                want = run_sql(records, sql, "arch")
+                assert_same_records(got, want, ordered="order by" in sql)
+            weights = oracle_records(truth, ["gw"], ["lat"])
+            assert_same_records(dstp_answer(catalog, "select lat, gw from arch"),
+                                run_sql(weights, "select lat, gw from arch", "arch"))
+            # describe says which files lack a variable
+            humid = catalog.get("arch").attributes["humid"]
+            lacking = {p.name for p, f in zip(paths, spec.files) if not f.has_humid}
+            assert set(catalog.get("arch").missing_from(humid)) == lacking
+        finally:
+            catalog.close()
+
+
+# ------------------------------------------------------------- refusals, named
+
+
+def _pair(folder: Path, second: dict[str, object], *, dims2: tuple[str, ...] = ("time", "lat")) -> None:
+    for k, attrs in enumerate(({}, second)):
+        with netCDF4.Dataset(folder / f"part_{k}.nc", "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units = str(attrs.get("time_units", "days since 2000-01-01"))
+            t.calendar = str(attrs.get("calendar", "standard"))
+            t[:] = [k * 2, k * 2 + 1]
+            la = nc.createVariable("lat", "f4", ("lat",))
+            la.units = "degrees_north"
+            la[:] = attrs.get("lat", [0.0, 1.0])
+            dims = dims2 if k else ("time", "lat")
+            v = nc.createVariable("temp", "f4", dims)
+            v.units = str(attrs.get("units", "K"))
+            v[:] = np.ones([2 if d in ("time", "lat") else 1 for d in dims])
+            if dims2 != ("time", "lat"):
+                nc.createDimension("lev", 1)
+
+
+@pytest.mark.parametrize(
+    "second, words",
+    [
+        ({"calendar": "360_day"}, ["'time'", "calendar changes", "part_1.nc (days since 2000-01-01; 360_day)"]),
+        ({"units": "degC"}, ["part_1.nc", "'temp'", "'degC'", "'K'"]),
+        ({"lat": [0.0, 1.5]}, ["part_1.nc", "'lat'", "differs"]),
+    ],
+    ids=["calendar", "units", "coordinates"],
+)
+def test_files_that_cannot_be_reconciled_refuse_the_dataset_naming_file_and_variable(
+    tmp_path: Path, second: dict[str, object], words: list[str]
+) -> None:
+    _pair(tmp_path, second)
+    (tmp_path / "pair.dstp.xml").write_bytes(_descriptor())
+    catalog = Catalog.scan(tmp_path)
+    assert "pair" not in catalog
+    message = " ".join(str(p) for p in catalog.problems)
+    for word in words:
+        assert word in message, message
+
+
+def test_a_variable_that_changes_dimensions_refuses_the_dataset(tmp_path: Path) -> None:
+    for k, dims in enumerate((("time", "lat"), ("lat", "time"))):
+        with netCDF4.Dataset(tmp_path / f"part_{k}.nc", "w") as nc:
+            nc.createDimension("time", 2)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [k * 2, k * 2 + 1]
+            la = nc.createVariable("lat", "f4", ("lat",))
+            la[:] = [0.0, 1.0]
+            nc.createVariable("temp", "f4", dims)[:] = np.ones((2, 2))
+    (tmp_path / "pair.dstp.xml").write_bytes(_descriptor())
+    with pytest.raises(DataFileError, match=r"part_1\.nc: variable 'temp' has dimensions \(lat, time\)"):
+        from dstp.catalog.dataset import GriddedDataset
+        from dstp.catalog.descriptor import read_descriptor
+
+        GriddedDataset.open(read_descriptor(tmp_path / "pair.dstp.xml"))
+
+
+def test_time_units_that_change_between_files_label_each_file_by_its_own_epoch(tmp_path: Path) -> None:
+    # The issue's real-model case: the second file counts from 1978-09-01, the first from 1980-01-01.
+    for k, (units, value) in enumerate((("days since 1980-01-01", 1126.0), ("days since 1978-09-01", 1622.0))):
+        with netCDF4.Dataset(tmp_path / f"part_{k}.nc", "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units = units
+            t[:] = [value]
+            nc.createVariable("lat", "f4", ("lat",))[:] = [0.0, 1.0]
+            nc.createVariable("temp", "f4", ("time", "lat"))[:] = np.full((1, 2), float(k))
+    (tmp_path / "pair.dstp.xml").write_bytes(_descriptor())
+    catalog = Catalog.scan(tmp_path)
+    got = dstp_answer(catalog, "select time, temp from pair where lat = 0 order by time")
+    truth = oracle_dataset(sorted(tmp_path.glob("part_*.nc")))
+    want = [str(d)[:10] for d in truth["time"].values]
+    assert [str(v)[:10] for v in got.column("time").to_pylist()] == want == ["1983-01-31", "1983-02-09"]
+    catalog.close()
+
+
+def _descriptor() -> bytes:
+    return b"""<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="pair" version="1">
+  <title>pair</title>
+  <files glob="part_*.nc" aggregate="time"/>
+  <coordinates>
+    <coordinate name="time" dimension="time" axis="T"/>
+    <coordinate name="lat" dimension="lat" axis="Y"/>
+  </coordinates>
+  <attributes default-grid="time lat">
+    <attribute name="temp" dimensions="time lat"/>
+  </attributes>
+</dataset>
+"""
+
+
+def test_a_missing_month_is_reported_as_a_gap_with_the_coverage_around_it(tmp_path: Path) -> None:
+    for month, days in ((1, 31), (2, 28), (4, 30)):  # March is missing
+        with netCDF4.Dataset(tmp_path / f"part_{month:02d}.nc", "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "i4", ("time",))
+            t.units = f"hours since 2021-{month:02d}-01"
+            t[:] = np.arange(days) * 24
+            nc.createVariable("lat", "f4", ("lat",))[:] = [0.0, 1.0]
+            nc.createVariable("temp", "f4", ("time", "lat"))[:] = np.ones((days, 2))
+    (tmp_path / "pair.dstp.xml").write_bytes(_descriptor())
+    catalog = Catalog.scan(tmp_path)
+    ds = catalog.get("pair")
+    assert ds.coverage == ((0, 59), (59, 89))
+    assert len(ds.warnings) == 1 and "2021-02-28T00:00:00 → 2021-04-01T00:00:00" in ds.warnings[0]
+    from dstp.metadata import dataset_details
+
+    details = dataset_details(ds)
+    assert [(r.first, r.last) for r in details.coverage] == [
+        ("2021-01-01T00:00:00", "2021-02-28T00:00:00"), ("2021-04-01T00:00:00", "2021-04-30T00:00:00")]
+    assert [(f.name, f.first, f.last) for f in details.files][1] == (
+        "part_02.nc", "2021-02-01T00:00:00", "2021-02-28T00:00:00")
+    catalog.close()
+
+
+def test_catalog_validate_prints_refusals_gaps_and_missing_variables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dstp.cli import main
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for folder in (good, bad):
+        folder.mkdir()
+    spec = ArchiveSpec("standard", False, 2, 1, (0, 3), (
+        FileSpec(2, "days", "2000-01-01", True, "standard", "float32", "nan", True, 1),
+        FileSpec(2, "hours", "1970-01-01", True, "gregorian", "int16_f32", "fill_attr", False, 2),
+    ))
+    paths = write_archive(spec, good)
+    publish(paths, "arch")
+    _pair(bad, {"units": "degC"})
+    (bad / "pair.dstp.xml").write_bytes(_descriptor())
+    assert main(["catalog", "validate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "ok      arch" in out
+    assert "'humid' is NULL on the records of arch_01.nc" in out
+    assert "warning arch" in out and "1 gap(s) along 'time'" in out
+    assert "ERROR" in out and "part_1.nc: variable 'temp' has units 'degC' but part_0.nc has 'K'" in out
