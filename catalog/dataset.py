@@ -12,8 +12,14 @@ and :meth:`GriddedDataset.read` decodes each file's part of a hyperslab with
 that file's decoding before the parts meet. A variable missing from some
 files reads as NULL there. What cannot be reconciled -- a calendar or units
 that change, a variable whose dimensions change, coordinates that differ --
-refuses the dataset with the file and variable named. Gaps and overlaps along
-the aggregation axis are kept in ``coverage`` and ``warnings``.
+refuses the dataset with the file and variable named (:mod:`.aggregation`).
+
+Besides the descriptor's coordinates and attributes, a dataset has the
+columns CF implies (:mod:`.columns`): auxiliary coordinates the descriptor
+lists with ``dimensions=``, one column per vertex of each coordinate's
+``bounds`` (``lat_lower``/``lat_upper``), and -- for a projected or rotated
+grid with a grid mapping but no 2-D latitude/longitude -- ``lat``/``lon``
+derived with pyproj (:mod:`.gridmapping`).
 """
 
 from __future__ import annotations
@@ -27,95 +33,18 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
-from dstp.catalog.cf import (
-    Decoding,
-    calendar_family,
-    decode_values,
-    decoding_for,
-    merge_decodings,
-    numpy_dtype_of,
-)
+from dstp.catalog.aggregation import coverage, file_decodings, nulls, order_files
+from dstp.catalog.cf import Decoding, decode_values, decoding_for, merge_decodings, numpy_dtype_of
+from dstp.catalog.columns import AttributeColumn, CoordinateColumn, DataFile, Dimension, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
-from dstp.catalog.netcdf4_ import FileHandles, FileMeta, ReadStats, VariableMeta, inspect_file
+from dstp.catalog.gridmapping import GridMapping, geographic, grid_mappings
+from dstp.catalog.netcdf4_ import FileHandles, FileMeta, ReadStats, inspect_file
 from dstp.errors import DataFileError, DescriptorError
 
 __all__ = ["AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset"]
 
-
-@dataclass(frozen=True, slots=True)
-class DataFile:
-    """One file of a dataset and the slice of the aggregation dimension it holds."""
-
-    path: Path
-    size: int
-    start: int
-    count: int
-    format: str
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinateColumn:
-    """A coordinate column with its decoded values (one per index, or one for a scalar)."""
-
-    spec: CoordinateSpec
-    values: np.ndarray
-    arrow_type: pa.DataType
-    #: How the first file encodes it (calendar, units); each file's own is in ``file_decodings``.
-    decoding: Decoding
-    #: +1 ascending, -1 descending, 0 neither (no range pushdown then).
-    monotonic: int
-    #: One decoding per file of the dataset, in file order (coordinates are in every file).
-    file_decodings: tuple[Decoding | None, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def dimension(self) -> str | None:
-        return self.spec.dimension
-
-
-@dataclass(frozen=True, slots=True)
-class AttributeColumn:
-    """A data column: where to read it and how to decode it, file by file."""
-
-    spec: AttributeSpec
-    #: The decoding of the first file that holds the variable (what ``describe`` shows).
-    decoding: Decoding
-    #: The column's type across files (see :func:`~dstp.catalog.cf.merge_decodings`).
-    arrow_type: pa.DataType
-    attrs: Mapping[str, Any]
-    #: One decoding per file of the dataset, in file order; None where the file lacks the variable.
-    file_decodings: tuple[Decoding | None, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def dimensions(self) -> tuple[str, ...]:
-        return self.spec.dimensions
-
-
-@dataclass(frozen=True, slots=True)
-class Dimension:
-    """A dimension of the dataset, with its coordinate column if it has one."""
-
-    name: str
-    size: int
-    coordinate: CoordinateColumn | None
-
-
-def _monotonic(values: np.ndarray) -> int:
-    if values.size < 2 or values.dtype == object and any(v is None for v in values):
-        return 1 if values.size < 2 else 0
-    try:
-        diff_pos = bool(np.all(values[1:] > values[:-1]))
-        diff_neg = bool(np.all(values[1:] < values[:-1]))
-    except TypeError:
-        return 0
-    return 1 if diff_pos else (-1 if diff_neg else 0)
+#: Auxiliary and derived columns up to this many elements are held in memory (2-D pushdown).
+IN_MEMORY_ELEMENTS = 4 * 2**20
 
 
 @dataclass
@@ -129,6 +58,10 @@ class GriddedDataset:
     attributes: dict[str, AttributeColumn]
     global_attrs: dict[str, Any]
     handles: FileHandles = field(repr=False)
+    #: Auxiliary coordinates, bounds vertices and derived lat/lon, by column name.
+    auxiliaries: dict[str, AttributeColumn] = field(default_factory=dict)
+    #: CF grid mappings of the data variables, by grid mapping variable name.
+    grid_mappings: dict[str, GridMapping] = field(default_factory=dict)
     #: Index runs [start, stop) of the aggregation axis with no gap inside (one run when complete).
     coverage: tuple[tuple[int, int], ...] = ()
     #: What a curator should know but that does not stop serving (gaps, overlapping files).
@@ -146,8 +79,17 @@ class GriddedDataset:
         return math.prod(self.dimensions[d].size for d in dims)
 
     def column_names(self) -> list[str]:
-        """Return every query column: coordinates first, then attributes."""
-        return [*self.coordinates, *self.attributes]
+        """Return every query column: coordinates, auxiliary/bounds/derived columns, then attributes."""
+        return [*self.coordinates, *self.auxiliaries, *self.attributes]
+
+    def readable(self, name: str) -> AttributeColumn | None:
+        """Return the column read through :meth:`read` called ``name`` (data or auxiliary), if any."""
+        return self.attributes.get(name) or self.auxiliaries.get(name)
+
+    def column_dimensions(self, name: str) -> tuple[str, ...]:
+        """Return the dimensions a column lives on (empty for a scalar)."""
+        col = self.readable(name)
+        return col.dimensions if col is not None else self.coordinates[name].dimensions
 
     def dimension_order(self, dims: set[str] | tuple[str, ...]) -> tuple[str, ...]:
         """Return ``dims`` in the dataset's canonical order (outermost first)."""
@@ -155,34 +97,55 @@ class GriddedDataset:
 
     # -- reading -----------------------------------------------------------------------
 
-    def missing_from(self, column: "AttributeColumn | CoordinateColumn") -> tuple[str, ...]:
+    def missing_from(self, column: AttributeColumn | CoordinateColumn) -> tuple[str, ...]:
         """Return the names of the files that lack a column's variable (it reads as NULL there)."""
+        if isinstance(column, AttributeColumn) and column.role == "derived":
+            return ()
         return tuple(f.path.name for f, d in zip(self.files, column.file_decodings) if d is None)
 
     def read(
         self,
-        column: "AttributeColumn | CoordinateColumn",
+        column: AttributeColumn | CoordinateColumn,
         index: Mapping[str, slice],
         stats: ReadStats | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return decoded (values, null mask) of a column over the index ranges ``index``.
 
         ``index`` maps each of the column's dimensions to a slice with a positive
-        step. A range along the aggregation dimension may span files; it is read
-        file by file, each part decoded with its own file's attributes, then
-        joined. Files that lack the variable contribute NULLs.
+        step and an explicit stop. A range along the aggregation dimension may
+        span files; it is read file by file, each part decoded with its own
+        file's attributes, then joined. Files that lack the variable contribute
+        NULLs. Columns held in memory are sliced, not read.
         """
-        var_dims = column.dimensions if isinstance(column, AttributeColumn) else (
-            (column.dimension,) if column.dimension else ())
+        dims = column.dimensions
+        if isinstance(column, AttributeColumn) and column.values is not None:
+            where = tuple(index[d] for d in dims)
+            mask = column.mask[where] if column.mask is not None else None
+            return column.values[where], mask
+        if isinstance(column, AttributeColumn):
+            var_dims, fixed = column.file_dimensions, dict(column.fixed)
+        else:
+            var_dims, fixed = dims, {}
         variable = column.spec.variable
         dtype = numpy_dtype_of(column.arrow_type)
         decodings = column.file_decodings
+
+        def local_index(overrides: Mapping[str, slice]) -> list[slice]:
+            return [slice(fixed[d], fixed[d] + 1) if d in fixed else overrides.get(d, index[d]) for d in var_dims]
+
+        def squeeze(part: tuple[np.ndarray, np.ndarray | None]) -> tuple[np.ndarray, np.ndarray | None]:
+            if not fixed:
+                return part
+            axes = tuple(i for i, d in enumerate(var_dims) if d in fixed)
+            values, mask = part
+            return values.squeeze(axis=axes), None if mask is None else mask.squeeze(axis=axes)
+
         agg = self.descriptor.aggregate
-        if agg is None or agg not in var_dims or len(self.files) == 1:
+        if agg is None or agg not in dims or len(self.files) == 1:
             k = next((i for i, d in enumerate(decodings) if d is not None), 0)
-            raw = self.handles.read(self.files[k].path, variable, [index[d] for d in var_dims], stats)
-            return decode_values(raw, decodings[k] or column.decoding, dtype)
-        axis = var_dims.index(agg)
+            raw = self.handles.read(self.files[k].path, variable, local_index({}), stats)
+            return squeeze(decode_values(raw, decodings[k] or column.decoding, dtype))
+        axis = dims.index(agg)
         want = index[agg]
         parts: list[tuple[np.ndarray, np.ndarray | None]] = []
         for f, dec in zip(self.files, decodings):
@@ -192,14 +155,14 @@ class GriddedDataset:
             stop = min(want.stop, hi)
             if start >= stop:
                 continue
-            local = [index[d] for d in var_dims]
-            local[axis] = slice(start - lo, stop - lo, want.step)
+            here = slice(start - lo, stop - lo, want.step)
             if dec is None:
-                shape = tuple(len(range(sl.start or 0, sl.stop, sl.step or 1)) for sl in local)
-                parts.append(_nulls(shape, dtype))
+                shape = tuple(len(range(here.start, here.stop, here.step)) if d == agg
+                              else len(range(index[d].start or 0, index[d].stop, index[d].step or 1)) for d in dims)
+                parts.append(nulls(shape, dtype))
                 continue
-            raw = self.handles.read(f.path, variable, local, stats)
-            parts.append(decode_values(raw, dec, dtype))
+            raw = self.handles.read(f.path, variable, local_index({agg: here}), stats)
+            parts.append(squeeze(decode_values(raw, dec, dtype)))
         if len(parts) == 1:
             return parts[0]
         values = np.concatenate([v for v, _ in parts], axis=axis)
@@ -238,7 +201,7 @@ class GriddedDataset:
                 path=where,
             )
         coord_specs = {c.dimension: c for c in descriptor.coordinates if c.dimension}
-        metas = _order_files(metas, agg, coord_specs.get(agg) if agg else None, handles)
+        metas = order_files(metas, agg, coord_specs.get(agg) if agg else None, handles)
         files, agg_size = [], 0
         for meta in metas:
             count = meta.dimensions.get(agg, 0) if agg else 0
@@ -278,6 +241,8 @@ class GriddedDataset:
         )
         coords: dict[str, CoordinateColumn] = {}
         for spec in descriptor.coordinates:
+            if spec.auxiliary:
+                continue
             coords[spec.name] = _coordinate_column(ds, spec, metas, dim_sizes, where)
         by_dim = {c.dimension: c for c in coords.values() if c.dimension}
         ds.dimensions = {d: Dimension(d, dim_sizes[d], by_dim.get(d)) for d in order}
@@ -285,98 +250,18 @@ class GriddedDataset:
         for d in ds.dimensions:
             if d not in by_dim and d in attributes:
                 raise DescriptorError(f"attribute {d!r} clashes with the index column of dimension {d!r}", path=where)
+        for spec in descriptor.coordinates:
+            if spec.auxiliary:
+                ds.auxiliaries[spec.name] = _auxiliary_column(ds, spec, metas, dim_sizes, where)
+        _add_bounds(ds, metas)
+        ds.grid_mappings = grid_mappings(
+            {**first.variables, **{k: v for m in metas[1:] for k, v in m.variables.items() if k not in first.variables}},
+            [a.attrs for a in attributes.values()],
+        )
+        _add_geographic(ds)
         if agg and agg in by_dim:
-            ds.coverage, ds.warnings = _coverage(by_dim[agg])
+            ds.coverage, ds.warnings = coverage(by_dim[agg])
         return ds
-
-
-def _nulls(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Return a block of NULLs: placeholder values of ``dtype`` and an all-true mask."""
-    values = np.full(shape, None, dtype=object) if dtype == np.dtype(object) else np.zeros(shape, dtype=dtype)
-    return values, np.ones(shape, dtype=bool)
-
-
-def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str) -> Any:
-    """Return the first decoded value of a file's aggregation coordinate, or None when it has none."""
-    var = meta.variables.get(variable)
-    if var is None or var.dimensions != (agg,):
-        raise DataFileError(f"{meta.path.name}: coordinate {variable!r} along {agg!r} is missing")
-    dec = decoding_for(var.dtype, var.attrs, var.default_fill)
-    if var.shape[0] == 0 or dec is None:
-        return None
-    raw = handles.read(meta.path, variable, [slice(0, 1)])
-    value, mask = decode_values(raw, dec)
-    if mask is not None and mask.any():
-        raise DataFileError(f"{meta.path.name}: the first value of coordinate {variable!r} is missing")
-    return value[0]
-
-
-def _order_files(
-    metas: list[FileMeta], agg: str | None, spec: CoordinateSpec | None, handles: FileHandles
-) -> list[FileMeta]:
-    """Order files along the aggregation dimension by their first coordinate value, else by name."""
-    if len(metas) < 2 or agg is None or spec is None:
-        return metas
-    firsts = [(_first_values(handles, meta, spec.variable, agg), meta.path.name) for meta in metas]
-    if any(v is None for v, _ in firsts):
-        return metas
-    kinds = {type(v) for v, _ in firsts}
-    if len(kinds) > 1:  # times in some files, numbers in others: _coordinate_column says why
-        return metas
-    order = sorted(range(len(metas)), key=lambda i: (firsts[i][0], firsts[i][1]))
-    return [metas[i] for i in order]
-
-
-def _file_decodings(
-    metas: list[FileMeta], variable: str, dims: tuple[str, ...], what: str
-) -> tuple[Decoding | None, ...]:
-    """Return each file's decoding of ``variable`` (None where absent); refuse files that disagree."""
-    decodings: list[Decoding | None] = []
-    reference: VariableMeta | None = None
-    reference_file = ""
-    for meta in metas:
-        var = meta.variables.get(variable)
-        if var is None:
-            decodings.append(None)
-            continue
-        if var.dimensions != dims:
-            raise DataFileError(
-                f"{meta.path.name}: {what} {variable!r} has dimensions ({', '.join(var.dimensions)}), "
-                f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
-            )
-        dec = decoding_for(var.dtype, var.attrs, var.default_fill)
-        if dec is None:
-            raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, which is not numeric")
-        if reference is None:
-            reference, reference_file = var, meta.path.name
-        elif dec.time_units is None:
-            mine, theirs = _units(var.attrs), _units(reference.attrs)
-            if mine != theirs:
-                raise DataFileError(
-                    f"{meta.path.name}: {what} {variable!r} has units {mine or '(none)'!r} but "
-                    f"{reference_file} has {theirs or '(none)'!r}; dstp does not convert units between files — "
-                    "convert the files, or publish them as separate datasets"
-                )
-        decodings.append(dec)
-    try:
-        merge_decodings(decodings)
-    except ValueError as exc:
-        raise DataFileError(f"{what} {variable!r}: {exc}; files: {_calendars(metas, variable)}") from None
-    return tuple(decodings)
-
-
-def _units(attrs: Mapping[str, Any]) -> str:
-    return " ".join(str(attrs.get("units", "")).split())
-
-
-def _calendars(metas: list[FileMeta], variable: str) -> str:
-    parts = []
-    for meta in metas:
-        var = meta.variables.get(variable)
-        if var is not None:
-            cal = var.attrs.get("calendar", "standard") if "since" in _units(var.attrs) else "-"
-            parts.append(f"{meta.path.name} ({_units(var.attrs) or 'no units'}; {cal})")
-    return ", ".join(parts[:6]) + (" …" if len(parts) > 6 else "")
 
 
 def _attribute_columns(
@@ -407,7 +292,7 @@ def _attribute_columns(
             )
         # Files that lack the variable read as NULL along the aggregation axis; a variable
         # off that axis is read from the first file that has it.
-        decodings = _file_decodings(metas, spec.variable, spec.dimensions, "variable")
+        decodings = file_decodings(metas, spec.variable, spec.dimensions, "variable")
         dec = next(d for d in decodings if d is not None)
         out[spec.name] = AttributeColumn(
             spec=spec, decoding=dec, arrow_type=merge_decodings(decodings), attrs=var.attrs,
@@ -443,7 +328,7 @@ def _coordinate_column(
         )
     if decoding_for(var.dtype, var.attrs) is None:
         raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is not numeric", path=where)
-    decodings = _file_decodings(metas, spec.variable, expected, "coordinate")
+    decodings = file_decodings(metas, spec.variable, expected, "coordinate")
     absent = [m.path.name for m, d in zip(metas, decodings) if d is None]
     if absent:
         raise DataFileError(f"{absent[0]}: coordinate variable {spec.variable!r} is missing, other files have it")
@@ -455,35 +340,48 @@ def _coordinate_column(
     if spec.dimension is not None and spec.dimension == agg:
         values, mask = ds.read(column, {agg: slice(0, dim_sizes[agg], 1)})
     else:
-        values, mask = _same_in_every_file(ds, column, metas, spec.dimension, dim_sizes)
+        values, mask = _same_in_every_file(ds, spec.variable, arrow_type, list(zip(metas, decodings)), expected,
+                                           dim_sizes)
     if mask is not None and mask.any():
         raise DataFileError(f"coordinate {spec.name!r} has missing values; coordinates must be complete")
     values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
-    monotonic = _monotonic(values) if spec.dimension else 1
-    return CoordinateColumn(spec, values, arrow_type, dec, monotonic, decodings)
+    order = monotonic(values) if spec.dimension else 1
+    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)
 
 
 def _same_in_every_file(
-    ds: GriddedDataset, column: CoordinateColumn, metas: list[FileMeta], dim: str | None, dim_sizes: dict[str, int]
+    ds: GriddedDataset,
+    variable: str,
+    arrow_type: pa.DataType,
+    holders: list[tuple[FileMeta, Decoding | None]],
+    dims: tuple[str, ...],
+    dim_sizes: dict[str, int],
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Return a coordinate that does not run along the aggregation axis; refuse files whose values differ."""
-    index = [slice(0, dim_sizes[dim], 1)] if dim else []
-    dtype = numpy_dtype_of(column.arrow_type)
+    """Return a variable that does not run along the aggregation axis; refuse files whose values differ."""
+    index = [slice(0, dim_sizes[d], 1) for d in dims]
+    dtype = numpy_dtype_of(arrow_type)
     result: tuple[np.ndarray, np.ndarray | None] | None = None
-    for meta, dec in zip(metas, column.file_decodings):
-        assert dec is not None
-        raw = ds.handles.read(meta.path, column.spec.variable, index)
-        values, mask = decode_values(raw, dec, dtype)
-        if result is None:
-            result = (values, mask)
+    reference = ""
+    for meta, dec in holders:
+        if dec is None:
             continue
-        if not np.array_equal(values, result[0]):
-            differ = np.flatnonzero(np.asarray(values).reshape(-1) != np.asarray(result[0]).reshape(-1))
+        raw = ds.handles.read(meta.path, variable, index)
+        values, mask = decode_values(raw, dec, dtype)
+        if mask is not None:
+            values = np.where(mask, values.dtype.type(0) if values.dtype.kind in "iufb" else values, values)
+        if result is None:
+            result, reference = (values, mask), meta.path.name
+            continue
+        same_mask = (mask is None or not mask.any()) == (result[1] is None or not result[1].any()) and (
+            mask is None or result[1] is None or np.array_equal(mask, result[1]))
+        if not (same_mask and np.array_equal(values, result[0])):
+            flat, ref = np.asarray(values).reshape(-1), np.asarray(result[0]).reshape(-1)
+            differ = np.flatnonzero(flat != ref) if flat.shape == ref.shape else np.array([0])
             at = int(differ[0]) if differ.size else 0
-            mine = np.asarray(values).reshape(-1)[at] if np.size(values) else None
-            theirs = np.asarray(result[0]).reshape(-1)[at] if np.size(result[0]) else None
+            mine = flat[at] if flat.size else None
+            theirs = ref[at] if ref.size else None
             raise DataFileError(
-                f"{meta.path.name}: coordinate {column.spec.variable!r} differs from {metas[0].path.name} "
+                f"{meta.path.name}: coordinate {variable!r} differs from {reference} "
                 f"(index {at}: {mine!r} vs {theirs!r}); files aggregated along "
                 f"{ds.descriptor.aggregate!r} must share every other coordinate"
             )
@@ -491,56 +389,132 @@ def _same_in_every_file(
     return result
 
 
-def _coverage(coord: CoordinateColumn) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
-    """Return the aggregation axis' covered index runs (split at gaps) and warnings about gaps and overlaps.
+def _auxiliary_column(
+    ds: GriddedDataset, spec: CoordinateSpec, metas: list[FileMeta], dim_sizes: dict[str, int], where: str
+) -> AttributeColumn:
+    """Return an auxiliary coordinate (CF ``coordinates``): a variable on dimensions it does not label."""
+    for d in spec.dimensions:
+        if d not in dim_sizes:
+            raise DescriptorError(f"coordinate {spec.name!r}: unknown dimension {d!r}", path=where)
+    holder = next((m for m in metas if spec.variable in m.variables), None)
+    if holder is None:
+        raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is in none of the files",
+                              path=where)
+    var = holder.variables[spec.variable]
+    decodings = file_decodings(metas, spec.variable, spec.dimensions, "coordinate")
+    dec = next(d for d in decodings if d is not None)
+    attr_spec = AttributeSpec(spec.name, spec.variable, spec.dimensions, spec.units,
+                              dict(spec.cf).get("long_name"), spec.cf)
+    column = AttributeColumn(attr_spec, dec, merge_decodings(decodings), var.attrs, decodings, role="auxiliary")
+    return _in_memory(ds, column, metas, dim_sizes)
 
-    A gap is a step more than 1.5 times the median step (a missing month in
-    monthly files: 59–62 days against about 30). Needs at least three points.
+
+def _in_memory(
+    ds: GriddedDataset, column: AttributeColumn, metas: list[FileMeta], dim_sizes: dict[str, int]
+) -> AttributeColumn:
+    """Return ``column`` with its values held in memory when small and off the aggregation axis.
+
+    Those are the columns the planner prunes 2-D predicates with; files that
+    hold them must agree, as for any other coordinate.
     """
-    values = coord.values
-    n = len(values)
-    if n < 3:
-        return ((0, n),) if n else (), ()
-    numbers = _as_numbers(coord)
-    steps = np.diff(numbers)
-    warnings: list[str] = []
-    if coord.monotonic == 0:
-        repeats = int(np.sum(steps == 0))
-        what = f"{repeats} repeated value(s)" if repeats else "values out of order"
-        warnings.append(
-            f"coordinate {coord.name!r} is not monotonic along the files ({what}): files overlap; "
-            "pushdown on it is off and records appear once per file"
+    agg = ds.descriptor.aggregate
+    if agg in column.dimensions or math.prod(dim_sizes[d] for d in column.dimensions) > IN_MEMORY_ELEMENTS:
+        return column
+    if column.fixed or column.variable_dims:
+        values, mask = ds.read(column, {d: slice(0, dim_sizes[d], 1) for d in column.dimensions})
+    else:
+        values, mask = _same_in_every_file(ds, column.spec.variable, column.arrow_type,
+                                           list(zip(metas, column.file_decodings)), column.dimensions, dim_sizes)
+    if mask is not None and not mask.any():
+        mask = None
+    return AttributeColumn(column.spec, column.decoding, column.arrow_type, column.attrs, column.file_decodings,
+                           column.role, column.variable_dims, column.fixed, values, mask, column.note)
+
+
+def _add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
+    """Add one column per vertex of each coordinate's CF ``bounds`` or ``climatology`` variable."""
+    first = metas[0]
+    sizes = {d.name: d.size for d in ds.dimensions.values()}
+    owners: list[tuple[str, str, tuple[str, ...]]] = []
+    for c in ds.coordinates.values():
+        owners.append((c.name, c.spec.variable, c.dimensions))
+    for a in list(ds.auxiliaries.values()):
+        owners.append((a.name, a.spec.variable, a.dimensions))
+    taken = set(ds.column_names())
+    for name, variable, dims in owners:
+        owner = first.variables.get(variable)
+        if owner is None or not dims:
+            continue
+        bounds_name = owner.attrs.get("bounds") or owner.attrs.get("climatology")
+        bounds = first.variables.get(str(bounds_name)) if isinstance(bounds_name, str) else None
+        if bounds is None or len(bounds.dimensions) != len(dims) + 1 or bounds.dimensions[:-1] != dims:
+            continue
+        vertex_dim = bounds.dimensions[-1]
+        n = bounds.shape[-1]
+        labels = ["lower", "upper"] if n == 2 else [f"vertex_{k}" for k in range(n)]
+        inherit = {k: owner.attrs[k] for k in ("units", "calendar") if k in owner.attrs}
+        try:
+            decodings = file_decodings(metas, bounds.name, bounds.dimensions, "bounds")
+        except DataFileError:
+            continue  # bounds that do not aggregate are not offered; the coordinate itself still is
+        decodings = tuple(
+            None if d is None else decoding_for(m.variables[bounds.name].dtype,
+                                                {**inherit, **m.variables[bounds.name].attrs},
+                                                m.variables[bounds.name].default_fill)
+            for m, d in zip(metas, decodings)
         )
-        return ((0, n),), tuple(warnings)
-    steps = np.abs(steps)
-    typical = float(np.median(steps))
-    runs: list[tuple[int, int]] = []
-    begin = 0
-    for i in np.flatnonzero(steps > 1.5 * typical):
-        runs.append((begin, int(i) + 1))
-        begin = int(i) + 1
-    runs.append((begin, n))
-    if len(runs) > 1:
-        shown = ", ".join(f"{_label(values[b - 1])} → {_label(values[b])}" for b, _ in runs[1:])
-        warnings.append(f"{len(runs) - 1} gap(s) along {coord.name!r} (steps over 1.5× the usual): {shown}")
-    return tuple(runs), tuple(warnings)
+        dec = next((d for d in decodings if d is not None), None)
+        if dec is None:
+            continue
+        arrow_type = merge_decodings(decodings)
+        for k, label in enumerate(labels):
+            column_name = f"{name}_{label}"
+            if column_name in taken:
+                continue
+            spec = AttributeSpec(column_name, bounds.name, dims, str(inherit.get("units", "")) or None,
+                                 f"{label} bound of {name}" if n == 2 else f"vertex {k} of the cell of {name}")
+            column = AttributeColumn(spec, dec, arrow_type, bounds.attrs, decodings, role="bounds",
+                                     variable_dims=bounds.dimensions, fixed=((vertex_dim, k),),
+                                     note=f"vertex {k} of {bounds.name}")
+            ds.auxiliaries[column_name] = _in_memory(ds, column, metas, sizes)
+            taken.add(column_name)
 
 
-def _label(value: Any) -> str:
-    if isinstance(value, np.datetime64):
-        return str(value.astype("datetime64[s]"))
-    return str(value)
-
-
-def _as_numbers(coord: CoordinateColumn) -> np.ndarray:
-    """Return a coordinate's values as numbers (instants as days since their first)."""
-    values = coord.values
-    if values.dtype.kind == "M":
-        return (values - values[0]).astype("timedelta64[us]").astype(np.float64) / 86_400e6
-    if values.dtype == object and coord.decoding.calendar is not None:
-        import cftime
-
-        calendar = calendar_family(coord.decoding.calendar)
-        dates = [cftime.datetime.strptime(str(v)[:19], "%Y-%m-%dT%H:%M:%S", calendar=calendar) for v in values]
-        return np.asarray(cftime.date2num(dates, f"days since {str(values[0])[:10]}", calendar=calendar), float)
-    return np.asarray(values, dtype=np.float64)
+def _add_geographic(ds: GriddedDataset) -> None:
+    """Derive lat/lon with pyproj for a projected or rotated grid that has a grid mapping but no 2-D lat/lon."""
+    if not ds.grid_mappings:
+        return
+    geographic_names = {"latitude", "longitude"}
+    for col in [*ds.auxiliaries.values()]:
+        if dict(col.spec.cf).get("standard_name") in geographic_names:
+            return
+    for c in ds.coordinates.values():
+        if dict(c.spec.cf).get("standard_name") in geographic_names:
+            return
+    axes = {c.spec.axis: c for c in ds.coordinates.values() if c.dimension and c.spec.axis in ("X", "Y")}
+    if "X" not in axes or "Y" not in axes:
+        return
+    x, y = axes["X"], axes["Y"]
+    mapping = next((m for m in ds.grid_mappings.values() if m.wkt and m.grid_mapping_name != "latitude_longitude"),
+                   None)
+    if mapping is None or x.values.dtype.kind not in "if" or len(x.values) * len(y.values) > IN_MEMORY_ELEMENTS:
+        return
+    try:
+        lat, lon = geographic(mapping, x.values, y.values, x.spec.units, y.spec.units)
+    except ValueError as exc:
+        ds.warnings = (*ds.warnings, f"no derived lat/lon: {exc}")
+        return
+    dims = (y.dimension, x.dimension)
+    assert dims[0] is not None and dims[1] is not None
+    taken = set(ds.column_names())
+    for base, values, std, units in (("lat", lat, "latitude", "degrees_north"),
+                                     ("lon", lon, "longitude", "degrees_east")):
+        name = base if base not in taken else f"{base}_derived"
+        note = f"derived with pyproj from {x.name}, {y.name} and grid mapping {mapping.name!r}"
+        spec = AttributeSpec(name, "", dims, units, f"{std} ({note})", (("standard_name", std), ("units", units)))  # type: ignore[arg-type]
+        ordered = tuple(d for d in ds.dimensions if d in dims)
+        if ordered != dims:
+            values = values.T
+            spec = AttributeSpec(name, "", ordered, units, spec.description, spec.cf)  # type: ignore[arg-type]
+        ds.auxiliaries[name] = AttributeColumn(
+            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="derived", values=values, note=note)

@@ -40,7 +40,14 @@ _NS = "{" + NAMESPACE + "}"
 
 @dataclass(frozen=True, slots=True)
 class CoordinateSpec:
-    """A coordinate column: a dimension's labels, or a scalar coordinate."""
+    """A coordinate column: a dimension's labels, a scalar, or an auxiliary coordinate.
+
+    ``dimension`` names the one dimension a coordinate variable labels
+    (``lat(lat)``). ``dimensions`` instead makes it an *auxiliary* coordinate
+    (CF's ``coordinates`` attribute): a variable on one or more dimensions it
+    does not label, such as a 2-D ``lat(rlat, rlon)`` on a rotated grid or
+    ``station_name(station)``. Neither: a scalar coordinate.
+    """
 
     name: str
     variable: str
@@ -49,6 +56,11 @@ class CoordinateSpec:
     units: str | None = None
     calendar: str | None = None
     cf: tuple[tuple[str, str], ...] = ()
+    dimensions: tuple[str, ...] = ()
+
+    @property
+    def auxiliary(self) -> bool:
+        return bool(self.dimensions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +185,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
             units=c.get("units"),
             calendar=c.get("calendar"),
             cf=_cf(c),
+            dimensions=tuple((c.get("dimensions") or "").split()),
         )
         for c in root.iterfind(f"{_NS}coordinates/{_NS}coordinate")
     )
@@ -231,6 +244,14 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
         )
     dims = {c.dimension for c in desc.coordinates if c.dimension}
     used = {d for a in desc.attributes for d in a.dimensions}
+    for el in root.iterfind(f"{_NS}coordinates/{_NS}coordinate"):
+        if el.get("dimension") and el.get("dimensions"):
+            raise DescriptorError(
+                f"coordinate {el.get('name')!r} has both dimension= (it labels one dimension) and dimensions= "
+                "(it is an auxiliary coordinate); keep one",
+                path=where,
+                line=el.sourceline,
+            )
     columns = {c.name for c in desc.coordinates} | {a.name for a in desc.attributes}
     for el in root.iterfind(f"{_NS}attributes/{_NS}attribute"):
         if el.get("name") in dims and el.get("name") not in {c.name for c in desc.coordinates}:
@@ -291,6 +312,7 @@ def render_descriptor(desc: Descriptor) -> bytes:
             name=c.name,
             variable=c.variable if c.variable != c.name else None,
             dimension=c.dimension,
+            dimensions=" ".join(c.dimensions) or None,
             axis=c.axis,
             units=c.units,
             calendar=c.calendar,

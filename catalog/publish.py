@@ -15,6 +15,7 @@ import fnmatch
 import os
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -176,6 +177,18 @@ def draft_descriptor(
         if (var.name in auxiliary or scalar_axis) and decoding_for(var.dtype, var.attrs) is not None:
             coord_vars.add(var.name)
             coordinates.append(_coordinate_spec(var, None, scalar_axis or "other", rename))
+    # Auxiliary coordinates: named by a data variable's CF `coordinates`, or a latitude/longitude
+    # on dimensions it does not label (2-D lat/lon of rotated, projected and curvilinear grids).
+    for var in first.variables.values():
+        if not var.dimensions or var.name in coord_vars or var.name in support:
+            continue
+        std = str(var.attrs.get("standard_name", "")).lower()
+        geographic = std in ("latitude", "longitude") and var.dimensions != (var.name,)
+        if (var.name in auxiliary or geographic) and decoding_for(var.dtype, var.attrs) is not None:
+            coord_vars.add(var.name)
+            auxiliary.add(var.name)
+            spec = _coordinate_spec(var, None, coordinate_axis(var.name, var.attrs) or "other", rename)
+            coordinates.append(replace(spec, dimensions=var.dimensions))
 
     data_vars = [
         v for v in first.variables.values()
@@ -188,7 +201,8 @@ def draft_descriptor(
     grids = Counter(v.dimensions for v in data_vars)
     default_grid = max(grids, key=lambda g: (grids[g], len(g)))
     used_dims = {d for v in data_vars for d in v.dimensions}
-    coordinates = [c for c in coordinates if c.dimension is None or c.dimension in used_dims]
+    coordinates = [c for c in coordinates if (c.dimension is None or c.dimension in used_dims)
+                   and set(c.dimensions) <= used_dims]
 
     aggregate = _aggregate_dimension(metas, axes) if len(metas) > 1 else None
     attributes = [
@@ -276,7 +290,7 @@ def _correlation_keys(coordinates: Iterable[CoordinateSpec]) -> tuple[Correlatio
     """Return universal keys: time, latitude, longitude, vertical; plain x/y for projected axes."""
     keys = []
     for c in coordinates:
-        if not c.dimension or c.axis not in {"T", "Y", "X", "Z"}:
+        if not (c.dimension or c.dimensions) or c.axis not in {"T", "Y", "X", "Z"}:
             continue
         std = dict(c.cf).get("standard_name")
         units = (c.units or "").replace(" ", "").lower()

@@ -77,6 +77,7 @@ def _column_pb(c: ColumnInfo) -> pb.Column:
         description=c.description, arrow_type=c.arrow_type,
         cf=[pb.KeyValue(key=k, value=v) for k, v in c.cf],
         packed=c.packed, nullable=c.nullable, coordinate=c.coordinate, missing_from=list(c.missing_from),
+        role=c.role, note=c.note,
     )
 
 
@@ -100,6 +101,12 @@ def details_pb(d: DatasetDetails) -> pb.DatasetDescription:
         license=d.license, source=d.source, descriptor_xml=d.descriptor_xml,
         coverage=[pb.CoverageRun(first=r.first, last=r.last, start=r.start, stop=r.stop) for r in d.coverage],
         warnings=list(d.warnings),
+        grid_mappings=[
+            pb.GridMapping(name=m.name, grid_mapping_name=m.grid_mapping_name,
+                           parameters=[pb.KeyValue(key=k, value=v) for k, v in m.parameters],
+                           wkt=m.wkt, proj=m.proj, problem=m.problem)
+            for m in d.grid_mappings
+        ],
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "DatasetSummary",
     "DimensionInfo",
     "FileInfo",
+    "GridMappingInfo",
     "KeyInfo",
     "dataset_details",
     "dataset_summary",
@@ -69,6 +70,22 @@ class ColumnInfo:
     coordinate: bool
     #: Files that lack the variable: the column is NULL on their records.
     missing_from: tuple[str, ...] = ()
+    #: dimension, scalar, auxiliary, bounds, derived (coordinates) or data (attributes).
+    role: str = ""
+    #: How a derived or bounds column is made (e.g. "derived with pyproj from x, y and grid mapping 'crs'").
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GridMappingInfo:
+    """A CF grid mapping: its variable, CF name and parameters, and the CRS as WKT 2 and PROJ."""
+
+    name: str
+    grid_mapping_name: str
+    parameters: tuple[tuple[str, str], ...]
+    wkt: str
+    proj: str
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,8 @@ class DatasetDetails:
     coverage: tuple[CoverageRun, ...] = ()
     #: Things a curator should know that do not stop serving (gaps, overlapping files).
     warnings: tuple[str, ...] = ()
+    #: CF grid mappings of the data variables.
+    grid_mappings: tuple[GridMappingInfo, ...] = ()
 
 
 def render_value(value: Any) -> str:
@@ -171,6 +190,8 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     if (lat is not None and lon is not None and _degrees(lat.spec.units, "north")
             and _degrees(lon.spec.units, "east") and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if"):
         bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
+    else:
+        bbox = _auxiliary_bbox(ds)
     return DatasetSummary(
         id=d.id,
         title=d.title,
@@ -187,6 +208,24 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     )
 
 
+def _auxiliary_bbox(ds: GriddedDataset) -> tuple[float, float, float, float] | None:
+    """Return the bounding box of 2-D (or derived) latitude/longitude held in memory, if the dataset has them."""
+    found: dict[str, Any] = {}
+    for a in ds.auxiliaries.values():
+        std = dict(a.spec.cf).get("standard_name")
+        if std in ("latitude", "longitude") and a.values is not None and a.values.dtype.kind == "f" \
+                and std not in found and a.role in ("auxiliary", "derived"):
+            import numpy as np
+
+            values = a.values if a.mask is None else a.values[~a.mask]
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                found[std] = (float(finite.min()), float(finite.max()))
+    if len(found) < 2:
+        return None
+    return (*found["latitude"], *found["longitude"])
+
+
 def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
     return ColumnInfo(
         name=c.name,
@@ -199,6 +238,26 @@ def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
         packed=c.decoding.packed,
         nullable=False,
         coordinate=True,
+        role="dimension" if c.dimension else "scalar",
+    )
+
+
+def _auxiliary_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> ColumnInfo:
+    cf = dict(a.spec.cf)
+    return ColumnInfo(
+        name=a.name,
+        variable=a.spec.variable,
+        dimensions=a.dimensions,
+        units=a.spec.units or cf.get("units", ""),
+        description=a.spec.description or cf.get("long_name", ""),
+        arrow_type=str(a.arrow_type),
+        cf=tuple((k, render_value(v)) for k, v in a.spec.cf),
+        packed=a.decoding.packed,
+        nullable=a.mask is not None or a.values is None,
+        coordinate=True,
+        missing_from=missing_from,
+        role=a.role,
+        note=a.note,
     )
 
 
@@ -215,6 +274,7 @@ def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> Column
         nullable=True,
         coordinate=False,
         missing_from=missing_from,
+        role="data",
     )
 
 
@@ -239,7 +299,8 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
     return DatasetDetails(
         summary=dataset_summary(ds),
         dimensions=tuple(dims),
-        coordinates=tuple(_coordinate_info(c) for c in ds.coordinates.values()),
+        coordinates=(*(_coordinate_info(c) for c in ds.coordinates.values()),
+                     *(_auxiliary_info(a, ds.missing_from(a)) for a in ds.auxiliaries.values())),
         attributes=tuple(_attribute_info(a, ds.missing_from(a)) for a in ds.attributes.values()),
         files=tuple(_file_info(ds, f) for f in ds.files),
         correlation_keys=tuple(
@@ -252,6 +313,10 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
         descriptor_xml=descriptor_xml,
         coverage=_coverage_runs(ds),
         warnings=ds.warnings,
+        grid_mappings=tuple(
+            GridMappingInfo(m.name, m.grid_mapping_name, m.parameters, m.wkt, m.proj, m.problem)
+            for m in ds.grid_mappings.values()
+        ),
     )
 
 

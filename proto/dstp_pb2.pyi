@@ -112,7 +112,7 @@ class Dimension(_message.Message):
     def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., coordinate: _Optional[str] = ..., min: _Optional[str] = ..., max: _Optional[str] = ..., order: _Optional[int] = ..., units: _Optional[str] = ..., calendar: _Optional[str] = ..., axis: _Optional[str] = ...) -> None: ...
 
 class Column(_message.Message):
-    __slots__ = ("name", "variable", "dimensions", "units", "description", "arrow_type", "cf", "packed", "nullable", "coordinate", "missing_from")
+    __slots__ = ("name", "variable", "dimensions", "units", "description", "arrow_type", "cf", "packed", "nullable", "coordinate", "missing_from", "role", "note")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VARIABLE_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,8 @@ class Column(_message.Message):
     NULLABLE_FIELD_NUMBER: _ClassVar[int]
     COORDINATE_FIELD_NUMBER: _ClassVar[int]
     MISSING_FROM_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     name: str
     variable: str
     dimensions: _containers.RepeatedScalarFieldContainer[str]
@@ -135,7 +137,25 @@ class Column(_message.Message):
     nullable: bool
     coordinate: bool
     missing_from: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ..., missing_from: _Optional[_Iterable[str]] = ...) -> None: ...
+    role: str
+    note: str
+    def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ..., missing_from: _Optional[_Iterable[str]] = ..., role: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class GridMapping(_message.Message):
+    __slots__ = ("name", "grid_mapping_name", "parameters", "wkt", "proj", "problem")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GRID_MAPPING_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    WKT_FIELD_NUMBER: _ClassVar[int]
+    PROJ_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    grid_mapping_name: str
+    parameters: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    wkt: str
+    proj: str
+    problem: str
+    def __init__(self, name: _Optional[str] = ..., grid_mapping_name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., wkt: _Optional[str] = ..., proj: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class DataFile(_message.Message):
     __slots__ = ("name", "size_bytes", "format", "start", "count", "first", "last")
@@ -180,7 +200,7 @@ class CorrelationKey(_message.Message):
     def __init__(self, name: _Optional[str] = ..., column: _Optional[str] = ..., standard_name: _Optional[str] = ..., units: _Optional[str] = ...) -> None: ...
 
 class DatasetDescription(_message.Message):
-    __slots__ = ("summary", "dimensions", "coordinates", "attributes", "files", "correlation_keys", "aggregate_dimension", "global_attributes", "license", "source", "descriptor_xml", "coverage", "warnings")
+    __slots__ = ("summary", "dimensions", "coordinates", "attributes", "files", "correlation_keys", "aggregate_dimension", "global_attributes", "license", "source", "descriptor_xml", "coverage", "warnings", "grid_mappings")
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     COORDINATES_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +214,7 @@ class DatasetDescription(_message.Message):
     DESCRIPTOR_XML_FIELD_NUMBER: _ClassVar[int]
     COVERAGE_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    GRID_MAPPINGS_FIELD_NUMBER: _ClassVar[int]
     summary: DatasetSummary
     dimensions: _containers.RepeatedCompositeFieldContainer[Dimension]
     coordinates: _containers.RepeatedCompositeFieldContainer[Column]
@@ -207,7 +228,8 @@ class DatasetDescription(_message.Message):
     descriptor_xml: str
     coverage: _containers.RepeatedCompositeFieldContainer[CoverageRun]
     warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ..., coverage: _Optional[_Iterable[_Union[CoverageRun, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    grid_mappings: _containers.RepeatedCompositeFieldContainer[GridMapping]
+    def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ..., coverage: _Optional[_Iterable[_Union[CoverageRun, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., grid_mappings: _Optional[_Iterable[_Union[GridMapping, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("sql", "channels", "streams", "compression", "congestion_control")

@@ -20,6 +20,7 @@ from dstp.errors import DstpError, IntegrityError, TransportError, TransportUnav
 from dstp.metadata import (
     ColumnInfo,
     CoverageRun,
+    GridMappingInfo,
     DatasetDetails,
     DatasetSummary,
     DimensionInfo,
@@ -146,6 +147,7 @@ def _column_from_pb(c: pb.Column) -> ColumnInfo:
         name=c.name, variable=c.variable, dimensions=tuple(c.dimensions), units=c.units,
         description=c.description, arrow_type=c.arrow_type, cf=tuple((kv.key, kv.value) for kv in c.cf),
         packed=c.packed, nullable=c.nullable, coordinate=c.coordinate, missing_from=tuple(c.missing_from),
+        role=c.role, note=c.note,
     )
 
 
@@ -165,6 +167,11 @@ def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
         license=m.license, source=m.source, descriptor_xml=m.descriptor_xml,
         coverage=tuple(CoverageRun(r.first, r.last, r.start, r.stop) for r in m.coverage),
         warnings=tuple(m.warnings),
+        grid_mappings=tuple(
+            GridMappingInfo(g.name, g.grid_mapping_name, tuple((kv.key, kv.value) for kv in g.parameters),
+                            g.wkt, g.proj, g.problem)
+            for g in m.grid_mappings
+        ),
     )
 
 

@@ -47,6 +47,8 @@ def column_json(c: ColumnInfo) -> dict[str, Any]:
         "nullable": c.nullable,
         "coordinate": c.coordinate,
         "missing_from": list(c.missing_from),
+        "role": c.role,
+        "note": c.note,
     }
 
 
@@ -82,4 +84,9 @@ def details_json(d: DatasetDetails) -> dict[str, Any]:
         "descriptor_xml": d.descriptor_xml,
         "coverage": [{"first": r.first, "last": r.last, "start": r.start, "stop": r.stop} for r in d.coverage],
         "warnings": list(d.warnings),
+        "grid_mappings": [
+            {"name": m.name, "grid_mapping_name": m.grid_mapping_name, "parameters": dict(m.parameters),
+             "wkt": m.wkt, "proj": m.proj, "problem": m.problem}
+            for m in d.grid_mappings
+        ],
     }

@@ -24,6 +24,7 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
+from dstp.catalog.gridmapping import grid_mapping_names
 from dstp.catalog.netcdf4_ import ReadStats
 from dstp.catalog.registry import Catalog
 from dstp.errors import (
@@ -151,16 +152,28 @@ def _result_schema(plan: QueryPlan, settings: Settings) -> pa.Schema:
     finally:
         con.close()
     fields = []
+    mappings: dict[str, str] = {}
     for f, out in zip(schema, plan.query.outputs):
         meta: dict[str, str] = {}
         source = out.this
         name = getattr(source, "name", None) if source.__class__.__name__ == "Column" else None
-        if name in ds.attributes:
-            a = ds.attributes[name]
-            meta = {k: str(v) for k, v in a.spec.cf if k in ("standard_name", "long_name", "cell_methods")}
-            if a.spec.units:
+        readable = ds.readable(name) if name is not None else None
+        if readable is not None:
+            a = readable
+            meta = {k: str(v) for k, v in a.spec.cf
+                    if k in ("standard_name", "long_name", "cell_methods", "grid_mapping", "coordinates")}
+            if a.spec.units and a.decoding.time_units is None:
                 meta["units"] = a.spec.units
+            if a.decoding.calendar:
+                meta["calendar"] = a.decoding.calendar
             meta["dstp:dimensions"] = " ".join(a.dimensions)
+            if a.role != "data":
+                meta["dstp:role"] = a.role
+                if a.note:
+                    meta["dstp:note"] = a.note
+            for gm in grid_mapping_names(meta.get("grid_mapping")):
+                if gm in ds.grid_mappings:
+                    mappings[gm] = ds.grid_mappings[gm].wkt
         elif name in ds.coordinates:
             c = ds.coordinates[name]
             meta = {k: str(v) for k, v in c.spec.cf if k in ("standard_name", "long_name", "positive")}
@@ -170,14 +183,11 @@ def _result_schema(plan: QueryPlan, settings: Settings) -> pa.Schema:
                 meta["calendar"] = c.decoding.calendar
             meta["dstp:dimension"] = c.dimension or ""
         fields.append(f.with_metadata(meta) if meta else f)
-    return pa.schema(
-        fields,
-        metadata={
-            "dstp:dataset": ds.id,
-            "dstp:grid": " ".join(plan.grid),
-            "dstp:sql": plan.query.sql,
-        },
-    )
+    metadata = {"dstp:dataset": ds.id, "dstp:grid": " ".join(plan.grid), "dstp:sql": plan.query.sql}
+    for gm, wkt in mappings.items():
+        # The CRS of the grid mapping the selected columns name (CF grid_mapping), as WKT 2.
+        metadata[f"dstp:crs_wkt:{gm}"] = wkt
+    return pa.schema(fields, metadata=metadata)
 
 
 def prepare_query(sql: str, catalog: Catalog, settings: Settings) -> PreparedQuery:

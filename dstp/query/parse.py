@@ -281,7 +281,8 @@ class _Validator:
         self.used: set[str] = set()
         self.time_columns = {
             name: col.decoding.iso_time
-            for name, col in [*dataset.coordinates.items(), *dataset.attributes.items()]
+            for name, col in [*dataset.coordinates.items(), *dataset.auxiliaries.items(),
+                              *dataset.attributes.items()]
             if col.decoding.time_units is not None
         }
 
@@ -428,8 +429,11 @@ def _star_outputs(dataset: GriddedDataset) -> list[str]:
     coords.sort(key=lambda n: grid.index(dataset.coordinates[n].dimension))  # type: ignore[arg-type]
     index_dims = [d for d in grid if dataset.dimensions[d].coordinate is None]
     scalars = [c.name for c in dataset.coordinates.values() if c.dimension is None]
+    # Auxiliary and derived coordinates on the default grid's dimensions (2-D lat/lon); bounds only on request.
+    auxiliaries = [a.name for a in dataset.auxiliaries.values()
+                   if a.role in ("auxiliary", "derived") and a.dimensions and set(a.dimensions) <= set(grid)]
     attrs = [a.name for a in dataset.attributes.values() if a.dimensions == grid]
-    return [*index_dims, *coords, *scalars, *attrs]
+    return [*index_dims, *coords, *auxiliaries, *scalars, *attrs]
 
 
 def validate_query(sql: str, catalog: Catalog, *, max_length: int = 16_384) -> ValidatedQuery:

@@ -88,10 +88,7 @@ def _grid(q: ValidatedQuery) -> tuple[str, ...]:
     ds = q.dataset
     dims: set[str] = set()
     for name in q.columns:
-        if name in ds.attributes:
-            dims.update(ds.attributes[name].dimensions)
-        elif ds.coordinates[name].dimension is not None:
-            dims.add(ds.coordinates[name].dimension)  # type: ignore[arg-type]
+        dims.update(ds.column_dimensions(name))
     return ds.dimension_order(dims)
 
 
@@ -199,6 +196,59 @@ def _index_range(coord: CoordinateColumn, iv: _Interval) -> range:
     return range(n - i1, n - i0)
 
 
+def _widen(iv: _Interval, dtype: np.dtype) -> _Interval:
+    """Return ``iv`` widened by float32 rounding, as ``_index_range`` does (DuckDB may compare in float)."""
+    if dtype.kind != "f":
+        return iv
+    eps = 2.0**-20 if dtype.itemsize == 4 else 2.0**-44
+    lo = None if iv.lo is None else iv.lo - eps * max(1.0, abs(iv.lo))
+    hi = None if iv.hi is None else iv.hi + eps * max(1.0, abs(iv.hi))
+    return _Interval(lo, hi)
+
+
+def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> None:
+    """Narrow ``ranges`` to the index bounding box of the cells that can satisfy predicates on 2-D coordinates.
+
+    Auxiliary coordinates held in memory (a curvilinear grid's ``lat(y, x)`` and
+    ``lon(y, x)``, derived lat/lon, station positions) are tested cell by cell
+    against every interval the WHERE clause's top-level AND puts on them; the
+    cells that pass give, per dimension, the first and last index to read.
+    Conservative like every pushdown: the whole WHERE still runs afterwards.
+    """
+    ds = q.dataset
+    held = {name: col for name, col in ds.auxiliaries.items()
+            if col.values is not None and col.dimensions and all(d in ranges for d in col.dimensions)}
+    if not held:
+        return
+    masks: dict[tuple[str, ...], np.ndarray] = {}
+    for conj in _conjuncts(q.where):
+        found = _interval_of(conj, held)  # type: ignore[arg-type]
+        if found is None:
+            continue
+        name, iv = found
+        col = held[name]
+        dims = col.dimensions
+        window = tuple(slice(ranges[d].start, ranges[d].stop) for d in dims)
+        values = col.values[window]  # type: ignore[index]
+        iv = _widen(iv, values.dtype)
+        try:
+            ok = np.ones(values.shape, dtype=bool)
+            if iv.lo is not None:
+                ok &= values >= iv.lo
+            if iv.hi is not None:
+                ok &= values <= iv.hi
+        except TypeError:
+            continue  # a literal of another type: leave it to DuckDB's error
+        if col.mask is not None:
+            ok &= ~col.mask[window]
+        masks[dims] = ok if dims not in masks else masks[dims] & ok
+    for dims, ok in masks.items():
+        for axis, d in enumerate(dims):
+            hit = np.flatnonzero(ok.any(axis=tuple(i for i in range(ok.ndim) if i != axis)))
+            base = ranges[d].start
+            ranges[d] = range(base + int(hit[0]), base + int(hit[-1]) + 1) if hit.size else range(base, base)
+
+
 def plan_query(q: ValidatedQuery) -> QueryPlan:
     """Return the plan of a validated query."""
     ds = q.dataset
@@ -227,6 +277,7 @@ def plan_query(q: ValidatedQuery) -> QueryPlan:
             continue  # a literal of another type: leave it to DuckDB's error
         cur = ranges[dim]
         ranges[dim] = range(max(cur.start, r.start), max(max(cur.start, r.start), min(cur.stop, r.stop)))
+    _prune_by_auxiliaries(q, ranges)
     for dim, step in q.strides.items():
         r = ranges[dim]
         start = -(-r.start // step) * step

@@ -98,7 +98,9 @@ class GridScan:
             elif name in dataset.coordinates:
                 fields.append(pa.field(name, dataset.coordinates[name].arrow_type, nullable=False))
             else:
-                fields.append(pa.field(name, dataset.attributes[name].arrow_type))
+                column = dataset.readable(name)
+                assert column is not None, name
+                fields.append(pa.field(name, column.arrow_type))
         self.schema = pa.schema(fields)
 
     # -- blocks ------------------------------------------------------------------------
@@ -154,7 +156,8 @@ class GridScan:
                     picked = coord.values[r.start:r.stop:r.step]
                     arrays.append(_arrow(_flat(picked, (coord.dimension,), grid, shape), None, coord.arrow_type))
                 continue
-            attr = ds.attributes[name]
+            attr = ds.readable(name)
+            assert attr is not None, name
             values, mask = ds.read(attr, index, self.stats)
             flat_mask = None if mask is None else _flat(mask, attr.dimensions, grid, shape)
             arrays.append(_arrow(_flat(values, attr.dimensions, grid, shape), flat_mask, attr.arrow_type))

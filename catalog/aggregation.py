@@ -1,0 +1,177 @@
+"""Aggregating files along one axis: their order, each file's decoding, the coverage they give.
+
+A dataset of many files (one per month, say) is one long axis cut into
+pieces. Each piece is decoded with its own file's attributes
+(:func:`file_decodings` refuses what cannot be reconciled, naming file and
+variable); files are put in order by their first coordinate value
+(:func:`order_files`); and the axis they make is checked for gaps and overlaps
+(:func:`coverage`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from dstp.catalog.cf import Decoding, calendar_family, decode_values, decoding_for, merge_decodings
+from dstp.catalog.columns import CoordinateColumn
+from dstp.catalog.descriptor import CoordinateSpec
+from dstp.catalog.netcdf4_ import FileHandles, FileMeta, VariableMeta
+from dstp.errors import DataFileError
+
+__all__ = ["coverage", "file_decodings", "nulls", "order_files"]
+
+
+def nulls(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Return a block of NULLs: placeholder values of ``dtype`` and an all-true mask."""
+    values = np.full(shape, None, dtype=object) if dtype == np.dtype(object) else np.zeros(shape, dtype=dtype)
+    return values, np.ones(shape, dtype=bool)
+
+
+def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str) -> Any:
+    """Return the first decoded value of a file's aggregation coordinate, or None when it has none."""
+    var = meta.variables.get(variable)
+    if var is None or var.dimensions != (agg,):
+        raise DataFileError(f"{meta.path.name}: coordinate {variable!r} along {agg!r} is missing")
+    dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+    if var.shape[0] == 0 or dec is None:
+        return None
+    raw = handles.read(meta.path, variable, [slice(0, 1)])
+    value, mask = decode_values(raw, dec)
+    if mask is not None and mask.any():
+        raise DataFileError(f"{meta.path.name}: the first value of coordinate {variable!r} is missing")
+    return value[0]
+
+
+def order_files(
+    metas: list[FileMeta], agg: str | None, spec: CoordinateSpec | None, handles: FileHandles
+) -> list[FileMeta]:
+    """Order files along the aggregation dimension by their first coordinate value, else by name."""
+    if len(metas) < 2 or agg is None or spec is None:
+        return metas
+    firsts = [(_first_values(handles, meta, spec.variable, agg), meta.path.name) for meta in metas]
+    if any(v is None for v, _ in firsts):
+        return metas
+    kinds = {type(v) for v, _ in firsts}
+    if len(kinds) > 1:  # times in some files, numbers in others: _coordinate_column says why
+        return metas
+    order = sorted(range(len(metas)), key=lambda i: (firsts[i][0], firsts[i][1]))
+    return [metas[i] for i in order]
+
+
+def file_decodings(
+    metas: list[FileMeta],
+    variable: str,
+    dims: tuple[str, ...],
+    what: str,
+    inherit: Mapping[str, Any] | None = None,
+) -> tuple[Decoding | None, ...]:
+    """Return each file's decoding of ``variable`` (None where absent); refuse files that disagree.
+
+    ``inherit`` holds attributes a variable takes from another when it lacks
+    them (CF bounds take ``units`` and ``calendar`` from their coordinate).
+    """
+    decodings: list[Decoding | None] = []
+    reference: VariableMeta | None = None
+    reference_file = ""
+    for meta in metas:
+        var = meta.variables.get(variable)
+        if var is None:
+            decodings.append(None)
+            continue
+        if var.dimensions != dims:
+            raise DataFileError(
+                f"{meta.path.name}: {what} {variable!r} has dimensions ({', '.join(var.dimensions)}), "
+                f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
+            )
+        attrs = {**(inherit or {}), **var.attrs}
+        dec = decoding_for(var.dtype, attrs, var.default_fill)
+        if dec is None:
+            raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, which is not numeric")
+        if reference is None:
+            reference, reference_file = var, meta.path.name
+        elif dec.time_units is None:
+            mine, theirs = _units(var.attrs), _units(reference.attrs)
+            if mine != theirs:
+                raise DataFileError(
+                    f"{meta.path.name}: {what} {variable!r} has units {mine or '(none)'!r} but "
+                    f"{reference_file} has {theirs or '(none)'!r}; dstp does not convert units between files — "
+                    "convert the files, or publish them as separate datasets"
+                )
+        decodings.append(dec)
+    try:
+        merge_decodings(decodings)
+    except ValueError as exc:
+        raise DataFileError(f"{what} {variable!r}: {exc}; files: {_calendars(metas, variable)}") from None
+    return tuple(decodings)
+
+
+def _units(attrs: Mapping[str, Any]) -> str:
+    return " ".join(str(attrs.get("units", "")).split())
+
+
+def _calendars(metas: list[FileMeta], variable: str) -> str:
+    parts = []
+    for meta in metas:
+        var = meta.variables.get(variable)
+        if var is not None:
+            cal = var.attrs.get("calendar", "standard") if "since" in _units(var.attrs) else "-"
+            parts.append(f"{meta.path.name} ({_units(var.attrs) or 'no units'}; {cal})")
+    return ", ".join(parts[:6]) + (" …" if len(parts) > 6 else "")
+
+
+
+def coverage(coord: CoordinateColumn) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
+    """Return the aggregation axis' covered index runs (split at gaps) and warnings about gaps and overlaps.
+
+    A gap is a step more than 1.5 times the median step (a missing month in
+    monthly files: 59–62 days against about 30). Needs at least three points.
+    """
+    values = coord.values
+    n = len(values)
+    if n < 3:
+        return ((0, n),) if n else (), ()
+    numbers = _as_numbers(coord)
+    steps = np.diff(numbers)
+    warnings: list[str] = []
+    if coord.monotonic == 0:
+        repeats = int(np.sum(steps == 0))
+        what = f"{repeats} repeated value(s)" if repeats else "values out of order"
+        warnings.append(
+            f"coordinate {coord.name!r} is not monotonic along the files ({what}): files overlap; "
+            "pushdown on it is off and records appear once per file"
+        )
+        return ((0, n),), tuple(warnings)
+    steps = np.abs(steps)
+    typical = float(np.median(steps))
+    runs: list[tuple[int, int]] = []
+    begin = 0
+    for i in np.flatnonzero(steps > 1.5 * typical):
+        runs.append((begin, int(i) + 1))
+        begin = int(i) + 1
+    runs.append((begin, n))
+    if len(runs) > 1:
+        shown = ", ".join(f"{_label(values[b - 1])} → {_label(values[b])}" for b, _ in runs[1:])
+        warnings.append(f"{len(runs) - 1} gap(s) along {coord.name!r} (steps over 1.5× the usual): {shown}")
+    return tuple(runs), tuple(warnings)
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, np.datetime64):
+        return str(value.astype("datetime64[s]"))
+    return str(value)
+
+
+def _as_numbers(coord: CoordinateColumn) -> np.ndarray:
+    """Return a coordinate's values as numbers (instants as days since their first)."""
+    values = coord.values
+    if values.dtype.kind == "M":
+        return (values - values[0]).astype("timedelta64[us]").astype(np.float64) / 86_400e6
+    if values.dtype == object and coord.decoding.calendar is not None:
+        import cftime
+
+        calendar = calendar_family(coord.decoding.calendar)
+        dates = [cftime.datetime.strptime(str(v)[:19], "%Y-%m-%dT%H:%M:%S", calendar=calendar) for v in values]
+        return np.asarray(cftime.date2num(dates, f"days since {str(values[0])[:10]}", calendar=calendar), float)
+    return np.asarray(values, dtype=np.float64)
