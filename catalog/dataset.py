@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import glob
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,7 +38,7 @@ from dstp.catalog.cf import Decoding, decode_values, decoding_for, merge_decodin
 from dstp.catalog.columns import AttributeColumn, CoordinateColumn, DataFile, Dimension, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.gridmapping import GridMapping, geographic, grid_mappings
-from dstp.catalog.netcdf4_ import FileHandles, FileMeta, ReadStats, inspect_file
+from dstp.catalog.netcdf4_ import FileHandles, FileMeta, ReadStats, inspect_file, resolve_in_group
 from dstp.errors import DataFileError, DescriptorError
 
 __all__ = ["AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset"]
@@ -194,6 +194,7 @@ class GriddedDataset:
         if not paths:
             raise DescriptorError(f"files glob {descriptor.files_glob!r} matches no file", path=where)
         metas = [inspect_file(p) for p in paths]
+        descriptor = _in_group(descriptor, metas)
         agg = descriptor.aggregate
         if len(metas) > 1 and agg is None:
             raise DescriptorError(
@@ -387,6 +388,22 @@ def _same_in_every_file(
             )
     assert result is not None
     return result
+
+
+def _in_group(descriptor: Descriptor, metas: list[FileMeta]) -> Descriptor:
+    """Return ``descriptor`` with variable names resolved in its group (``<files group="Grid">``)."""
+    if not descriptor.group:
+        return descriptor
+    known: dict[str, Any] = {k: v for m in metas for k, v in m.variables.items()}
+
+    def resolve(name: str) -> str:
+        return resolve_in_group(known, descriptor.group or "", name)
+
+    return replace(
+        descriptor,
+        coordinates=tuple(replace(c, variable=resolve(c.variable)) for c in descriptor.coordinates),
+        attributes=tuple(replace(a, variable=resolve(a.variable)) for a in descriptor.attributes),
+    )
 
 
 def _auxiliary_column(

@@ -102,6 +102,8 @@ class Descriptor:
     keywords: tuple[str, ...] = ()
     correlation_keys: tuple[CorrelationKey, ...] = ()
     access_policy: str = "public"
+    #: netCDF-4 group that variable names without a path are looked up in (``Grid`` for GPM IMERG).
+    group: str | None = None
     #: Where the descriptor was read from (its folder anchors ``files_glob``).
     path: Path | None = field(default=None, compare=False)
 
@@ -222,6 +224,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         ),
         files_glob=files.get("glob"),
         aggregate=files.get("aggregate"),
+        group=(files.get("group") or "").strip("/") or None,
         coordinates=coords,
         attributes=attrs,
         default_grid=tuple(attrs_el.get("default-grid").split()),
@@ -303,7 +306,7 @@ def render_descriptor(desc: Descriptor) -> bytes:
         kw = sub(root, "keywords")
         for k in desc.keywords:
             sub(kw, "keyword", k)
-    sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate)
+    sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
     coords = sub(root, "coordinates")
     for c in desc.coordinates:
         el = sub(

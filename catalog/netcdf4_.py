@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import netCDF4
 import numpy as np
@@ -24,7 +24,7 @@ import numpy as np
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
-__all__ = ["NETCDF_LOCK", "FileHandles", "ReadStats", "VariableMeta", "FileMeta", "inspect_file"]
+__all__ = ["NETCDF_LOCK", "FileHandles", "ReadStats", "VariableMeta", "FileMeta", "inspect_file", "resolve_in_group"]
 
 NETCDF_LOCK = threading.RLock()
 
@@ -135,7 +135,7 @@ class FileHandles:
             ds = self._get(path)
             self._check_unchanged(path)
             try:
-                var = ds.variables[variable]
+                var = ds[variable] if "/" in variable else ds.variables[variable]
                 array = np.asarray(var[tuple(index)] if index else var[...])
             except (OSError, RuntimeError, IndexError, KeyError) as exc:
                 self._drop(path)
@@ -201,6 +201,23 @@ def _default_fill(var: Any) -> Any:
     return value
 
 
+def resolve_in_group(variables: Mapping[str, Any], group: str, name: str) -> str:
+    """Return the key of variable ``name`` seen from ``group``: in it, else in its parents, else ``name``.
+
+    netCDF-4's scoping rule for dimensions, applied to the names CF attributes
+    and descriptors give (``coordinates="lat lon"`` inside ``/Grid``).
+    """
+    if name.startswith("/"):
+        return name.strip("/")
+    group = group.strip("/")
+    while group:
+        key = f"{group}/{name}"
+        if key in variables:
+            return key
+        group = group.rsplit("/", 1)[0] if "/" in group else ""
+    return name
+
+
 def _check_classic_length(path: Path) -> None:
     try:
         expected = classic_expected_size(path)
@@ -215,33 +232,71 @@ def _check_classic_length(path: Path) -> None:
         )
 
 
+def _groups(ds: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield (path, group) for a file's root ("") and every group below it ("Grid", "Grid/Sub")."""
+    yield prefix, ds
+    for name, group in ds.groups.items():
+        yield from _groups(group, f"{prefix}/{name}" if prefix else name)
+
+
+def _dimension_keys(ds: Any) -> dict[tuple[str, str], str]:
+    """Return each dimension's key, by (group path, name): its name, or its path where names clash.
+
+    netCDF-4 scopes dimensions by group; most files define each name once (or the same size in
+    several groups), so a dimension is known by its plain name. Two groups with different
+    ``lat`` dimensions get ``Grid/lat`` and ``Other/lat``.
+    """
+    sizes: dict[str, set[int]] = {}
+    found: list[tuple[str, str, int]] = []
+    for path, group in _groups(ds):
+        for name, dim in group.dimensions.items():
+            found.append((path, name, len(dim)))
+            sizes.setdefault(name, set()).add(len(dim))
+    return {(path, name): name if len(sizes[name]) == 1 else (f"{path}/{name}" if path else name)
+            for path, name, _ in found}
+
+
 def inspect_file(path: Path) -> FileMeta:
-    """Return the metadata of one netCDF file, raising DataFileError if it is unreadable."""
+    """Return the metadata of one netCDF file, raising DataFileError if it is unreadable.
+
+    Variables in netCDF-4 groups are listed by their path without the leading
+    slash (``Grid/precipitation``); those of the root group by their name.
+    """
     with NETCDF_LOCK:
         try:
             ds = netCDF4.Dataset(path, "r")
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path}: {exc}") from exc
         try:
-            # Only the root group is published; groups are ignored.
-            variables = {
-                name: VariableMeta(
-                    name=name,
-                    dimensions=tuple(var.dimensions),
-                    shape=tuple(int(s) for s in var.shape),
-                    dtype=_numpy_dtype(var.dtype),
-                    attrs=_attrs(var),
-                    default_fill=_default_fill(var),
-                )
-                for name, var in ds.variables.items()
-            }
+            keys = _dimension_keys(ds)
+            variables: dict[str, VariableMeta] = {}
+            dimensions: dict[str, int] = {}
+            unlimited: list[str] = []
+            for gpath, group in _groups(ds):
+                for name, dim in group.dimensions.items():
+                    key = keys[(gpath, name)]
+                    dimensions.setdefault(key, len(dim))
+                    if dim.isunlimited() and key not in unlimited:
+                        unlimited.append(key)
+                for name, var in group.variables.items():
+                    full = f"{gpath}/{name}" if gpath else name
+                    dims = tuple(keys[(d.group().path.strip("/"), d.name)] for d in var.get_dims()) \
+                        if gpath else tuple(var.dimensions)
+                    variables[full] = VariableMeta(
+                        name=full,
+                        dimensions=dims,
+                        shape=tuple(int(s) for s in var.shape),
+                        dtype=_numpy_dtype(var.dtype),
+                        attrs=_attrs(var),
+                        default_fill=_default_fill(var),
+                    )
             if ds.data_model.startswith("NETCDF3"):
                 _check_classic_length(path)
             return FileMeta(
                 path=path,
                 format=ds.data_model,
-                dimensions={name: len(dim) for name, dim in ds.dimensions.items()},
-                unlimited=tuple(name for name, dim in ds.dimensions.items() if dim.isunlimited()),
+                dimensions=dimensions,
+                unlimited=tuple(unlimited),
                 variables=variables,
                 attrs=_attrs(ds),
             )

@@ -28,7 +28,7 @@ from dstp.catalog.descriptor import (
     Descriptor,
     render_descriptor,
 )
-from dstp.catalog.netcdf4_ import FileMeta, VariableMeta, inspect_file
+from dstp.catalog.netcdf4_ import FileMeta, VariableMeta, inspect_file, resolve_in_group
 from dstp.errors import CatalogError
 
 __all__ = ["draft_descriptor", "publish", "coordinate_axis"]
@@ -92,6 +92,11 @@ def _cf_pairs(attrs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _resolve(variables: Mapping[str, VariableMeta], owner: str, ref: str) -> str:
+    """Return the key of the variable a CF attribute of ``owner`` names: in its group, else a parent's."""
+    return resolve_in_group(variables, owner.rsplit("/", 1)[0] if "/" in owner else "", ref)
+
+
 def _referenced(variables: Mapping[str, VariableMeta]) -> tuple[set[str], set[str]]:
     """Return (bounds/grid-mapping names, auxiliary coordinate names) that CF attributes reference."""
     support: set[str] = set()
@@ -100,11 +105,39 @@ def _referenced(variables: Mapping[str, VariableMeta]) -> tuple[set[str], set[st
         for key in ("bounds", "climatology", "grid_mapping"):
             value = var.attrs.get(key)
             if isinstance(value, str):
-                support.update(value.replace(":", " ").split()[:1] if key == "grid_mapping" else value.split())
+                refs = value.replace(":", " ").split()[:1] if key == "grid_mapping" else value.split()
+                support.update(_resolve(variables, var.name, r) for r in refs)
         coords = var.attrs.get("coordinates")
         if isinstance(coords, str):
-            auxiliary.update(coords.split())
+            auxiliary.update(_resolve(variables, var.name, r) for r in coords.split())
     return support & set(variables), auxiliary & set(variables)
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _column_names(variables: Mapping[str, VariableMeta], rename: Mapping[str, str]) -> dict[str, str]:
+    """Return each variable's column name: its own name, or its group path joined by _ where names clash.
+
+    ``rename`` may name a variable by its name or by its path (``Grid/precipitation``).
+    """
+    counts = Counter(_basename(k) for k in variables)
+    out = {}
+    for key in variables:
+        base = _basename(key)
+        wanted = rename.get(key) or rename.get(base) or (base if counts[base] == 1 else key.replace("/", "_"))
+        out[key] = _identifier(wanted)
+    return out
+
+
+def _dimension_variable(variables: Mapping[str, VariableMeta], dim: str) -> VariableMeta | None:
+    """Return the coordinate variable of ``dim``: same name and only that dimension, nearest the root."""
+    exact = variables.get(dim)
+    if exact is not None and exact.dimensions == (dim,):
+        return exact
+    found = [v for k, v in variables.items() if _basename(k) == _basename(dim) and v.dimensions == (dim,)]
+    return min(found, key=lambda v: v.name.count("/")) if found else None
 
 
 def _common_glob(names: Sequence[str]) -> str:
@@ -133,8 +166,14 @@ def draft_descriptor(
     *,
     rename: Mapping[str, str] | None = None,
     title: str | None = None,
+    group: str | None = None,
 ) -> Descriptor:
-    """Return a descriptor drafted from the CF/ACDD metadata of ``files`` (not yet written)."""
+    """Return a descriptor drafted from the CF/ACDD metadata of ``files`` (not yet written).
+
+    Variables in netCDF-4 groups are drafted too, named by their own name (or
+    their group path joined by ``_`` where two groups hold the same name);
+    ``group`` limits the draft to one group and those below it.
+    """
     if not files:
         raise CatalogError("publish needs at least one netCDF file")
     paths = [Path(f).resolve() for f in files]
@@ -144,50 +183,52 @@ def draft_descriptor(
     folder = folders.pop()
     metas = [inspect_file(p) for p in paths]
     first = _union(metas)
-    rename = dict(rename or {})
+    if group is not None:
+        first = _within(first, group)
+    names = _column_names(first.variables, dict(rename or {}))
     support, auxiliary = _referenced(first.variables)
 
     axes: dict[str, str] = {}  # dimension -> axis
     coordinates: list[CoordinateSpec] = []
     coord_vars: set[str] = set()
     for dim in first.dimensions:
-        var = first.variables.get(dim)
-        if var is None or var.dimensions != (dim,):
+        var = _dimension_variable(first.variables, dim)
+        if var is None:
             # CF allows a 1-D variable of another name to label a dimension (lat(y)).
             var = next(
                 (
                     v for v in first.variables.values()
-                    if v.dimensions == (dim,) and coordinate_axis(v.name, v.attrs) and v.name not in support
+                    if v.dimensions == (dim,) and coordinate_axis(_basename(v.name), v.attrs) and v.name not in support
                 ),
                 None,
             )
         if var is None or decoding_for(var.dtype, var.attrs) is None:
             if any(dim in v.dimensions for v in first.variables.values()):
-                coordinates.append(CoordinateSpec(name=_identifier(rename.get(dim, dim)), variable=dim,
-                                                  dimension=dim, axis="other"))
+                coordinates.append(CoordinateSpec(name=_identifier((rename or {}).get(dim, dim.replace("/", "_"))),
+                                                  variable=dim, dimension=dim, axis="other"))
             continue
-        axis = coordinate_axis(var.name, var.attrs) or "other"
+        axis = coordinate_axis(_basename(var.name), var.attrs) or "other"
         axes[dim] = axis
         coord_vars.add(var.name)
-        coordinates.append(_coordinate_spec(var, dim, axis, rename))
+        coordinates.append(_coordinate_spec(var, dim, axis, names))
     for var in first.variables.values():
         if var.dimensions or var.name in coord_vars or var.name in support:
             continue
-        scalar_axis = coordinate_axis(var.name, var.attrs)
+        scalar_axis = coordinate_axis(_basename(var.name), var.attrs)
         if (var.name in auxiliary or scalar_axis) and decoding_for(var.dtype, var.attrs) is not None:
             coord_vars.add(var.name)
-            coordinates.append(_coordinate_spec(var, None, scalar_axis or "other", rename))
+            coordinates.append(_coordinate_spec(var, None, scalar_axis or "other", names))
     # Auxiliary coordinates: named by a data variable's CF `coordinates`, or a latitude/longitude
     # on dimensions it does not label (2-D lat/lon of rotated, projected and curvilinear grids).
     for var in first.variables.values():
         if not var.dimensions or var.name in coord_vars or var.name in support:
             continue
         std = str(var.attrs.get("standard_name", "")).lower()
-        geographic = std in ("latitude", "longitude") and var.dimensions != (var.name,)
+        geographic = std in ("latitude", "longitude") and var.dimensions != (_basename(var.name),)
         if (var.name in auxiliary or geographic) and decoding_for(var.dtype, var.attrs) is not None:
             coord_vars.add(var.name)
             auxiliary.add(var.name)
-            spec = _coordinate_spec(var, None, coordinate_axis(var.name, var.attrs) or "other", rename)
+            spec = _coordinate_spec(var, None, coordinate_axis(_basename(var.name), var.attrs) or "other", names)
             coordinates.append(replace(spec, dimensions=var.dimensions))
 
     data_vars = [
@@ -207,7 +248,7 @@ def draft_descriptor(
     aggregate = _aggregate_dimension(metas, axes) if len(metas) > 1 else None
     attributes = [
         AttributeSpec(
-            name=_identifier(rename.get(v.name, v.name)),
+            name=names[v.name],
             variable=v.name,
             dimensions=v.dimensions,
             units=_str_or_none(v.attrs.get("units")),
@@ -233,6 +274,7 @@ def draft_descriptor(
         default_grid=default_grid,
         correlation_keys=keys,
         access_policy="public",
+        group=(group or "").strip("/") or None,
         path=folder / f"{dataset_id}{DESCRIPTOR_SUFFIX}",
     )
 
@@ -254,6 +296,20 @@ def _union(metas: Sequence[FileMeta]) -> FileMeta:
     return FileMeta(head.path, head.format, dimensions, head.unlimited, variables, head.attrs)
 
 
+def _within(meta: FileMeta, group: str) -> FileMeta:
+    """Return ``meta`` with only the variables of ``group`` and the groups below it (``/`` is the root alone)."""
+    prefix = group.strip("/")
+    if not prefix:
+        variables = {k: v for k, v in meta.variables.items() if "/" not in k}
+    else:
+        variables = {k: v for k, v in meta.variables.items() if k.startswith(prefix + "/")}
+    if not variables:
+        groups = sorted({k.rsplit("/", 1)[0] for k in meta.variables if "/" in k})
+        raise CatalogError(f"{meta.path.name} has no variables in group {group!r} "
+                           f"(its groups: {', '.join(groups) or 'none, only the root'})")
+    return FileMeta(meta.path, meta.format, meta.dimensions, meta.unlimited, variables, meta.attrs)
+
+
 def _str_or_none(value: Any) -> str | None:
     if value is None:
         return None
@@ -261,9 +317,9 @@ def _str_or_none(value: Any) -> str | None:
     return text or None
 
 
-def _coordinate_spec(var: VariableMeta, dim: str | None, axis: str, rename: Mapping[str, str]) -> CoordinateSpec:
+def _coordinate_spec(var: VariableMeta, dim: str | None, axis: str, names: Mapping[str, str]) -> CoordinateSpec:
     return CoordinateSpec(
-        name=_identifier(rename.get(var.name, var.name)),
+        name=names[var.name],
         variable=var.name,
         dimension=dim,
         axis=axis,
@@ -310,9 +366,10 @@ def publish(
     rename: Mapping[str, str] | None = None,
     title: str | None = None,
     overwrite: bool = False,
+    group: str | None = None,
 ) -> Path:
     """Draft a descriptor for ``files`` and write it beside them; return its path."""
-    desc = draft_descriptor(files, dataset_id, rename=rename, title=title)
+    desc = draft_descriptor(files, dataset_id, rename=rename, title=title, group=group)
     assert desc.path is not None
     if desc.path.exists() and not overwrite:
         raise CatalogError(f"{desc.path} exists; pass --overwrite to replace it")

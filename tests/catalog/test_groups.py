@@ -1,0 +1,198 @@
+"""netCDF-4 groups and plain HDF5, laid out as NASA products do, against xarray (``group=``).
+
+* a GPM IMERG-like file: everything under ``/Grid``, ``precipitation(time, lon, lat)``
+  (longitude before latitude), two such files aggregated along time;
+* a SMAP-like file: the same variable names in two groups (``AM``, ``PM``) over
+  shared dimensions, 2-D latitude/longitude in each;
+* two groups that define different dimensions of one name;
+* an HDF5 file written with h5py (no dimension scales: netCDF-C names them
+  ``phony_dim_N``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import netCDF4
+import numpy as np
+import pyarrow as pa
+import pytest
+import xarray as xr
+
+from oracle import assert_same_records, run_sql
+
+from dstp.catalog.publish import draft_descriptor, publish
+from dstp.catalog.registry import Catalog
+from dstp.query.execute import QueryExecution, prepare_query
+from dstp.settings import Settings
+
+SETTINGS = Settings(batch_rows=64)
+
+
+def answer(catalog: Catalog, sql: str) -> pa.Table:
+    prepared = prepare_query(sql, catalog, SETTINGS)
+    return pa.Table.from_batches(list(QueryExecution(prepared, SETTINGS).batches()), schema=prepared.schema)
+
+
+def _imerg(path: Path, day: int) -> None:
+    rng = np.random.default_rng(day)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.FileHeader = "DOI=10.5067/GPM/IMERG/3B-HH/07"
+        g = nc.createGroup("Grid")
+        g.createDimension("time", 1)
+        g.createDimension("lon", 8)
+        g.createDimension("lat", 5)
+        t = g.createVariable("time", "i4", ("time",))
+        t.units, t.standard_name = "seconds since 1970-01-01 00:00:00 UTC", "time"
+        t[:] = [1_600_000_000 + 86_400 * day]
+        lon = g.createVariable("lon", "f4", ("lon",))
+        lon.units, lon.standard_name = "degrees_east", "longitude"
+        lon[:] = np.arange(8) * 45.0 - 157.5
+        lat = g.createVariable("lat", "f4", ("lat",))
+        lat.units, lat.standard_name = "degrees_north", "latitude"
+        lat[:] = np.linspace(-60, 60, 5)
+        p = g.createVariable("precipitation", "f4", ("time", "lon", "lat"), fill_value=np.float32(-9999.9))
+        p.units = "mm/hr"
+        values = (rng.random((1, 8, 5)) * 10).astype(np.float32)
+        values[0, 2, 1] = -9999.9
+        p[:] = values
+        q = g.createVariable("precipitationQualityIndex", "f4", ("time", "lon", "lat"))
+        q[:] = rng.random((1, 8, 5)).astype(np.float32)
+
+
+def _smap(path: Path) -> None:
+    rng = np.random.default_rng(5)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("y", 3)
+        nc.createDimension("x", 4)
+        for name, offset in (("AM", 0.0), ("PM", 0.5)):
+            g = nc.createGroup(f"Soil_Moisture_Retrieval_Data_{name}")
+            lat = g.createVariable("latitude", "f4", ("y", "x"), fill_value=np.float32(-9999.0))
+            lat.units, lat.standard_name = "degrees_north", "latitude"
+            lat[:] = np.linspace(30, 40, 12).reshape(3, 4) + offset
+            lon = g.createVariable("longitude", "f4", ("y", "x"), fill_value=np.float32(-9999.0))
+            lon.units, lon.standard_name = "degrees_east", "longitude"
+            lon[:] = np.linspace(-100, -90, 12).reshape(3, 4)
+            sm = g.createVariable("soil_moisture", "f4", ("y", "x"), fill_value=np.float32(-9999.0))
+            sm.units, sm.coordinates = "cm3 cm-3", "latitude longitude"
+            values = rng.random((3, 4)).astype(np.float32) * 0.5
+            values[1, 1] = -9999.0
+            sm[:] = values
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("groups")
+    (root / "imerg").mkdir()
+    paths = []
+    for day in (1, 0):
+        paths.append(root / "imerg" / f"3B-DAY.MS.MRG.3IMERG.2020091{day}.nc4")
+        _imerg(paths[-1], day)
+    publish(paths, "imerg")
+    (root / "smap").mkdir()
+    _smap(root / "smap" / "SMAP_L3_SM_P.h5")
+    publish([root / "smap" / "SMAP_L3_SM_P.h5"], "smap")
+    (root / "smap_am").mkdir()
+    _smap(root / "smap_am" / "SMAP_L3_SM_P.h5")
+    publish([root / "smap_am" / "SMAP_L3_SM_P.h5"], "smap_am", group="Soil_Moisture_Retrieval_Data_AM")
+    (root / "plain").mkdir()
+    with h5py.File(root / "plain" / "plain.h5", "w") as f:
+        g = f.create_group("Soil")
+        g["sm"] = np.arange(12, dtype="f4").reshape(3, 4)
+        g["sm"].attrs["units"] = "m3 m-3"
+    publish([root / "plain" / "plain.h5"], "plain")
+    return root
+
+
+@pytest.fixture(scope="module")
+def catalog(root: Path) -> Catalog:
+    cat = Catalog.scan(root)
+    assert not cat.problems, cat.problems
+    yield cat
+    cat.close()
+
+
+def test_a_grid_group_with_lon_before_lat_aggregates_and_answers_as_xarray(catalog: Catalog, root: Path) -> None:
+    files = sorted((root / "imerg").glob("*.nc4"))
+    truth = xr.concat([xr.open_dataset(f, group="Grid").load() for f in files], dim="time")
+    frame = truth[["precipitation"]].to_dataframe(dim_order=["time", "lon", "lat"]).reset_index()
+    frame["time"] = frame["time"].astype("datetime64[us]")
+    for sql in ("select time, lon, lat, precipitation from imerg",
+                "select lat, precipitation from imerg where precipitation > 5 and lon < 0",
+                "select time, precipitation from imerg where precipitation is null"):
+        assert_same_records(answer(catalog, sql), run_sql(frame, sql, "imerg"))
+    ds = catalog.get("imerg")
+    assert ds.attributes["precipitation"].spec.variable == "Grid/precipitation"
+    assert list(ds.dimensions) == ["time", "lon", "lat"]
+
+
+def test_same_names_in_two_groups_are_told_apart_by_their_group_path(catalog: Catalog, root: Path) -> None:
+    ds = catalog.get("smap")
+    assert {"Soil_Moisture_Retrieval_Data_AM_soil_moisture", "Soil_Moisture_Retrieval_Data_PM_soil_moisture"} \
+        <= set(ds.attributes)
+    path = root / "smap" / "SMAP_L3_SM_P.h5"
+    for part in ("AM", "PM"):
+        with xr.open_dataset(path, group=f"Soil_Moisture_Retrieval_Data_{part}") as g:
+            frame = g.load().to_dataframe().reset_index()
+        prefix = f"Soil_Moisture_Retrieval_Data_{part}_"
+        frame = frame.rename(columns={c: prefix + c for c in ("latitude", "longitude", "soil_moisture")})
+        sql = (f"select {prefix}latitude, {prefix}soil_moisture from smap "
+               f"where {prefix}latitude > 33 and {prefix}soil_moisture is not null")
+        want = run_sql(frame, sql, "smap")
+        assert want.num_rows > 0
+        assert_same_records(answer(catalog, sql), want)
+
+
+def test_a_descriptor_can_name_a_group(catalog: Catalog, root: Path) -> None:
+    ds = catalog.get("smap_am")
+    assert ds.descriptor.group == "Soil_Moisture_Retrieval_Data_AM"
+    assert set(ds.attributes) == {"soil_moisture"} and {"latitude", "longitude"} <= set(ds.auxiliaries)
+    with xr.open_dataset(root / "smap_am" / "SMAP_L3_SM_P.h5", group="Soil_Moisture_Retrieval_Data_AM") as g:
+        frame = g.load().to_dataframe().reset_index()
+    sql = "select latitude, longitude, soil_moisture from smap_am where longitude > -95"
+    assert_same_records(answer(catalog, sql), run_sql(frame, sql, "smap_am"))
+
+
+def test_group_attribute_resolves_plain_variable_names(tmp_path: Path) -> None:
+    _imerg(tmp_path / "one.nc4", 0)
+    xml = b"""<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="one" version="1">
+  <title>one</title>
+  <files glob="one.nc4" group="/Grid"/>
+  <coordinates>
+    <coordinate name="time" dimension="time" axis="T"/>
+    <coordinate name="lon" dimension="lon" axis="X"/>
+    <coordinate name="lat" dimension="lat" axis="Y"/>
+  </coordinates>
+  <attributes default-grid="time lon lat">
+    <attribute name="precip" variable="precipitation" dimensions="time lon lat"/>
+  </attributes>
+</dataset>
+"""
+    (tmp_path / "one.dstp.xml").write_bytes(xml)
+    catalog = Catalog.scan(tmp_path)
+    assert not catalog.problems, catalog.problems
+    table = answer(catalog, "select precip from one where precip is null")
+    assert table.num_rows == 1
+    catalog.close()
+
+
+def test_different_dimensions_of_one_name_are_keyed_by_group_path(tmp_path: Path) -> None:
+    path = tmp_path / "two.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        for name, n in (("A", 3), ("B", 4)):
+            g = nc.createGroup(name)
+            g.createDimension("lat", n)
+            g.createVariable("v", "f4", ("lat",))[:] = np.arange(n)
+    desc = draft_descriptor([path], "two")
+    dims = {a.name: a.dimensions for a in desc.attributes}
+    assert dims == {"A_v": ("A/lat",), "B_v": ("B/lat",)}
+
+
+def test_plain_hdf5_without_dimension_scales_is_served(catalog: Catalog, root: Path) -> None:
+    table = answer(catalog, "select * from plain where sm > 4")
+    with h5py.File(root / "plain" / "plain.h5") as f:
+        values = f["Soil/sm"][...]
+    assert sorted(table.column("sm").to_pylist()) == sorted(values[values > 4].tolist())
+    assert set(table.column_names) >= {"phony_dim_0", "phony_dim_1", "sm"}
