@@ -18,13 +18,27 @@ import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from dstp.errors import DstpError
 
 __all__ = ["main"]
 
 DEFAULT_SERVER = "127.0.0.1:50051"
+
+QUERY_EPILOG = """\
+exit status:
+  0    the whole result was printed or saved
+  1    an error (bad query, server unreachable, the transfer broke off); with -o, FILE was not touched
+  3    the server cut the result at its max_result_rows or max_result_bytes: a warning names the limit;
+       with -o, FILE was not written (--allow-truncated writes it and exits 0, still warning)
+  130  interrupted (Ctrl-C); with -o, FILE was not touched (143 for SIGTERM)
+
+With -o, the records are written to .FILE.dstp-partial-<pid> beside FILE and renamed to FILE only when
+the last batch and the server's summary have arrived, so a FILE that exists is complete. An accepted
+truncated result is marked in Parquet file metadata (dstp:truncated) and the netCDF global attribute
+dstp_truncated.
+"""
 
 
 def _server_arg(p: argparse.ArgumentParser) -> None:
@@ -231,46 +245,90 @@ def _progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Call
     return update, bar.stop
 
 
-def _write_stream(batches: Iterator[Any], schema: Any, out: Path) -> int:
-    """Write batches to ``out`` as they arrive, by extension; return rows written."""
-    import pyarrow as pa
+#: Exit status of `dstp query` when the server cut the result at max_result_rows/max_result_bytes.
+EXIT_TRUNCATED = 3
+#: Exit status after Ctrl-C (128 + SIGINT) and SIGTERM (128 + SIGTERM), as a shell reports them.
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
-    suffix = out.suffix.lower()
-    rows = 0
-    if suffix in (".arrow", ".feather", ".ipc"):
-        with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
-                rows += b.num_rows
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
 
-        with pq.ParquetWriter(str(out), schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
-                rows += b.num_rows
-    elif suffix == ".csv":
-        import pyarrow.csv as pcsv
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C, so partial files are removed."""
 
-        with pcsv.CSVWriter(str(out), schema) as writer:
-            for b in batches:
-                writer.write_batch(b)
-                rows += b.num_rows
-    elif suffix == ".nc":
-        import dstp
 
-        table = pa.Table.from_batches(list(batches), schema=schema)
-        rows = table.num_rows
-        dstp.to_xarray(table).to_netcdf(out)
-    else:
-        raise ValueError(f"cannot tell the format of {out.name}; use .arrow, .parquet, .csv or .nc")
-    return rows
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def _time_units(client: Any, schema: Any) -> dict[str, str]:
+    """Return the dataset's units of the result's time coordinates (netCDF keeps them)."""
+    dataset = (schema.metadata or {}).get(b"dstp:dataset", b"").decode()
+    if not dataset:
+        return {}
+    details = client.describe(dataset)
+    return {c.name: c.units for c in details.coordinates if " since " in c.units}
+
+
+def _save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish: Callable[[], None]) -> int:
+    """Save the stream to ``out`` whole or not at all (see dstp.client._output.save_result); return the exit status."""
+    from dstp.client._output import check_file_format, save_result
+    from dstp.errors import TruncatedResultError
+
+    kind = check_file_format(out, stream.schema)
+    units = _time_units(client, stream.schema) if kind == "nc" else {}
+    existed = out.exists()
+    kept = f"{out} was left as it was" if existed else f"nothing was written to {out}"
+    try:
+        rows = save_result(stream, out, allow_truncated=args.allow_truncated, time_units=units,
+                           accept="pass --allow-truncated")
+    except TruncatedResultError as exc:
+        finish()
+        _err(str(exc))
+        return EXIT_TRUNCATED
+    except KeyboardInterrupt:
+        finish()
+        print(f"dstp: interrupted; the partial result was discarded and {kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _Terminated:
+        finish()
+        print(f"dstp: terminated; the partial result was discarded and {kept}", file=sys.stderr)
+        return EXIT_TERMINATED
+    except (DstpError, OSError, ValueError) as exc:
+        finish()
+        _err(str(exc))
+        print(f"dstp: the partial result was discarded and {kept}", file=sys.stderr)
+        return 1
+    finish()
+    summary = stream.summary or {}
+    rate = summary.get("bytes", 0) / max(summary.get("seconds", 1e-9), 1e-9) / 2**20
+    print(f"{rows:,} records → {out} ({summary.get('seconds', 0):.2f} s, {rate:.1f} MiB/s over "
+          f"{stream.transport})", file=sys.stderr)
+    return _truncation_status(args, stream)
+
+
+def _truncation_status(args: argparse.Namespace, stream: Any) -> int:
+    """Warn on stderr if the server cut the result; return the exit status that says so."""
+    from dstp.client._client import truncation_message
+
+    if stream.truncated_reason is None:
+        return 0
+    print(f"dstp: warning: {truncation_message(stream.summary or {})}", file=sys.stderr)
+    return 0 if args.allow_truncated else EXIT_TRUNCATED
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    import dstp
+    import warnings
 
-    show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and args.output is not None)
+    import dstp
+    from dstp.client._output import FILE_FORMATS
+    from dstp.errors import DstpTruncationWarning
+
+    out = Path(args.output) if args.output is not None else None
+    if out is not None and out.suffix.lower() not in FILE_FORMATS:
+        raise ValueError(f"cannot tell the format of {out.name} from its extension; use .arrow, .parquet, .csv "
+                         "or .nc")
+    warnings.simplefilter("ignore", DstpTruncationWarning)  # this command says it itself, with its exit status
+    show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and out is not None)
     progress, finish = _progress_display(show_progress)
     with dstp.connect(args.server) as c:
         if args.explain:
@@ -282,26 +340,25 @@ def cmd_query(args: argparse.Namespace) -> int:
                 "sample_seed": info.sample_seed,
             }, indent=2))
             return 0
-        stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
-                                 progress=progress, streams=args.streams)
-        if args.verbose:
-            print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        stream = None
         try:
-            if args.output is not None:
-                out = Path(args.output)
-                rows = _write_stream(iter(stream), stream.schema, out)
-                finish()
-                summary = stream.summary or {}
-                rate = summary.get("bytes", 0) / max(summary.get("seconds", 1e-9), 1e-9) / 2**20
-                print(f"{rows:,} records → {out} ({summary.get('seconds', 0):.2f} s, {rate:.1f} MiB/s over "
-                      f"{stream.transport})", file=sys.stderr)
+            stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
+                                     progress=progress, streams=args.streams, allow_truncated=True)
+            if args.verbose:
+                print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
+            if out is not None:
+                status = _save(args, c, stream, out, finish)
             elif args.format == "csv":
-                import pyarrow.csv as pcsv
+                from dstp.client._output import csv_header, csv_rows
 
-                with pcsv.CSVWriter(sys.stdout.buffer, stream.schema) as writer:
-                    for b in stream:
-                        writer.write_batch(b)
+                sink = sys.stdout.buffer
+                sink.write(csv_header(stream.schema))
+                for b in stream:
+                    sink.write(csv_rows(b))
+                sink.flush()
                 finish()
+                status = _truncation_status(args, stream)
             else:
                 shown: list[Any] = []
                 total = 0
@@ -318,32 +375,48 @@ def cmd_query(args: argparse.Namespace) -> int:
                 if total > table.num_rows:
                     print(f"… {total - table.num_rows:,} more records ({total:,} in all); save them with -o FILE",
                           file=sys.stderr)
-                summary = stream.summary or {}
-                if summary.get("truncated"):
-                    print(f"warning: result truncated by the server: {summary['truncated_reason']}", file=sys.stderr)
+                status = _truncation_status(args, stream)
+        except _Terminated:
+            print("dstp: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
         finally:
+            signal.signal(signal.SIGTERM, previous)
             finish()
-            stream.close()
+            if stream is not None:
+                stream.close()
         if args.verbose and stream.summary:
             s = stream.summary
             print(f"server read {s.get('hyperslabs_read', 0)} hyperslabs, {s.get('elements_read', 0):,} values "
                   f"({s.get('bytes_read', 0) / 2**20:.1f} MiB) for {s.get('rows', 0):,} records in "
                   f"{s.get('seconds', 0):.2f} s", file=sys.stderr)
-    return 0
+    return status
 
 
 def cmd_get(args: argparse.Namespace) -> int:
     import dstp
+    from dstp.transport.files import STATE_SUFFIX, partial_path
 
     out = Path(args.output or Path(args.file).name)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     progress, finish = _progress_display(show)
+    kept = (f"{out} was not written; what arrived is kept in {partial_path(out).name} (progress in "
+            f"{out.name}{STATE_SUFFIX}): run the same command again to resume")
+    previous = signal.signal(signal.SIGTERM, _terminate)
     with dstp.connect(args.server) as c:
         try:
             summary = c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
                             transport=args.transport, streams=args.streams,
                             congestion_control=args.congestion_control, progress=progress)
+        except KeyboardInterrupt:
+            finish()
+            print(f"dstp: interrupted; {kept}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except _Terminated:
+            finish()
+            print(f"dstp: terminated; {kept}", file=sys.stderr)
+            return EXIT_TERMINATED
         finally:
+            signal.signal(signal.SIGTERM, previous)
             finish()
     resumed = f", resumed after {summary['resumed_from']:,} bytes" if summary["resumed_from"] else ""
     print(f"{summary['size']:,} bytes → {out} in {summary['seconds']:.2f} s "
@@ -411,11 +484,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("query", help="run a query and print or save the records",
                        description="Run a query. Syntax: select <columns|*> from <dataset | stride(dataset, dim = k)> "
-                                   "[tablesample P% | N rows [repeatable (seed)]] [where …] [order by …] [limit n]")
+                                   "[tablesample P% | N rows [repeatable (seed)]] [where …] [order by …] [limit n]",
+                       epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sql", help='e.g. "select temperature, time from ccm3 where humidity > 50"')
     _server_arg(p)
-    p.add_argument("-o", "--output", help="save to FILE (.arrow, .parquet, .csv, .nc), streamed as it arrives")
-    p.add_argument("--format", choices=["table", "csv"], default="table", help="stdout format without -o")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="save to FILE (.arrow, .parquet, .csv, .nc), streamed into a temporary file beside it that "
+                        "becomes FILE only once the result is complete")
+    p.add_argument("--allow-truncated", action="store_true",
+                   help="accept a result the server cut at its max_result_rows/max_result_bytes: still warn, but "
+                        "save it (-o) and exit 0")
+    p.add_argument("--format", choices=["table", "csv"], default="table",
+                   help="stdout format without -o (csv: NULL is an empty field, NA in a one-column result)")
     p.add_argument("--max-rows", type=int, default=40, help="records printed without -o (default 40)")
     p.add_argument("--transport", default="grpc", choices=["grpc", "striped", "udt", "auto"],
                    help="data channel (default grpc)")
@@ -431,8 +511,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", help="download a published file (or a byte range), resumably",
                        description="Fetch a file of a published dataset over the data channel, in parallel "
-                                   "stripes, writing blocks in place; an interrupted download restarts where it "
-                                   "stopped (state in OUT.dstp-partial); the CRC-32C is verified at the end.")
+                                   "stripes, writing blocks in place into OUT.dstp-partial.data; an interrupted "
+                                   "download restarts where it stopped (state in OUT.dstp-partial). The CRC-32C is "
+                                   "verified at the end, and only then does the file get its name OUT. Exit status: "
+                                   "0 done, 1 error, 130 interrupted (Ctrl-C).")
     p.add_argument("dataset")
     p.add_argument("file", help="file name as listed by `dstp describe DATASET`")
     _server_arg(p)
@@ -464,7 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(str(exc))
         return 1
     except KeyboardInterrupt:
-        return 130
+        print("dstp: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

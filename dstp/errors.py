@@ -15,6 +15,7 @@ lower library (DuckDB, netCDF, sqlglot, grpc) ever reaches a client.
     │   ├── DatasetNotFoundError
     │   └── FileNotPublishedError            (bulk access to a file outside a dataset)
     ├── LimitExceededError                 RESOURCE_EXHAUSTED  429
+    │   └── TruncatedResultError             (the result was cut at max_result_rows/bytes)
     ├── QueryTimeoutError                  DEADLINE_EXCEEDED   504
     ├── CancelledError                     CANCELLED           499
     ├── TicketError                        PERMISSION_DENIED   403
@@ -27,6 +28,8 @@ lower library (DuckDB, netCDF, sqlglot, grpc) ever reaches a client.
     │   ├── DescriptorError                  (file, line, problem)
     │   └── DataFileError                  DATA_LOSS           500
     └── ServerError                        INTERNAL            500
+
+    DstpTruncationWarning (UserWarning)    a truncated result the caller accepted (allow_truncated=True)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DescriptorError",
     "DstpError",
+    "DstpTruncationWarning",
     "FileNotPublishedError",
     "ForbiddenQueryError",
     "IntegrityError",
@@ -52,6 +56,7 @@ __all__ = [
     "TicketExpiredError",
     "TransportError",
     "TransportUnavailableError",
+    "TruncatedResultError",
     "UnknownColumnError",
     "error_from_status",
 ]
@@ -112,6 +117,13 @@ class QueryError(DstpError):
         text = lines[self.line - 1]
         width = max(1, len(self.token or "")) if self.token else 1
         start = max(0, self.column - width)
+        width = min(width, 40)
+        # A long line is shown as a window around the caret: messages travel in gRPC headers (16 KiB).
+        if len(text) > 120:
+            left = max(0, start - 50)
+            right = min(len(text), start + width + 50)
+            text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
+            start -= left - (1 if left else 0)
         caret = " " * start + "^" * width
         return f"{where}\n  {text}\n  {caret}"
 
@@ -169,6 +181,22 @@ class LimitExceededError(DstpError):
     grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 429
     code = "limit_exceeded"
+
+
+class TruncatedResultError(LimitExceededError):
+    """The server cut the result at ``max_result_rows``/``max_result_bytes``; ``summary`` says where.
+
+    Raised by clients once the cut-off result has arrived, unless the caller
+    accepted it (``allow_truncated=True``; then :class:`DstpTruncationWarning`).
+    """
+
+    code = "truncated"
+    #: The fetch summary (rows, bytes, truncated_reason, ...) when the client has one.
+    summary: dict[str, object] | None = None
+
+
+class DstpTruncationWarning(UserWarning):
+    """A result cut at a server limit was accepted (``allow_truncated=True``) and is incomplete."""
 
 
 class QueryTimeoutError(DstpError):

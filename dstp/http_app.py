@@ -47,7 +47,7 @@ from dstp.web.quicklook import map_selection, render_map, render_series, series_
 from dstp.web.search import CatalogFilter
 from dstp.web.shapes import summary_json
 from dstp.web.snippets import Endpoints
-from dstp.web.streaming import ResultStream, StreamAborted, limited
+from dstp.web.streaming import ResultStream, StreamAborted, limited, truncation_forecast
 
 __all__ = ["HttpServer", "create_app", "error_response", "start_http_server"]
 
@@ -245,8 +245,10 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(_Boundary)
     if settings.cors_origins:
+        exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", "X-Dstp-Truncated",
+                   "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["*"], expose_headers=["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema"])
+                           allow_headers=["*"], expose_headers=exposed)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     def page(template: str, model: dict[str, Any], **extra: Any) -> HTMLResponse:
@@ -357,6 +359,12 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
             "X-Dstp-Arrow-Schema": base64.b64encode(execution.schema.serialize().to_pybytes()).decode(),
         }
         if kind.streamed:
+            # Whether max_result_rows/max_result_bytes can cut this result, decided before the status line;
+            # "unknown" leaves it to the body's truncation trailer (docs/web.md).
+            forecast, why = truncation_forecast(execution, limit)
+            headers["X-Dstp-Truncated"] = forecast
+            if why:
+                headers["X-Dstp-Truncated-Reason"] = why
             stream = ResultStream(execution, encoder_for(fmt, execution.schema), limit, unexpected=_incident)
             try:
                 await _until_done_or_gone(request, cancel, stream.prime)
@@ -372,9 +380,16 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
                 units = {c.name: c.units for c in details.coordinates if " since " in c.units}
             batches = limited(execution, limit)
             f = await _until_done_or_gone(
-                request, cancel, lambda: anyio.to_thread.run_sync(assemble, batches, execution.schema, fmt, units))
+                request, cancel, lambda: anyio.to_thread.run_sync(assemble, batches, execution.schema, fmt, units,
+                                                                  batches.truncated_reason))
         finally:
             execution.close()
+        # Assembled before sending: whether the server cut it is known (the file says so too).
+        reason = batches.truncated_reason()
+        headers["X-Dstp-Truncated"] = "false" if reason is None else "true"
+        if reason is not None:
+            headers["X-Dstp-Truncated-Reason"] = reason
+            headers["X-Dstp-Truncated-Rows"] = str(batches.rows)
         size = await anyio.to_thread.run_sync(lambda: f.seek(0, 2))
         f.seek(0)
 
@@ -388,7 +403,10 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
         response_class=StreamingResponse,
         description="CSV, JSON, NDJSON and Arrow stream as the result is produced; Parquet and netCDF are "
         "assembled first. A failure after the first bytes cannot change the status: the body then ends with "
-        "the format's error trailer and the connection is dropped (see docs/web.md).",
+        "the format's error trailer and the connection is dropped (see docs/web.md). A result cut at the "
+        "server's max_result_rows/max_result_bytes is flagged: header X-Dstp-Truncated (true, false, or unknown "
+        "until the end) and, in streamed formats, a truncation trailer as the body's last line (Arrow: a last "
+        "empty batch with dstp:truncated metadata, and no end-of-stream marker).",
         responses=QUERY_ERRORS | {200: {"description": "The result, as an attachment named <dataset>-<hash>.<ext>.",
                                         "content": {f.media_type: {} for f in FORMATS.values()}}},
     )

@@ -1,12 +1,16 @@
 """Bulk file transfer, client and server halves: checksums, in-place writes, resumable state.
 
-A download writes each block straight into place: the output file is
-pre-sized, and each stripe's reader writes every checked block at its offset
-as it arrives. Progress is kept in ``OUT.dstp-partial`` — the remote file's
-identity (size, mtime, CRC-32C of the wanted range) and the byte ranges
-already written — so an interrupted download restarts where it stopped; the
-finished file is checked against the server's CRC-32C before the state file
-is removed.
+A download writes each block straight into place: the partial file
+``OUT.dstp-partial.data`` is pre-sized, and each stripe's reader writes every
+checked block at its offset as it arrives. Progress is kept in
+``OUT.dstp-partial`` — the remote file's identity (size, mtime, CRC-32C of the
+wanted range) and the byte ranges already written — so an interrupted
+download restarts where it stopped. Only when the whole range is there and
+matches the server's CRC-32C is the partial file renamed to ``OUT`` (and the
+state file removed): a download killed at any moment never leaves a
+full-size file with holes under the final name. (A state file beside a
+full-size ``OUT`` is what earlier versions left, writing in place; it is
+resumed by moving ``OUT`` to the partial name first.)
 """
 
 from __future__ import annotations
@@ -25,10 +29,16 @@ import crc32c
 from dstp.errors import IntegrityError, ProtocolError
 from dstp.transport.crc import combine
 
-__all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "subtract_ranges"]
+__all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "subtract_ranges"]
 
 CHECKSUM_CHUNK = 64 * 2**20
 STATE_SUFFIX = ".dstp-partial"
+PARTIAL_SUFFIX = STATE_SUFFIX + ".data"
+
+
+def partial_path(out: Path) -> Path:
+    """Return where the bytes of a download to ``out`` are kept until it is complete and verified."""
+    return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
 def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
@@ -111,6 +121,8 @@ class FileSink:
         self.out = Path(out)
         self.remote = remote
         self.state_path = self.out.with_name(self.out.name + STATE_SUFFIX)
+        #: The bytes as they arrive; renamed to ``out`` once complete and verified.
+        self.partial = partial_path(self.out)
         self.save_every_s = save_every_s
         self.done: list[tuple[int, int]] = []
         self._crcs: dict[int, tuple[int, int]] = {}  # offset -> (length, crc) of blocks of this session
@@ -132,7 +144,11 @@ class FileSink:
         same = (state.get("dataset"), state.get("file"), state.get("size"), state.get("mtime_ns"),
                 state.get("offset"), state.get("length"), state.get("crc32c")) == (
             r.dataset, r.name, r.size, r.mtime_ns, r.offset, r.length, r.crc32c)
-        if not same or not self.out.exists() or self.out.stat().st_size != r.length:
+        if not same:
+            return []
+        if not self.partial.exists() and self.out.exists() and self.out.stat().st_size == r.length:
+            self.out.replace(self.partial)  # left by a version that wrote in place: resume it under the new name
+        if not self.partial.exists() or self.partial.stat().st_size != r.length:
             return []
         self.done = merge_ranges(tuple(x) for x in state.get("done", []))
         return self.done
@@ -161,9 +177,9 @@ class FileSink:
     # -- writing ------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create or reuse the output file at its final size."""
+        """Create or reuse the partial file at its final size."""
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != self.remote.length:
             os.ftruncate(self._fd, self.remote.length)
 
@@ -219,7 +235,7 @@ class FileSink:
         return value if position == self.remote.offset + self.remote.length else None
 
     def finish(self) -> None:
-        """Verify the whole range against the server's CRC-32C; remove the state file.
+        """Verify the whole range against the server's CRC-32C; rename the partial file to ``out``.
 
         When this session received the whole range, the blocks' own CRCs
         (checked as they arrived) are combined; after a resume the file is read
@@ -231,12 +247,14 @@ class FileSink:
             raise IntegrityError(f"{self.out} is incomplete: {self.missing()} still missing")
         got = self._session_crc()
         if got is None:
-            got = crc32c_of_file(self.out)
+            got = crc32c_of_file(self.partial)
         if got != self.remote.crc32c:
             self._discarded = True
             self.state_path.unlink(missing_ok=True)
+            self.partial.unlink(missing_ok=True)
             raise IntegrityError(
                 f"{self.out}: CRC-32C {got:08x} does not match the server's {self.remote.crc32c:08x}; "
-                "the partial state was discarded, download it again"
+                "the partial download was discarded, download it again"
             )
+        self.partial.replace(self.out)  # the data were synced by save_state: the name comes last
         self.state_path.unlink(missing_ok=True)

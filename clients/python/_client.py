@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import grpc
 
-from dstp.errors import DstpError, IntegrityError, TransportError, TransportUnavailableError, error_from_status
+from dstp.errors import (
+    DstpError,
+    DstpTruncationWarning,
+    IntegrityError,
+    TransportError,
+    TransportUnavailableError,
+    TruncatedResultError,
+    error_from_status,
+)
 from dstp.metadata import (
     ColumnInfo,
     CoverageRun,
@@ -175,26 +184,74 @@ def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
     )
 
 
+def truncation_reason(summary: dict[str, Any] | None) -> str | None:
+    """Return why the server cut a result (``"result cut at max_result_rows=…"``), or None if it is complete."""
+    if not summary or not summary.get("truncated"):
+        return None
+    return str(summary.get("truncated_reason") or "result cut at a server limit")
+
+
+def truncation_message(summary: dict[str, Any], accept: str | None = None) -> str:
+    """Return the message for a cut-off result; ``accept`` names how the caller could accept it."""
+    fix = f"or {accept} to keep the records that arrived" if accept else "to get all of it"
+    return (f"the result is incomplete: the server stopped it after {int(summary.get('rows', 0)):,} records "
+            f"({truncation_reason(summary)}); narrow the query (WHERE on coordinates, stride(), tablesample, "
+            f"LIMIT) {fix}")
+
+
 class QueryStream:
     """The records of one query as they arrive: iterate it for RecordBatches.
 
     ``schema`` is known before the first batch; ``summary`` (rows, bytes,
-    truncated, what the server read) once iteration has finished.
+    truncated, what the server read) once iteration has finished. A result
+    the server cut at ``max_result_rows``/``max_result_bytes`` raises
+    :class:`~dstp.errors.TruncatedResultError` once its last batch has been
+    yielded, unless the stream was opened with ``allow_truncated=True`` (then
+    a :class:`~dstp.errors.DstpTruncationWarning` is issued instead).
     """
 
-    def __init__(self, info: QueryInfo, batches: Iterator[pa.RecordBatch], transport: str) -> None:
+    def __init__(self, info: QueryInfo, batches: Iterator[pa.RecordBatch], transport: str,
+                 allow_truncated: bool = False) -> None:
         self.info = info
         self.schema = info.schema
         self.transport = transport
         self.summary: dict[str, Any] | None = None
         #: Why this data path was chosen (auto-tuning decisions are visible here).
         self.choice = ""
+        self.allow_truncated = allow_truncated
+        #: Set by ``Client.query``, which warns itself (at its caller's line).
+        self._warn = True
         self._batches = batches
         #: The open gRPC call behind the batches, if any: cancelled on close even before iteration.
         self._call: Any = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        return self._batches
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._ended()
+            raise
+
+    def _ended(self) -> None:
+        """The last batch is in: raise for (or warn about, once) a result the server cut."""
+        summary = self.summary or {}
+        if truncation_reason(summary) is None:
+            return
+        if not self.allow_truncated:
+            err = TruncatedResultError(truncation_message(summary, "pass allow_truncated=True"))
+            err.summary = summary
+            raise err
+        if self._warn:
+            self._warn = False
+            warnings.warn(truncation_message(summary), DstpTruncationWarning, stacklevel=3)
+
+    @property
+    def truncated_reason(self) -> str | None:
+        """Why the server cut this result (after iteration), or None if it arrived whole."""
+        return truncation_reason(self.summary)
 
     def read_all(self) -> pa.Table:
         """Return every remaining batch as one table."""
@@ -355,6 +412,7 @@ class Client:
         progress: ProgressCallback | None = None,
         streams: int = 0,
         congestion_control: str = "",
+        allow_truncated: bool = False,
     ) -> QueryStream:
         """Run ``sql``; return a stream of RecordBatches as they arrive.
 
@@ -362,6 +420,8 @@ class Client:
         ``streams`` 0 lets the auto-tuner choose), "udt", or "auto" (chosen from
         the result's size and what was measured on this endpoint before). A
         transport the server does not offer raises TransportUnavailableError.
+        A result cut at a server limit raises TruncatedResultError after its
+        last batch unless ``allow_truncated`` (then DstpTruncationWarning).
         """
         choice = self._choose(transport, streams, congestion_control)
         call = None
@@ -372,7 +432,7 @@ class Client:
                              streams=choice.streams, compression=compression,
                              congestion_control=choice.congestion_control)
         kind = self._pick_offer(info, choice) if transport == "auto" else choice.transport
-        stream = QueryStream(info, iter(()), kind)
+        stream = QueryStream(info, iter(()), kind, allow_truncated)
         stream.choice = choice.reason
         started = time.perf_counter()
         offer = info.offer(kind)
@@ -415,10 +475,18 @@ class Client:
         return lambda stripe: tcp.connect(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
 
     def _mapped(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = 0
         try:
-            yield from batches
+            for batch in batches:
+                rows += batch.num_rows
+                yield batch
         except grpc.RpcError as exc:
-            raise _raise(exc, self.target) from None
+            err = _raise(exc, self.target)
+            if type(err) is TransportError:  # the server was reached (it planned the query): the result broke off
+                when = f"after {rows:,} records" if rows else "before its first records arrived"
+                err = TransportError(f"the result from {self.target} broke off {when} "
+                                     f"({exc.details() if hasattr(exc, 'details') else exc}); it is incomplete")
+            raise err from None
 
     def _tuning_key(self) -> str:
         return self.target
@@ -480,12 +548,37 @@ class Client:
         progress: ProgressCallback | None = None,
         streams: int = 0,
         congestion_control: str = "",
+        allow_truncated: bool = False,
     ) -> pa.Table:
-        """Run ``sql`` and return the whole result as a ``pyarrow.Table`` (options as ``query_batches``)."""
-        stream = self.query_batches(sql, transport=transport, compression=compression, progress=progress,
-                                    streams=streams, congestion_control=congestion_control)
-        table = stream.read_all()
-        self.last_summary = stream.summary
+        """Run ``sql`` and return the whole result as a ``pyarrow.Table`` (options as ``query_batches``).
+
+        A result the server cut at ``max_result_rows``/``max_result_bytes``
+        raises TruncatedResultError; with ``allow_truncated=True`` the records
+        that arrived are returned with a DstpTruncationWarning, and the table's
+        schema metadata says ``dstp:truncated`` = ``true`` and why
+        (``dstp:truncated_reason``).
+        """
+        table = self._collect(sql, transport=transport, compression=compression, progress=progress,
+                              streams=streams, congestion_control=congestion_control,
+                              allow_truncated=allow_truncated)
+        if b"dstp:truncated" in (table.schema.metadata or {}):
+            warnings.warn(truncation_message(self.last_summary or {}),
+                          DstpTruncationWarning, stacklevel=2)
+        return table
+
+    def _collect(self, sql: str, **kwargs: Any) -> pa.Table:
+        """Return the whole result of ``sql``; a truncated one (if allowed) is marked in its schema metadata."""
+        stream = self.query_batches(sql, **kwargs)
+        stream._warn = False
+        try:
+            table = stream.read_all()
+        finally:
+            self.last_summary = stream.summary
+        reason = stream.truncated_reason
+        if reason is not None:
+            meta = dict(table.schema.metadata or {})
+            meta.update({b"dstp:truncated": b"true", b"dstp:truncated_reason": reason.encode()})
+            table = table.replace_schema_metadata(meta)
         return table
 
     def get(
@@ -509,8 +602,18 @@ class Client:
                         streams=streams, congestion_control=congestion_control, progress=progress)
 
     def query_pandas(self, sql: str, **kwargs: Any) -> Any:
-        """Run ``sql`` and return a pandas DataFrame (NULL becomes NaN/NaT)."""
-        return self.query(sql, **kwargs).to_pandas()
+        """Run ``sql`` and return a pandas DataFrame (NULL becomes NaN/NaT); options as ``query``.
+
+        With ``allow_truncated=True`` a cut-off result's frame has ``attrs["dstp:truncated_reason"]``.
+        """
+        table = self._collect(sql, **kwargs)
+        frame = table.to_pandas()
+        reason = (table.schema.metadata or {}).get(b"dstp:truncated_reason")
+        if reason is not None:
+            frame.attrs["dstp:truncated_reason"] = reason.decode()
+            warnings.warn(truncation_message(self.last_summary or {}),
+                          DstpTruncationWarning, stacklevel=2)
+        return frame
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -53,10 +53,11 @@ def download(
 ) -> dict[str, Any]:
     """Download bytes [offset, offset+length) of a published file into ``out``; return a summary.
 
-    Blocks are written in place as they arrive; an interrupted download
-    leaves ``out`` and ``out.dstp-partial`` behind, and the same call later
-    fetches only what is missing. The result is checked against the
-    server's CRC-32C of the range.
+    Blocks are written in place, as they arrive, into ``out.dstp-partial.data``;
+    an interrupted download leaves it and its state ``out.dstp-partial``
+    behind, and the same call later fetches only what is missing. The bytes
+    are checked against the server's CRC-32C of the range, and only then
+    renamed to ``out``: ``out`` never holds an incomplete download.
     """
     from dstp.client._client import Progress
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_xarray"]
+__all__ = ["missing_grid_columns", "to_xarray"]
 
 _ISO = re.compile(r"(-?\d+)-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?")
 
@@ -30,34 +30,52 @@ def _decode_iso(values: Any, calendar: str) -> Any:
     return np.array(out, dtype=object)
 
 
+def missing_grid_columns(schema: pa.Schema) -> tuple[list[str], list[str]]:
+    """Return (the result's grid dimensions, those without a coordinate column in ``schema``)."""
+    grid = (schema.metadata or {}).get(b"dstp:grid", b"").decode().split()
+    return grid, [d for d in grid if d not in _dimension_columns(schema, grid)]
+
+
+def _dimension_columns(schema: pa.Schema, grid: list[str]) -> dict[str, str]:
+    """Return {dimension: column} for the coordinate columns of ``schema``."""
+    dims_of: dict[str, str] = {}
+    for f in schema:
+        dim = (f.metadata or {}).get(b"dstp:dimension", b"").decode()
+        if dim:
+            dims_of[dim] = f.name
+        elif f.name in grid:
+            dims_of[f.name] = f.name
+    return dims_of
+
+
+#: Attributes xarray writes itself from a variable's encoding (and refuses to find in its attrs too).
+_ENCODING_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "dtype")
+
+
 def to_xarray(table: pa.Table) -> Any:
     """Return the records of a dstp result as an ``xarray.Dataset`` on its grid.
 
     The table must hold one coordinate column per grid dimension (as
     ``select *`` does); grid points the query filtered out become NaN.
     Units and CF attributes travel from the result schema; times on
-    non-Gregorian calendars become cftime objects of that calendar.
+    non-Gregorian calendars become cftime objects of that calendar. A time
+    variable's ``calendar`` (and ``units`` when the result names them) sit
+    in its ``encoding``, as when xarray opens a file, so ``to_netcdf()``
+    writes them. A result the server cut (``dstp:truncated``) says so in
+    ``attrs["dstp_truncated"]``.
     """
     import pandas as pd
     import pyarrow as pa
     import xarray as xr
 
     meta = table.schema.metadata or {}
-    grid = meta.get(b"dstp:grid", b"").decode().split()
-    dims_of: dict[str, str] = {}
-    for f in table.schema:
-        fmeta = f.metadata or {}
-        dim = fmeta.get(b"dstp:dimension", b"").decode()
-        if dim:
-            dims_of[dim] = f.name
-        elif f.name in grid:
-            dims_of[f.name] = f.name
-    missing = [d for d in grid if d not in dims_of]
+    grid, missing = missing_grid_columns(table.schema)
     if missing:
         raise ValueError(
             f"the result lacks the coordinate columns of {', '.join(missing)}; select them "
             "(or use select *) to rebuild the grid"
         )
+    dims_of = _dimension_columns(table.schema, grid)
     frame = table.to_pandas()
     for f in table.schema:
         fmeta = f.metadata or {}
@@ -69,10 +87,28 @@ def to_xarray(table: pa.Table) -> Any:
     # pandas sorts the index; restore each coordinate's order in the data (descending latitudes).
     ds = ds.reindex({name: pd.unique(frame[name]) for name in index})
     for f in table.schema:
-        if f.name in ds.variables and f.metadata:
-            ds[f.name].attrs.update(
-                {k.decode(): v.decode() for k, v in f.metadata.items() if not k.startswith(b"dstp:")}
-            )
+        if f.name not in ds.variables or not f.metadata:
+            continue
+        var = ds[f.name]
+        attrs = {k.decode(): v.decode() for k, v in f.metadata.items() if not k.startswith(b"dstp:")}
+        for key in _ENCODING_KEYS:  # the values are decoded already: these describe a file, not them
+            attrs.pop(key, None)
+        calendar = attrs.pop("calendar", None)
+        if calendar:
+            var.encoding["calendar"] = calendar
+            var.encoding["dtype"] = "float64"  # any units encode exactly enough; no int64 surprise
+            if " since " in attrs.get("units", ""):
+                var.encoding["units"] = attrs.pop("units")
+            if var.size == 0:
+                # an empty axis has nothing to encode (and xarray cannot encode an empty one on a
+                # non-standard calendar): plain numbers with the attributes that make them times
+                ds = ds.assign_coords({f.name: (var.dims, var.values.astype("float64"))}) if f.name in ds.coords \
+                    else ds.assign({f.name: (var.dims, var.values.astype("float64"))})
+                var = ds[f.name]
+                attrs.update({"units": "days since 1970-01-01", "calendar": calendar})
+        var.attrs.update(attrs)
     ds.attrs["dstp_dataset"] = meta.get(b"dstp:dataset", b"").decode()
     ds.attrs["dstp_query"] = meta.get(b"dstp:sql", b"").decode()
+    if meta.get(b"dstp:truncated") == b"true":
+        ds.attrs["dstp_truncated"] = meta.get(b"dstp:truncated_reason", b"true").decode()
     return ds

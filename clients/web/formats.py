@@ -12,6 +12,15 @@ already gone: :meth:`StreamEncoder.error` gives the bytes to send before the
 connection is aborted (CSV: a ``# dstp-error:`` line; NDJSON: an
 ``{"error": …}`` line; JSON and Arrow: nothing, the array or stream is left
 unterminated), so no client mistakes a broken result for a complete one.
+
+A result the server cut at ``max_result_rows``/``max_result_bytes`` ends with
+:meth:`StreamEncoder.truncated` instead of :meth:`StreamEncoder.end`: CSV a
+last line ``# dstp-truncated: {"truncated": {"reason", "rows"}}``, NDJSON and
+JSON a last line ``{"truncated": {…}}`` (after the closed array, so the JSON
+body is no longer one JSON value), Arrow a last, empty record batch whose
+custom metadata holds ``dstp:truncated`` and ``dstp:truncated_reason``, and no
+end-of-stream marker. CSV and netCDF are written by the same functions as the
+CLI's (:mod:`dstp.client._output`).
 """
 
 from __future__ import annotations
@@ -25,15 +34,17 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
+from dstp.client._output import csv_header, csv_rows
+from dstp.client._output import write_netcdf as _write_netcdf
+from dstp.client._xarray import missing_grid_columns
 from dstp.errors import DstpError, QueryError, TransportUnavailableError
 
 __all__ = [
@@ -44,6 +55,7 @@ __all__ = [
     "check_gridded",
     "encoder_for",
     "result_filename",
+    "truncation_notice",
     "write_netcdf",
     "write_parquet",
 ]
@@ -81,7 +93,20 @@ class StreamEncoder(Protocol):
 
     def end(self) -> bytes: ...
 
+    def truncated(self, notice: Mapping[str, Any]) -> bytes:
+        """Return the bytes that end a result the server cut (instead of ``end()``)."""
+        ...
+
     def error(self, err: DstpError) -> bytes: ...
+
+
+def truncation_notice(reason: str, rows: int) -> dict[str, Any]:
+    """Return the trailer object of a cut result: ``{"truncated": {"reason": …, "rows": …}}``."""
+    return {"truncated": {"reason": reason, "rows": rows}}
+
+
+def _notice_line(notice: Mapping[str, Any]) -> bytes:
+    return (json.dumps(notice, separators=(",", ":")) + "\n").encode()
 
 
 class _Drained:
@@ -110,12 +135,24 @@ class _Drained:
         return self.take()
 
 
-class CsvEncoder(_Drained):
-    """CSV with a header line; times as ``YYYY-MM-DD HH:MM:SS.ffffff``, NULL as an empty field."""
+class CsvEncoder:
+    """CSV with a header line; times as ``YYYY-MM-DD HH:MM:SS.ffffff``, NULL as an empty field (``NA`` when
+    the result has one column: an empty field would be a blank line, which CSV readers skip)."""
 
     def __init__(self, schema: pa.Schema) -> None:
-        super().__init__()
-        self._writer = pa_csv.CSVWriter(self.sink, schema)
+        self._schema = schema
+
+    def start(self) -> bytes:
+        return csv_header(self._schema)
+
+    def encode(self, batch: pa.RecordBatch) -> bytes:
+        return csv_rows(batch) if batch.num_rows else b""
+
+    def end(self) -> bytes:
+        return b""
+
+    def truncated(self, notice: Mapping[str, Any]) -> bytes:
+        return b"# dstp-truncated: " + _notice_line(notice)
 
     def error(self, err: DstpError) -> bytes:
         return b"# dstp-error: " + json.dumps(err.to_dict()).encode() + b"\n"
@@ -192,6 +229,9 @@ class JsonEncoder:
     def end(self) -> bytes:
         return b"\n]\n" if not self._first else b"]\n"
 
+    def truncated(self, notice: Mapping[str, Any]) -> bytes:
+        return self.end() + _notice_line(notice)
+
     def error(self, err: DstpError) -> bytes:
         return b""
 
@@ -211,6 +251,9 @@ class NdjsonEncoder:
     def end(self) -> bytes:
         return b""
 
+    def truncated(self, notice: Mapping[str, Any]) -> bytes:
+        return _notice_line(notice)
+
     def error(self, err: DstpError) -> bytes:
         return (json.dumps(err.to_dict(), separators=(",", ":")) + "\n").encode()
 
@@ -220,7 +263,17 @@ class ArrowEncoder(_Drained):
 
     def __init__(self, schema: pa.Schema) -> None:
         super().__init__()
+        self._schema = schema
         self._writer = pa.ipc.new_stream(self.sink, schema)
+
+    def truncated(self, notice: Mapping[str, Any]) -> bytes:
+        # a last, empty batch says why; the end-of-stream marker is left out, so readers that check it refuse
+        detail = notice["truncated"]
+        empty = pa.record_batch([pa.array([], f.type) for f in self._schema], schema=self._schema)
+        self._writer.write_batch(empty, custom_metadata={"dstp:truncated": "true",
+                                                 "dstp:truncated_reason": str(detail["reason"]),
+                                                 "dstp:truncated_rows": str(detail["rows"])})
+        return self.take()
 
     def error(self, err: DstpError) -> bytes:
         return b""
@@ -235,33 +288,27 @@ def encoder_for(fmt: str, schema: pa.Schema) -> StreamEncoder:
     return encoder
 
 
-def write_parquet(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Any) -> int:
-    """Write ``batches`` to ``out`` as one Parquet file (schema metadata kept); return the row count."""
+def write_parquet(batches: Iterable[pa.RecordBatch], schema: pa.Schema, out: Any,
+                  truncated_reason: Callable[[], str | None] = lambda: None) -> int:
+    """Write ``batches`` to ``out`` as one Parquet file (schema metadata kept); return the row count.
+
+    ``truncated_reason()`` is asked once every batch is written; a reason is
+    recorded in the file metadata (``dstp:truncated``, ``dstp:truncated_reason``).
+    """
     rows = 0
     with pq.ParquetWriter(out, schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
             rows += batch.num_rows
+        reason = truncated_reason()
+        if reason is not None:
+            writer.add_key_value_metadata({"dstp:truncated": "true", "dstp:truncated_reason": reason})
     return rows
-
-
-def _grid_columns(schema: pa.Schema) -> tuple[list[str], dict[str, str]]:
-    meta = schema.metadata or {}
-    grid = meta.get(b"dstp:grid", b"").decode().split()
-    columns = {}
-    for f in schema:
-        dim = (f.metadata or {}).get(b"dstp:dimension", b"").decode()
-        if dim:
-            columns[dim] = f.name
-        elif f.name in grid:
-            columns[f.name] = f.name
-    return grid, columns
 
 
 def check_gridded(schema: pa.Schema) -> None:
     """Raise QueryError unless the result holds a coordinate column for every grid dimension."""
-    grid, columns = _grid_columns(schema)
-    missing = [d for d in grid if d not in columns]
+    grid, missing = missing_grid_columns(schema)
     if missing:
         raise QueryError(
             f"format=nc rebuilds the grid ({' × '.join(grid)}), but the result lacks the coordinate columns of "
@@ -270,62 +317,43 @@ def check_gridded(schema: pa.Schema) -> None:
 
 
 def write_netcdf(table: pa.Table, path: Path, time_units: Mapping[str, str]) -> None:
-    """Write a gridded result to ``path`` as CF netCDF-4; ``time_units`` maps time columns to their units.
-
-    Times keep their calendar (text times of 360_day and friends become
-    cftime values of that calendar), units and CF attributes travel from
-    the result schema. Holds the catalog's netCDF lock while writing (HDF5 is not thread-safe).
-    """
+    """Write a gridded result to ``path`` as CF netCDF-4 (:func:`dstp.client._output.write_netcdf`, the CLI's
+    writer too), holding the catalog's netCDF lock (HDF5 is not thread-safe)."""
     try:
-        from dstp.client import to_xarray
-
-        ds = to_xarray(table)
+        import xarray  # noqa: F401
     except ImportError as exc:
         raise TransportUnavailableError(
             "format=nc needs xarray and pandas on the server (pip install 'dstp[xarray]'); choose another format"
         ) from exc
-    for name in list(ds.variables):
-        var = ds[name]
-        calendar = var.attrs.pop("calendar", None)
-        if not calendar:
-            continue
-        units = time_units.get(str(name)) or var.attrs.get("units", "")
-        var.attrs.pop("units", None)
-        if var.size == 0:
-            # Nothing to encode (cftime refuses empty arrays): write the empty axis as plain numbers.
-            ds = ds.assign_coords({name: (var.dims, var.values[:0].astype("float64"), var.attrs)})
-            ds[name].attrs.update({"units": units or "days since 1970-01-01", "calendar": calendar})
-            continue
-        # xarray writes units and calendar itself from the encoding; as attributes they would clash.
-        var.encoding["calendar"] = calendar
-        if units:
-            var.encoding["units"] = units
-    sql = ds.attrs.pop("dstp_query", "")
-    dataset = ds.attrs.pop("dstp_dataset", "")
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ds.attrs.update(
-        {"Conventions": "CF-1.8", "source": f"dstp dataset {dataset}", "history": f"{now} dstp query: {sql}"}
-    )
-    with NETCDF_LOCK:
-        ds.to_netcdf(path, engine="netcdf4", format="NETCDF4")
+    _write_netcdf(table, path, time_units, lock=NETCDF_LOCK)
 
 
 #: Parquet and netCDF results are assembled before sending; this much stays in memory, the rest spools to disk.
 SPOOL_MEMORY_BYTES = 32 * 2**20
 
 
-def assemble(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, time_units: Mapping[str, str]) -> Any:
-    """Return an open binary file holding the whole result as Parquet or netCDF (blocking)."""
+def assemble(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, time_units: Mapping[str, str],
+             truncated_reason: Callable[[], str | None] = lambda: None) -> Any:
+    """Return an open binary file holding the whole result as Parquet or netCDF (blocking).
+
+    ``truncated_reason()``, asked once the batches are consumed, says whether
+    the server cut the result; the file records it (Parquet file metadata,
+    netCDF global attribute ``dstp_truncated``).
+    """
     if fmt == "parquet":
         spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES, prefix="dstp-")
         try:
-            write_parquet(batches, schema, spool)
+            write_parquet(batches, schema, spool, truncated_reason)
         except BaseException:
             spool.close()
             raise
         spool.seek(0)
         return spool
     table = pa.Table.from_batches(list(batches), schema=schema)
+    reason = truncated_reason()
+    if reason is not None:
+        table = table.replace_schema_metadata({**(schema.metadata or {}), b"dstp:truncated": b"true",
+                                               b"dstp:truncated_reason": reason.encode()})
     with tempfile.TemporaryDirectory(prefix="dstp-nc-") as folder:
         path = Path(folder) / "result.nc"
         write_netcdf(table, path, time_units)

@@ -17,6 +17,12 @@ drops the connection so the client sees an incomplete body.
 :meth:`ResultStream.aclose` always runs (client gone, error, or done): it
 sets the query's cancel event, waits for the step in flight (cancelled
 queries stop within about 50 ms) and releases the query slot.
+
+A result the server cut at ``max_result_rows``/``max_result_bytes`` ends with
+the format's truncation trailer (:meth:`StreamEncoder.truncated`); whether
+that can happen is forecast before the response starts
+(:func:`truncation_forecast`, the ``X-Dstp-Truncated`` header). Cutting at
+the request's own ``limit`` is what was asked for, not truncation.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import pyarrow as pa
 
 from dstp.errors import DstpError, ServerError
 from dstp.service import Execution
-from dstp.web.formats import StreamEncoder
+from dstp.web.formats import StreamEncoder, truncation_notice
 
-__all__ = ["ResultStream", "StreamAborted", "limited"]
+__all__ = ["ResultStream", "StreamAborted", "limited", "truncated_reason", "truncation_forecast"]
 
 log = logging.getLogger("dstp.web")
 
@@ -70,6 +76,9 @@ class ResultStream:
                 batch: pa.RecordBatch = next(self._batches)
             except StopIteration:
                 self._done = True
+                reason = truncated_reason(self.execution, self.rows, self._limit)
+                if reason is not None:
+                    return self._encoder.truncated(truncation_notice(reason, self.rows))
                 return self._encoder.end()
             if self._limit is not None and self.rows + batch.num_rows >= self._limit:
                 batch = batch.slice(0, self._limit - self.rows)
@@ -125,17 +134,96 @@ class ResultStream:
             await anyio.to_thread.run_sync(self._close)
 
 
-def limited(execution: Execution, limit: int | None) -> Iterator[pa.RecordBatch]:
-    """Yield at most ``limit`` rows of ``execution``'s batches; stop the query and free its slot when done."""
-    rows = 0
-    batches = cast(Generator[pa.RecordBatch, None, None], execution.batches())
-    try:
-        for batch in batches:
-            if limit is not None and rows + batch.num_rows >= limit:
-                yield batch.slice(0, limit - rows)
-                return
-            rows += batch.num_rows
-            yield batch
-    finally:
-        batches.close()
-        execution.close()
+def truncated_reason(execution: Execution, rows: int, limit: int | None) -> str | None:
+    """Return why the server cut the result after ``rows`` were sent, or None if the client got what it asked."""
+    summary = execution.summary
+    if not summary.truncated or (limit is not None and rows >= limit):
+        return None
+    return str(summary.truncated_reason)
+
+
+#: The longest ISO text of a calendar time (-YYYYY-MM-DDTHH:MM:SS.ffffff, with room to spare).
+ISO_TIME_BYTES = 32
+
+
+def _width_bounds(schema: pa.Schema) -> tuple[int, int | None]:
+    """Return (least, most) Arrow bytes per row; most is None when a column's width has no bound."""
+    least, most = 0, 0
+    fixed = True
+    for f in schema:
+        try:
+            width = max(1, f.type.bit_width // 8)
+        except ValueError:  # variable width (text): an offset, and the text
+            least += 4
+            if (f.metadata or {}).get(b"calendar") and pa.types.is_string(f.type):
+                most += 4 + ISO_TIME_BYTES + 1  # calendar times as ISO text: bounded
+            else:
+                fixed = False
+            continue
+        least += width
+        most += width + 1  # and its share of the validity bitmap, rounded up
+    return least, most if fixed else None
+
+
+def truncation_forecast(execution: Execution, limit: int | None) -> tuple[str, str]:
+    """Return the ``X-Dstp-Truncated`` header value decided before streaming, and the reason when certain.
+
+    ``"false"``: the result cannot reach ``max_result_rows``/``max_result_bytes``
+    (the plan's most rows, capped by ``limit``, fit under both). ``"true"``:
+    it certainly will (its row count is known and too large). ``"unknown"``:
+    it may; the body's last line (or Arrow's last batch) says if it did.
+    """
+    plan, settings = execution.execution.prepared.plan, execution.execution.settings
+    most = plan.max_rows() if limit is None else min(plan.max_rows(), limit)
+    exact = plan.estimated_rows()
+    if exact >= 0 and limit is not None:
+        exact = min(exact, limit)
+    least_width, most_width = _width_bounds(execution.schema)
+    exceeded = []
+    if exact > settings.max_result_rows:
+        exceeded.append(f"max_result_rows={settings.max_result_rows}")
+    if exact >= 0 and exact * least_width > settings.max_result_bytes:
+        exceeded.append(f"max_result_bytes={settings.max_result_bytes}")
+    if exceeded:
+        return "true", f"the result has {exact:,} records, more than {' and '.join(exceeded)} allow"
+    batches = -(-most // max(1, settings.batch_rows)) if most else 0
+    if most <= settings.max_result_rows and most_width is not None and \
+            most * most_width + 64 * batches * len(execution.schema) <= settings.max_result_bytes:
+        return "false", ""
+    return "unknown", ""
+
+
+class LimitedBatches:
+    """At most ``limit`` rows of ``execution``'s batches; stops the query and frees its slot when done.
+
+    After iteration, :meth:`truncated_reason` says whether the server cut the result short of what was asked.
+    """
+
+    def __init__(self, execution: Execution, limit: int | None) -> None:
+        self.execution = execution
+        self.limit = limit
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        batches = cast(Generator[pa.RecordBatch, None, None], self.execution.batches())
+        limit = self.limit
+        try:
+            for batch in batches:
+                if limit is not None and self.rows + batch.num_rows >= limit:
+                    batch = batch.slice(0, limit - self.rows)
+                    self.rows += batch.num_rows
+                    yield batch
+                    return
+                self.rows += batch.num_rows
+                yield batch
+        finally:
+            batches.close()
+            self.execution.close()
+
+    def truncated_reason(self) -> str | None:
+        return truncated_reason(self.execution, self.rows, self.limit)
+
+
+def limited(execution: Execution, limit: int | None) -> LimitedBatches:
+    """Return at most ``limit`` rows of ``execution``'s batches (see :class:`LimitedBatches`)."""
+    return LimitedBatches(execution, limit)

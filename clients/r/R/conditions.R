@@ -8,6 +8,7 @@
 #   +-- dstp_not_found              not_found (404)
 #   |   +-- dstp_dataset_not_found  dataset_not_found
 #   +-- dstp_limit_exceeded         limit_exceeded (429)
+#   |   +-- dstp_truncated          truncated (a result cut at max_result_rows/max_result_bytes)
 #   +-- dstp_timeout                timeout (504)
 #   +-- dstp_cancelled              cancelled
 #   +-- dstp_ticket_error           bad_ticket, ticket_expired
@@ -19,6 +20,9 @@
 #   +-- dstp_catalog_error          catalog_error, bad_descriptor
 #   |   +-- dstp_bad_data_file      bad_data_file
 #   +-- dstp_server_error           internal (500)
+#
+# A truncated result the caller accepted (allow_truncated = TRUE) is a warning of class
+# c("dstp_truncated", "dstp_warning", "warning", "condition") instead.
 
 DSTP_CLASSES <- list(
   invalid_query = "dstp_query_error",
@@ -29,6 +33,7 @@ DSTP_CLASSES <- list(
   dataset_not_found = c("dstp_dataset_not_found", "dstp_not_found"),
   file_not_published = c("dstp_file_not_published", "dstp_not_found"),
   limit_exceeded = "dstp_limit_exceeded",
+  truncated = c("dstp_truncated", "dstp_limit_exceeded"),
   timeout = "dstp_timeout",
   cancelled = "dstp_cancelled",
   bad_ticket = "dstp_ticket_error",
@@ -84,3 +89,16 @@ conditionMessage.dstp_error <- function(c) {
 }
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
+
+# A result cut at the server's max_result_rows/max_result_bytes: `cut` is list(reason, rows) (rows may be NULL).
+# Raises a dstp_truncated error, or with `allow` warns (class dstp_truncated, dstp_warning) and returns the reason.
+signal_truncation <- function(cut, allow, url = NULL) {
+  after <- if (is.null(cut$rows)) "" else sprintf(" after %s records", format(cut$rows, big.mark = ",", scientific = FALSE))
+  fix <- if (allow) "to get all of it" else "or pass allow_truncated = TRUE to keep the records that arrived"
+  message <- sprintf("the result is incomplete: the server stopped it%s (%s); narrow the query (WHERE on coordinates, %s",
+                     after, cut$reason, paste("stride(), tablesample, LIMIT)", fix))
+  if (!allow) stop(dstp_condition("truncated", message, url = url))
+  warning(structure(class = c("dstp_truncated", "dstp_warning", "warning", "condition"),
+                    list(message = message, call = NULL, reason = cut$reason, rows = cut$rows)))
+  invisible(cut$reason)
+}

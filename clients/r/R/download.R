@@ -9,12 +9,21 @@
 #'
 #' | format | content |
 #' |---|---|
-#' | `"csv"` | header line, one line per record; NULL is an empty field |
+#' | `"csv"` | header line, one line per record; NULL is an empty field (`NA` in a one-column result) |
 #' | `"parquet"` | one Parquet file, schema metadata (units, calendars) kept |
 #' | `"arrow"` | the Arrow IPC stream format (`.arrows`) |
 #' | `"nc"` | netCDF-4 on the result's grid, CF-1.8 (needs every grid coordinate among the columns, e.g. `select *`) |
 #' | `"json"` | one JSON array of record objects |
 #' | `"ndjson"` | one JSON record object per line |
+#'
+#' A result the server cut at its `max_result_rows` or `max_result_bytes`
+#' raises a `dstp_truncated` error and leaves no file, unless
+#' `allow_truncated = TRUE`: then the file is kept as the server sent it,
+#' truncation notice included (CSV: a last line `# dstp-truncated: {...}`,
+#' JSON and NDJSON: a last line `{"truncated": {...}}`, Arrow: a last empty
+#' batch with `dstp:truncated` metadata and no end-of-stream marker,
+#' Parquet: file metadata `dstp:truncated`, netCDF: global attribute
+#' `dstp_truncated`), and a `dstp_truncated` warning is issued.
 #'
 #' @param con A connection from [dstp_connect()].
 #' @param sql The query.
@@ -22,8 +31,11 @@
 #' @param format One of `"csv"` (default), `"parquet"`, `"arrow"`, `"nc"`,
 #'   `"json"`, `"ndjson"`.
 #' @param limit Keep at most this many records (`NULL`: all).
+#' @param allow_truncated Keep a result the server cut at a limit (with a
+#'   warning) instead of raising a `dstp_truncated` error.
 #' @return `file`, invisibly, with attributes `bytes` (its size),
-#'   `query_id` (the id in the server log) and `format`.
+#'   `query_id` (the id in the server log), `format`, and `truncated`
+#'   (the server's reason) for an accepted truncated result.
 #' @seealso [dstp_query()] to read a result into a data.frame.
 #' @examples
 #' \dontrun{
@@ -34,8 +46,9 @@
 #' }
 #' @export
 dstp_download <- function(con, sql, file, format = c("csv", "parquet", "arrow", "nc", "json", "ndjson"),
-                          limit = NULL) {
+                          limit = NULL, allow_truncated = FALSE) {
   check_connection(con)
+  if (!isTRUE(allow_truncated) && !isFALSE(allow_truncated)) stop("`allow_truncated` must be TRUE or FALSE", call. = FALSE)
   format <- match.arg(format)
   stopifnot(is.character(file), length(file) == 1L, nzchar(file))
   if (!is.null(limit)) limit <- format(as.integer(limit), scientific = FALSE)
@@ -43,15 +56,16 @@ dstp_download <- function(con, sql, file, format = c("csv", "parquet", "arrow", 
   part <- paste0(file, ".part")
   ok <- FALSE
   on.exit(if (!ok) unlink(part), add = TRUE)
-  res <- http_query_to_file(con, sql, format, part, limit)
-  if (format == "arrow") check_arrow_complete(part, res$url)
+  res <- http_query_to_file(con, sql, format, part, limit, allow_truncated, strip_trailer = FALSE)
+  if (format == "arrow" && is.null(res$truncated)) check_arrow_complete(part, res$url)
   if (!file.rename(part, file)) {
     if (!file.copy(part, file, overwrite = TRUE)) stop(sprintf("cannot write %s", file), call. = FALSE)
     unlink(part)
   }
   ok <- TRUE
+  reason <- if (!is.null(res$truncated)) signal_truncation(res$truncated, TRUE, res$url)
   invisible(structure(file, bytes = file.size(file), query_id = res$headers[["x-dstp-query-id"]],
-                      format = format))
+                      format = format, truncated = reason))
 }
 
 # An Arrow stream must end with its end-of-stream marker (0xFFFFFFFF 0x00000000).

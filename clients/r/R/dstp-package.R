@@ -30,7 +30,9 @@
 #'   `dstp_syntax_error`, `dstp_unknown_column`, `dstp_forbidden` (hostile
 #'   SQL: DDL/DML, file or environment access);
 #' * `dstp_not_found` (404), subclass `dstp_dataset_not_found`;
-#' * `dstp_limit_exceeded` (429), `dstp_timeout` (504), `dstp_cancelled`;
+#' * `dstp_limit_exceeded` (429), subclass `dstp_truncated` (a result the
+#'   server cut at its `max_result_rows`/`max_result_bytes`; a warning of that class
+#'   when accepted with `allow_truncated = TRUE`); `dstp_timeout` (504), `dstp_cancelled`;
 #' * `dstp_transport_error` (503), subclasses `dstp_connection_error` (the
 #'   server cannot be reached: the message names the URL),
 #'   `dstp_transport_unavailable` (a transport this server or this R session

@@ -79,6 +79,40 @@ last_line <- function(path, max_bytes = 65536) {
 }
 
 CSV_TRAILER <- "# dstp-error: "
+CSV_TRUNCATED <- "# dstp-truncated: "
+TRUNCATED_HEADER <- "x-dstp-truncated"
+
+# Cut `bytes` bytes off the end of a file.
+drop_tail <- function(path, bytes) {
+  con <- file(path, "r+b")
+  on.exit(close(con))
+  seek(con, file.size(path) - bytes, rw = "write")
+  truncate(con)
+  invisible(path)
+}
+
+# Whether the server cut the result at max_result_rows/max_result_bytes (docs/web.md, "Truncated results"):
+# list(reason, rows, trailer_bytes) or NULL. Assembled formats say it in the X-Dstp-Truncated header; streamed
+# ones in their last line (CSV `# dstp-truncated: {...}`, JSON and NDJSON `{"truncated": {...}}`) or, for
+# Arrow, in the custom metadata of the last record batch of a stream without end-of-stream marker.
+truncation_of <- function(path, format, headers) {
+  if (format %in% c("parquet", "nc")) {
+    if (!identical(headers[[TRUNCATED_HEADER]], "true")) return(NULL)
+    rows <- headers[["x-dstp-truncated-rows"]]
+    return(list(reason = headers[["x-dstp-truncated-reason"]] %||% "cut at a server limit",
+                rows = if (is.null(rows)) NULL else as.numeric(rows), trailer_bytes = 0))
+  }
+  if (identical(headers[[TRUNCATED_HEADER]], "false")) return(NULL)
+  if (format == "arrow") return(arrow_truncation(path))
+  line <- last_line(path)
+  body <- NULL
+  if (format == "csv" && startsWith(line, CSV_TRUNCATED)) body <- substring(line, nchar(CSV_TRUNCATED) + 1L)
+  if (format %in% c("json", "ndjson") && startsWith(line, "{\"truncated\"")) body <- line
+  if (is.null(body)) return(NULL)
+  cut <- tryCatch(jsonlite::fromJSON(body, simplifyVector = FALSE)$truncated, error = function(e) NULL)
+  if (!is.list(cut)) return(NULL)
+  list(reason = cut$reason, rows = cut$rows, trailer_bytes = nchar(line, type = "bytes") + 1L)
+}
 
 # The error a result file ends with (CSV `# dstp-error:` line, NDJSON `{"error": ...}` line), or NULL.
 trailer_error <- function(path, format, url) {
@@ -97,12 +131,16 @@ trailer_error <- function(path, format, url) {
 
 #' Run a query over HTTP and stream its result into `path`
 #'
-#' Returns list(status, headers, url, path). Raises the server's error as a
+#' Returns list(status, headers, url, path, truncated). Raises the server's error as a
 #' condition: before the result (status >= 400 with a JSON body), after it
 #' started (the CSV/NDJSON trailer), or when the transfer broke off (an
-#' integrity error naming the URL).
+#' integrity error naming the URL). A result the server cut at a limit raises a
+#' dstp_truncated error unless `allow_truncated`; then `truncated` is
+#' list(reason, rows) and, with `strip_trailer`, the text formats' truncation
+#' line is removed from the file so it parses as the records alone.
 #' @noRd
-http_query_to_file <- function(con, sql, format, path, limit = NULL) {
+http_query_to_file <- function(con, sql, format, path, limit = NULL, allow_truncated = FALSE,
+                               strip_trailer = TRUE) {
   stopifnot(is.character(sql), length(sql) == 1L, !is.na(sql))
   url <- base_url(con, "/query", list(sql = sql, format = format, limit = limit))
   h <- new_dstp_handle(con)
@@ -132,5 +170,10 @@ http_query_to_file <- function(con, sql, format, path, limit = NULL) {
   }
   trailer <- trailer_error(path, format, shown)
   if (!is.null(trailer)) stop(trailer)
-  list(status = res$status_code, headers = headers, url = shown, path = path)
+  cut <- truncation_of(path, format, headers)
+  if (!is.null(cut)) {
+    if (!allow_truncated) signal_truncation(cut, FALSE, shown)
+    if (strip_trailer && cut$trailer_bytes > 0) drop_tail(path, cut$trailer_bytes)
+  }
+  list(status = res$status_code, headers = headers, url = shown, path = path, truncated = cut)
 }

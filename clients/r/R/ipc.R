@@ -379,13 +379,34 @@ ipc_empty <- function(field) {
   )
 }
 
+# The truncation notice of an Arrow stream (docs/web.md): a stream that ends without its end-of-stream marker
+# right after a record batch whose custom metadata says dstp:truncated. list(reason, rows, trailer_bytes = 0)
+# or NULL. Only message headers are read; bodies are skipped.
+arrow_truncation <- function(path) {
+  con <- file(path, "rb")
+  on.exit(close(con))
+  meta <- list()
+  repeat {
+    m <- tryCatch(ipc_next_message(con), dstp_error = function(e) NULL)
+    if (is.null(m)) break
+    if (identical(m$type, "eos")) return(NULL)
+    meta <- fb_key_values(m$buf, m$msg, 4L)  # Message.custom_metadata
+    if (m$body_len > 0) seek(con, m$body_len, origin = "current")
+  }
+  if (!identical(meta[["dstp:truncated"]], "true")) return(NULL)
+  rows <- meta[["dstp:truncated_rows"]]
+  list(reason = meta[["dstp:truncated_reason"]] %||% "cut at a server limit",
+       rows = if (is.null(rows)) NULL else as.numeric(rows), trailer_bytes = 0)
+}
+
 #' Read an Arrow IPC stream file into a list(schema, columns)
 #'
 #' Raises a dstp_integrity_error condition when the stream lacks its end
-#' marker (the server stopped mid-result). `columns` is NULL when the schema
-#' has a type this reader does not decode (see ipc_supported()).
+#' marker (the server stopped mid-result), unless `truncated` (the caller
+#' found the stream's truncation notice, see arrow_truncation()). `columns`
+#' is NULL when the schema has a type this reader does not decode (see ipc_supported()).
 #' @noRd
-ipc_read_stream <- function(path, schema_only = FALSE) {
+ipc_read_stream <- function(path, schema_only = FALSE, truncated = FALSE) {
   con <- file(path, "rb")
   on.exit(close(con))
   first <- ipc_next_message(con)
@@ -398,6 +419,7 @@ ipc_read_stream <- function(path, schema_only = FALSE) {
   batches <- list()
   repeat {
     m <- ipc_next_message(con)
+    if (is.null(m) && truncated) break
     if (is.null(m)) {
       stop_dstp("integrity_error", paste(
         "the Arrow stream ended without its end-of-stream marker: the server stopped before the",

@@ -111,6 +111,7 @@ python_query <- function(con, sql, transport, streams = 0L, limit = NULL) {
                         url = target))
   }
   r <- read_arrow_file(path)
-  list(columns = r$columns, schema = r$schema, info = list(transport = res$transport, rows = res$rows,
-                                                           summary = res))
+  cut <- if (isTRUE(res$truncated)) list(reason = res$truncated_reason, rows = res$rows) else NULL
+  list(columns = r$columns, schema = r$schema, truncated = cut, url = target,
+       info = list(transport = res$transport, rows = res$rows, summary = res))
 }

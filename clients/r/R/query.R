@@ -58,6 +58,14 @@
 #' Arrow stream without its end marker, a connection that broke off) always
 #' raises: a partial result is never returned. See [dstp_error].
 #'
+#' @section Truncated results:
+#' A result the server cut at its `max_result_rows` or `max_result_bytes`
+#' raises a `dstp_truncated` error (also `dstp_limit_exceeded`) whose
+#' message names the limit. With `allow_truncated = TRUE` the records that
+#' arrived are returned with a warning of class `dstp_truncated` (and
+#' `dstp_warning`), and `dstp_info` has `truncated`, the server's reason.
+#' A `limit` smaller than the server's caps is not truncation.
+#'
 #' @param con A connection from [dstp_connect()].
 #' @param sql The query, e.g. `"select temperature, time from ccm3 where humidity > 50"`.
 #' @param transport `"http"`, `"grpc"`, `"striped"`, `"udt"` or `"auto"` (see below).
@@ -66,10 +74,12 @@
 #' @param limit Keep at most this many records; the server stops the query
 #'   once they are sent (previews). `NULL` (default): all.
 #' @param streams Parallel streams for `transport = "striped"` (0: auto-tuned).
+#' @param allow_truncated Return a result the server cut at a limit (with a
+#'   `dstp_truncated` warning) instead of raising a `dstp_truncated` error.
 #' @return A data.frame, one row per record, columns as in the query's
 #'   select list. Attributes: `dstp_schema` (see [dstp_schema()]) and
 #'   `dstp_info` (a list: `sql`, `transport`, `format`, `query_id`, `rows`,
-#'   `seconds`).
+#'   `seconds`, and `truncated` for an accepted truncated result).
 #' @seealso [dstp_download()] to save a result to a file without reading it
 #'   into memory; [dstp_describe()] for the columns a dataset has.
 #' @examples
@@ -86,8 +96,10 @@
 #' }
 #' @export
 dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt", "auto"),
-                       format = c("auto", "arrow", "csv", "json"), limit = NULL, streams = 0L) {
+                       format = c("auto", "arrow", "csv", "json"), limit = NULL, streams = 0L,
+                       allow_truncated = FALSE) {
   check_connection(con)
+  if (!isTRUE(allow_truncated) && !isFALSE(allow_truncated)) stop("`allow_truncated` must be TRUE or FALSE", call. = FALSE)
   transport <- match.arg(transport)
   format <- match.arg(format)
   if (!is.character(sql) || length(sql) != 1L || is.na(sql)) stop("`sql` must be one string", call. = FALSE)
@@ -102,9 +114,9 @@ dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt",
   if (transport == "http") {
     if (format == "auto") format <- "arrow"
     res <- switch(format,
-      arrow = http_arrow(con, sql, limit),
-      csv = http_csv(con, sql, limit),
-      json = http_json_result(con, sql, limit)
+      arrow = http_arrow(con, sql, limit, allow_truncated),
+      csv = http_csv(con, sql, limit, allow_truncated = allow_truncated),
+      json = http_json_result(con, sql, limit, allow_truncated)
     )
   } else {
     res <- python_query(con, sql, transport, streams = streams, limit = if (!is.null(limit)) as.integer(limit))
@@ -113,6 +125,7 @@ dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt",
   info <- c(list(sql = sql, transport = res$info$transport %||% transport, format = format),
             res$info[setdiff(names(res$info), "transport")])
   info$seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+  if (!is.null(res$truncated)) info$truncated <- signal_truncation(res$truncated, allow_truncated, res$url)
   result_df(res$columns, res$schema, info)
 }
 
@@ -226,14 +239,14 @@ use_arrow_package <- function() {
 
 # Read an Arrow IPC stream file: with the arrow package when installed, else with ipc_read_stream().
 # Returns list(schema, columns); columns NULL when a type cannot be decoded without the arrow package.
-read_arrow_file <- function(path) {
-  if (use_arrow_package()) return(read_with_arrow_package(path))
-  ipc_read_stream(path)
+read_arrow_file <- function(path, truncated = FALSE) {
+  if (use_arrow_package()) return(read_with_arrow_package(path, truncated))
+  ipc_read_stream(path, truncated = truncated)
 }
 
-read_with_arrow_package <- function(path) {
+read_with_arrow_package <- function(path, truncated = FALSE) {
   schema <- ipc_read_stream(path, schema_only = TRUE)$schema
-  check_arrow_complete(path, "the server")  # arrow would accept a stream cut after a batch
+  if (!truncated) check_arrow_complete(path, "the server")  # arrow would accept a stream cut after a batch
   table <- arrow::read_ipc_stream(path, as_data_frame = FALSE)
   df <- as.data.frame(table)
   columns <- lapply(seq_along(schema$fields), function(i) {
@@ -248,14 +261,14 @@ read_with_arrow_package <- function(path) {
   list(schema = schema, columns = columns)
 }
 
-http_arrow <- function(con, sql, limit) {
+http_arrow <- function(con, sql, limit, allow_truncated = FALSE) {
   path <- tempfile("dstp-", fileext = ".arrows")
   on.exit(unlink(path), add = TRUE)
-  res <- http_query_to_file(con, sql, "arrow", path, limit)
-  r <- read_arrow_file(path)
-  if (is.null(r$columns)) return(http_csv(con, sql, limit, schema = r$schema))  # types only CSV can carry
-  list(columns = r$columns, schema = r$schema, info = list(transport = "http",
-                                                           query_id = res$headers[["x-dstp-query-id"]]))
+  res <- http_query_to_file(con, sql, "arrow", path, limit, allow_truncated)
+  r <- read_arrow_file(path, truncated = !is.null(res$truncated))
+  if (is.null(r$columns)) return(http_csv(con, sql, limit, schema = r$schema, allow_truncated))  # types only CSV can carry
+  list(columns = r$columns, schema = r$schema, truncated = res$truncated, url = res$url,
+       info = list(transport = "http", query_id = res$headers[["x-dstp-query-id"]]))
 }
 
 # The result's Arrow schema, without its records: GET /query?format=arrow&limit=0 answers just the schema.
@@ -277,12 +290,12 @@ schema_from_headers <- function(headers) {
 
 # -- CSV ----------------------------------------------------------------------------
 
-http_csv <- function(con, sql, limit, schema = NULL) {
+http_csv <- function(con, sql, limit, schema = NULL, allow_truncated = FALSE) {
   path <- tempfile("dstp-", fileext = ".csv")
   on.exit(unlink(path), add = TRUE)
-  res <- http_query_to_file(con, sql, "csv", path, limit)
+  res <- http_query_to_file(con, sql, "csv", path, limit, allow_truncated)
   schema <- schema %||% schema_from_headers(res$headers) %||% query_schema(con, sql)
-  list(columns = read_csv_result(path, schema), schema = schema,
+  list(columns = read_csv_result(path, schema), schema = schema, truncated = res$truncated, url = res$url,
        info = list(transport = "http", query_id = res$headers[["x-dstp-query-id"]]))
 }
 
@@ -307,7 +320,8 @@ read_csv_result <- function(path, schema) {
   if (length(head) < 2L) return(lapply(fields, empty_column))
   dt <- data.table::fread(
     path, sep = ",", quote = "\"", header = TRUE, colClasses = vapply(fields, r_class, ""),
-    na.strings = "", strip.white = FALSE, blank.lines.skip = FALSE, fill = FALSE, check.names = FALSE,
+    # NULL is an empty field, or NA (unquoted) in a one-column result, where an empty field would be a blank line
+    na.strings = c("", "NA"), strip.white = FALSE, blank.lines.skip = FALSE, fill = FALSE, check.names = FALSE,
     encoding = "UTF-8", showProgress = FALSE, data.table = FALSE, integer64 = "double", tz = "UTC"
   )
   lapply(seq_along(fields), function(i) typed_column(dt[[i]], fields[[i]]))
@@ -315,10 +329,10 @@ read_csv_result <- function(path, schema) {
 
 # -- JSON ---------------------------------------------------------------------------
 
-http_json_result <- function(con, sql, limit) {
+http_json_result <- function(con, sql, limit, allow_truncated = FALSE) {
   path <- tempfile("dstp-", fileext = ".json")
   on.exit(unlink(path), add = TRUE)
-  res <- http_query_to_file(con, sql, "json", path, limit)
+  res <- http_query_to_file(con, sql, "json", path, limit, allow_truncated)
   schema <- schema_from_headers(res$headers) %||% query_schema(con, sql)
   records <- tryCatch(jsonlite::fromJSON(path, simplifyVector = TRUE), error = function(e) {
     stop_dstp("integrity_error", sprintf("the JSON result is not complete JSON (%s)", conditionMessage(e)))
@@ -329,6 +343,6 @@ http_json_result <- function(con, sql, limit) {
     if (is.null(x)) stop_dstp("protocol_error", sprintf("the JSON records lack column %s", f$name))
     typed_column(x, f)
   })
-  list(columns = columns, schema = schema, info = list(transport = "http",
-                                                       query_id = res$headers[["x-dstp-query-id"]]))
+  list(columns = columns, schema = schema, truncated = res$truncated, url = res$url,
+       info = list(transport = "http", query_id = res$headers[["x-dstp-query-id"]]))
 }

@@ -9,7 +9,9 @@ units and calendars, and does not depend on reticulate's NumPy support
 (reticulate before 1.36 cannot convert NumPy 2 arrays).
 
 Errors come back as data, ``{"error": {"code", "message", "line", "column"}}``,
-so R raises the same condition classes as over HTTP.
+so R raises the same condition classes as over HTTP. A result the server cut
+at a limit is fetched whole and reported in the summary (``truncated``,
+``truncated_reason``): R decides whether that is an error or a warning.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit:
     started = time.perf_counter()
     try:
         with dstp.connect(target) as client:
-            stream = client.query_batches(sql, transport=transport, streams=streams)
+            # R signals truncation itself (a dstp_truncated condition), from the summary returned below
+            stream = client.query_batches(sql, transport=transport, streams=streams, allow_truncated=True)
+            stream._warn = False
             rows = 0
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, stream.schema) as writer:
                 try:
