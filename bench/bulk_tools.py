@@ -235,7 +235,8 @@ def check_output(out: Path, source: BulkFile, compare_bytes: bool) -> tuple[str,
 
 def remove_output(out: Path) -> None:
     """Delete a download and its resume state (a leftover state file would make the next run resume)."""
-    for p in (out, out.with_name(out.name + STATE_SUFFIX), out.with_name(out.name + STATE_SUFFIX + ".tmp")):
+    for p in (out, out.with_name(out.name + STATE_SUFFIX), out.with_name(out.name + STATE_SUFFIX + ".tmp"),
+              out.with_name(out.name + STATE_SUFFIX + ".data")):
         p.unlink(missing_ok=True)
 
 

@@ -121,7 +121,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         var, col = item.split("=", 1)
         rename[var] = col
     path = publish([Path(f) for f in args.files], args.id, rename=rename, title=args.title,
-                   overwrite=args.overwrite)
+                   overwrite=args.overwrite, group=args.group)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
     return 0
 
@@ -360,22 +360,31 @@ def cmd_query(args: argparse.Namespace) -> int:
                 finish()
                 status = _truncation_status(args, stream)
             else:
+                # A preview: stop the transfer once one record more than fits has arrived (closing the
+                # stream cancels the query, so the server stops reading files), rather than streaming
+                # millions of records to print forty.
                 shown: list[Any] = []
-                total = 0
+                seen = 0
+                more = False
                 for b in stream:
-                    total += b.num_rows
-                    if sum(x.num_rows for x in shown) < args.max_rows:
-                        shown.append(b)
+                    shown.append(b)
+                    seen += b.num_rows
+                    if seen > args.max_rows:
+                        more = True
+                        break
                 finish()
                 import pyarrow as pa
 
                 table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
                 print(table.to_pandas().to_string(index=False, max_rows=args.max_rows) if table.num_rows else
                       "(no records)")
-                if total > table.num_rows:
-                    print(f"… {total - table.num_rows:,} more records ({total:,} in all); save them with -o FILE",
-                          file=sys.stderr)
-                status = _truncation_status(args, stream)
+                if more:
+                    stream.close()
+                    print(f"… more records than the {args.max_rows:,} shown (the preview stopped the query there); "
+                          "save them all with -o FILE, or show more with --max-rows N", file=sys.stderr)
+                    status = 0
+                else:
+                    status = _truncation_status(args, stream)
         except _Terminated:
             print("dstp: terminated", file=sys.stderr)
             return EXIT_TERMINATED
@@ -463,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expose a variable under another column name (repeatable), e.g. T=temperature")
     p.add_argument("--title", help="title (default: the files' ACDD title)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing descriptor")
+    p.add_argument("--group", help="publish only this netCDF-4/HDF5 group and those below it, e.g. Grid")
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("catalog", help="catalog maintenance")

@@ -99,3 +99,13 @@ def test_publish_then_validate(tmp_path: Path) -> None:
     (tmp_path / "bad" / "bad.dstp.xml").write_text("<dataset>")
     bad = run("catalog", "validate", str(tmp_path), check=False)
     assert bad.returncode == 1 and "bad.dstp.xml:1" in bad.stdout
+
+
+def test_a_terminal_preview_stops_the_query_after_the_rows_it_shows(served: str) -> None:
+    proc = run("query", "select time, lat, lon, temperature from ccm3", "--server", served, "--max-rows", "3")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1 + 3  # header and three records
+    assert "more records than the 3 shown" in proc.stderr and "-o FILE" in proc.stderr
+    everything = run("query", "select time from ccm3 limit 3", "--server", served)
+    assert len([line for line in everything.stdout.splitlines() if line.strip()]) == 4
+    assert "more records" not in everything.stderr
