@@ -85,8 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"  {len(server.catalog.problems)} descriptor(s) skipped; see the log or `dstp catalog validate`")
     if endpoints.http:
         print(f"browse: http://{endpoints.http}/", flush=True)
-    print(f"try:  dstp query \"select temperature, time from ccm3 where humidity > 50 limit 5\" "
-          f"--server {endpoints.grpc}", flush=True)
+    print(f"try:  {_try_hint(catalog)} --server {endpoints.grpc}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -94,6 +93,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print("stopping…", file=sys.stderr)
     server.stop()
     return 0
+
+
+def _try_hint(catalog: Any) -> str:
+    """Return a first command to paste, naming a dataset this catalog really has."""
+    ids = sorted(ds.id for ds in catalog)
+    if "ccm3" in ids:
+        return 'dstp query "select temperature, time from ccm3 where humidity > 50 limit 5"'
+    if not ids:
+        return "dstp ls"
+    ds = catalog.get(ids[0])
+    column = next(iter(ds.attributes), "*")
+    return f'dstp query "select {column} from {ds.id} limit 5"'
 
 
 # -------------------------------------------------------------------- samples

@@ -5,11 +5,18 @@ on, broken datasets), binds the gRPC port and every enabled data channel, and
 returns once all of them accept connections. ``stop()`` cancels running
 queries and closes everything. The CLI's ``dstp serve`` and the test fixtures
 use the same class.
+
+A server that cannot do its job refuses to start, in one line and before it
+logs anything: a catalog root that is not a folder raises CatalogError, a
+port another process holds raises OSError naming the address. A start that
+fails half-way stops what it had started.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import threading
 from functools import partial
 from concurrent import futures
@@ -20,6 +27,7 @@ import grpc
 import platformdirs
 
 from dstp.catalog.registry import Catalog
+from dstp.errors import CatalogError
 from dstp.grpc_app import DstpServicer
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.query.execute import warm_up
@@ -65,16 +73,35 @@ class DstpServer:
         self._extras: list = []  # data channels and the HTTP server, each with stop()
 
     def start(self) -> Endpoints:
-        """Start every listener; return their addresses."""
+        """Start every listener; return their addresses.
+
+        Raises CatalogError if the catalog root is not a folder, OSError (naming the address) if a
+        port is taken; either way nothing is left running.
+        """
         s = self.settings
+        root: Path | None = None
         if self.catalog is None:
-            root = s.catalog_root or default_catalog_root(lambda m: log.info("%s", m))
-            self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes)
-        for problem in self.catalog.problems:
+            root = Path(s.catalog_root or default_catalog_root(lambda m: log.info("%s", m)))
+            _check_catalog_root(root)
+        for what, port, option in (("gRPC", s.port, "--port"), ("HTTP", s.http_port, "--http-port"),
+                                   ("the striped data channel", s.data_port, "--data-port")):
+            _check_port_free(s.host, port, what, option)
+        try:
+            if root is not None:
+                self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes)
+            return self._start()
+        except BaseException:
+            self.stop(grace=0)
+            raise
+
+    def _start(self) -> Endpoints:
+        s, catalog = self.settings, self.catalog
+        assert catalog is not None
+        for problem in catalog.problems:
             log.warning("not published: %s", problem)
-        log.info("catalog %s: %d datasets published, %d skipped", self.catalog.root, len(self.catalog),
-                 len(self.catalog.problems))
-        self.service = DstpService(self.catalog, s)
+        log.info("catalog %s: %d datasets published, %d skipped", catalog.root, len(catalog),
+                 len(catalog.problems))
+        self.service = DstpService(catalog, s)
         warm_up(s)
         options = [
             ("grpc.max_send_message_length", s.grpc_max_message_bytes),
@@ -87,9 +114,12 @@ class DstpServer:
             maximum_concurrent_rpcs=s.grpc_workers * 4,
         )
         pb_grpc.add_DstpServicer_to_server(DstpServicer(self.service), self._grpc)
-        port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+        try:
+            port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+        except RuntimeError:  # taken between the check and now; grpc says only "Failed to bind"
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {s.host}:{s.port} (is another server using it?)")
+            raise OSError(_listen_message(s.host, s.port, "gRPC", "--port", errno.EADDRINUSE))
         self._grpc.start()
         self.endpoints = Endpoints(grpc=f"{s.host}:{port}")
         self.service.register_channel(ChannelInfo("grpc", self.endpoints.grpc))
@@ -148,7 +178,7 @@ class DstpServer:
         return TransferSpec(QuerySource(execution, pending.compression), pending.expires_at, pending.query_id, options)
 
     def stop(self, grace: float = 2.0) -> None:
-        """Stop accepting, cancel running queries, close files."""
+        """Stop accepting, cancel running queries, close files (also after a failed start)."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -175,3 +205,42 @@ class DstpServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_catalog_root(root: Path) -> None:
+    """Raise CatalogError unless ``root`` is a folder a catalog can be read from."""
+    if root.is_dir():
+        return
+    what = "it is a file, not a folder" if root.exists() else "no such folder"
+    raise CatalogError(f"cannot serve {root}: {what}; give the folder that holds the datasets "
+                       "and their *.dstp.xml descriptors")
+
+
+def _listen_message(host: str, port: int, what: str, option: str, code: int | None) -> str:
+    """Return the one line that says a port is taken (or forbidden), and what to do."""
+    where = f"{host}:{port}" + ("" if what == "gRPC" else f" ({what})")
+    if code == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges; use {option})"
+    return f"cannot listen on {where}: address already in use (is another dstp server running? use {option})"
+
+
+def _check_port_free(host: str, port: int, what: str, option: str) -> None:
+    """Raise OSError if another process listens on ``host``:``port`` (0 and -1: nothing to check).
+
+    gRPC reports a taken port only as a native log line and a RuntimeError, so
+    the port is tried first with a socket bound the way gRPC binds it.
+    """
+    if port <= 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror} (check --host)") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    raise OSError(_listen_message(host, port, what, option, exc.errno)) from None

@@ -109,3 +109,21 @@ def test_a_terminal_preview_stops_the_query_after_the_rows_it_shows(served: str)
     everything = run("query", "select time from ccm3 limit 3", "--server", served)
     assert len([line for line in everything.stdout.splitlines() if line.strip()]) == 4
     assert "more records" not in everything.stderr
+
+
+def test_the_serve_hint_names_a_dataset_the_catalog_has(tmp_path: Path) -> None:
+    from dstp.catalog.publish import publish
+
+    publish(builders.edge_station(tmp_path / "station"), "station")
+    proc = subprocess.Popen([*DSTP, "serve", str(tmp_path), "--port", "0", "--http-port", "-1",
+                             "--data-port", "-1", "--udt-port", "-1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        hint = next((line for line in proc.stdout if line.startswith("try:")), "")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+    assert 'dstp query "select t2m from station limit 5" --server 127.0.0.1:' in hint, hint

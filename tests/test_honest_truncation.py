@@ -99,10 +99,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_exits_3_and_writes_nothing_unless_allowed(capped: DstpServer, tmp_path: Path) -> None:
     server = ("--server", capped.endpoints.grpc)
-    shown = _cli("query", ROWS_CUT, *server, "--max-rows", "3")
+    shown = _cli("query", ROWS_CUT, *server, "--max-rows", "6000")
     assert shown.returncode == 3, shown.stderr
     assert "warning: the result is incomplete" in shown.stderr and "max_result_rows=5000" in shown.stderr
-    assert len(shown.stdout.strip().splitlines()) == 4  # the header and 3 records were still shown
+    assert len(shown.stdout.strip().splitlines()) == 5001  # the header and the 5000 records that came were shown
+    # A preview that stops the query after the rows it shows never reaches the cut: it says there is more.
+    preview = _cli("query", ROWS_CUT, *server, "--max-rows", "3")
+    assert preview.returncode == 0 and "more records than the 3 shown" in preview.stderr
+    assert len(preview.stdout.strip().splitlines()) == 4
 
     out = tmp_path / "cut.parquet"
     refused = _cli("query", ROWS_CUT, *server, "-o", str(out))

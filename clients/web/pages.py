@@ -10,6 +10,8 @@ served.
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import threading
 from typing import Any, Mapping
 from urllib.parse import urlencode
@@ -114,18 +116,55 @@ def _shown(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+def _labels(values: list[Any]) -> list[str]:
+    """Return coordinate values as a person reads them: numbers rounded, yet each still names its own point.
+
+    Quicklooks pick the grid point nearest the value asked for, so a label is good
+    as long as it is nearer its own point than any other: four significant
+    figures, more where the grid is finer than that. Times read as dates.
+    """
+    if not all(isinstance(v, float) for v in values):
+        return [_when(_shown(v)) for v in values]
+    ordered = sorted(set(values))
+    half = min((b - a for a, b in zip(ordered, ordered[1:])), default=math.inf) / 2
+    for digits in range(4, 18):
+        labels = [_trim(f"{v:.{digits}g}") for v in values]
+        if all(abs(float(text) - v) < half for text, v in zip(labels, values)):
+            return labels
+    return [repr(v) for v in values]
+
+
+def _trim(number: str) -> str:
+    return "0" if number == "-0" else number
+
+
+def _when(text: str) -> str:
+    """Return an ISO date-time as a date, with the time of day only when it is not midnight."""
+    m = re.fullmatch(r"(-?\d{4,}-\d\d-\d\d)[T ](\d\d:\d\d)(:\d\d(?:\.\d+)?)?", text)
+    if m is None:
+        return text
+    day, hour, seconds = m.groups()
+    seconds = seconds if seconds and seconds.strip(":0.") else ""
+    return day if hour == "00:00" and not seconds else f"{day} {hour}{seconds}"
+
+
 def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
     """Return the dataset page: the full description plus quicklook choices and links."""
     d = view.details(dataset_id)
     axes = {x.name: x.axis for x in d.dimensions}
     mappable = [a.name for a in d.attributes if {"X", "Y"} <= {axes.get(n) for n in a.dimensions}]
     series = [a.name for a in d.attributes if "T" in {axes.get(n) for n in a.dimensions}]
-    choices = {}
+    choices, labels, points = {}, {}, {}
     for x in d.dimensions:
         if x.size <= MAX_LISTED_VALUES:
-            choices[x.name] = [_shown(v) for v in view.values(dataset_id, x.name)]
+            values = view.values(dataset_id, x.name)
+            choices[x.name] = [_shown(v) for v in values]
+            labels[x.name] = _labels(values)
+            if values:  # where the point forms start: the middle of the axis, as labelled
+                points[x.name] = labels[x.name][len(values) // 2]
     return details_json(d) | {
-        "quicklook": {"map_attributes": mappable, "series_attributes": series, "values": choices},
+        "quicklook": {"map_attributes": mappable, "series_attributes": series, "values": choices,
+                      "labels": labels, "points": points},
         "links": {
             "html": f"/datasets/{dataset_id}",
             "json": f"/datasets/{dataset_id}.json",
@@ -134,6 +173,16 @@ def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
             "timeseries": f"/datasets/{dataset_id}/timeseries.png",
         },
     }
+
+
+def _file_range(f: Mapping[str, Any]) -> str:
+    """Return the stretch of the aggregation axis a file holds: dates (or values) when known, else indices."""
+    first, last = f.get("first", ""), f.get("last", "")
+    if first:
+        return _when(first) if first == last or not last else f"{_when(first)} … {_when(last)}"
+    if f["count"] <= 1:
+        return f"index {f['start']}"
+    return f"index {f['start']} … {f['start'] + f['count'] - 1}"
 
 
 def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints) -> dict[str, Any]:
@@ -182,6 +231,7 @@ class PageRenderer:
         self.env.globals["static"] = lambda name: f"/static/{name}?v={versions.get(name, '0')}"
         self.env.filters["filesize"] = _filesize
         self.env.filters["thousands"] = lambda n: f"{n:,}"
+        self.env.filters["file_range"] = _file_range
 
     def render(self, template: str, page: Mapping[str, Any], **extra: Any) -> str:
         """Return the HTML of ``template`` for ``page``."""

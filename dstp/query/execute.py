@@ -125,13 +125,19 @@ def warm_up(settings: Settings) -> None:
     _connect(settings).close()
 
 
-_DUCK_PREFIX = re.compile(r"^\w+ Error: ")
+_DUCK_PREFIX = re.compile(r"^[A-Z][A-Za-z ]* Error: ")
+# DuckDB's internal type names in its messages, as its SQL spells them.
+_DUCK_TYPES = {"BOOL": "BOOLEAN", "INT8": "TINYINT", "INT16": "SMALLINT", "INT32": "INTEGER", "INT64": "BIGINT",
+               "INT128": "128-bit integer", "UINT8": "UTINYINT", "UINT16": "USMALLINT", "UINT32": "UINTEGER",
+               "UINT64": "UBIGINT", "UINT128": "unsigned 128-bit integer"}
+_DUCK_TYPE_NAMES = re.compile(r"\b(" + "|".join(_DUCK_TYPES) + r")\b")
 
 
-def _query_error_from_duckdb(exc: duckdb.Error, q: ValidatedQuery) -> DstpError:
+def _query_error_from_duckdb(exc: Exception, q: ValidatedQuery) -> DstpError:
     text = str(exc).split("\n")[0]
     text = _DUCK_PREFIX.sub("", text).replace(f'"{SCAN_TABLE}"', q.dataset.id).replace(SCAN_TABLE, q.dataset.id)
     text = text.replace("INTEGER_LITERAL", "a number").replace("VARCHAR", "text").replace("STRING_LITERAL", "text")
+    text = _DUCK_TYPE_NAMES.sub(lambda m: _DUCK_TYPES[m.group(1)], text)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return LimitExceededError(
             f"the query needs more memory than a query may use ({text}); narrow it with WHERE or LIMIT"
@@ -273,6 +279,7 @@ class QueryExecution:
             raise self._translate(exc, scan) from None
         finally:
             stop.set()
+            guard.join()  # alive at exit, it would keep its cursor past DuckDB's teardown (nanobind: leaked)
             summary.seconds = time.monotonic() - started
             try:
                 con.close()
@@ -292,8 +299,9 @@ class QueryExecution:
         if "INTERRUPT" in str(exc):
             return CancelledError("the query was cancelled")
         if isinstance(scan.error, Exception):
-            return ServerError(f"reading the data failed: {type(scan.error).__name__}")
-        if not isinstance(exc, duckdb.Error):
-            return ServerError(f"the query failed while streaming its result: {type(exc).__name__}")
+            return ServerError("reading the data failed; the server log has the details")
+        if not isinstance(exc, duckdb.Error) and not _DUCK_PREFIX.match(str(exc)):
+            # DuckDB's own errors raised mid-stream arrive through the Arrow reader as OSError.
+            return ServerError("the query failed while streaming its result")
         return _query_error_from_duckdb(exc, self.prepared.query)
 

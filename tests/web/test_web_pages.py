@@ -77,6 +77,57 @@ def test_dataset_page_shows_attributes_with_units_files_and_keys(http) -> None:
     assert "&lt;dataset" in html  # the descriptor XML, escaped
 
 
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean"])
+def test_dataset_page_shows_each_files_range_as_dates(http, client, dataset) -> None:
+    """The files table says when each file is, from the catalog's first and last values, not indices."""
+    html = http.get(f"/datasets/{dataset}").text
+    rows = dict(re.findall(r"<tr><td><code>([^<]+)</code></td>.*?<td class=\"range\">([^<]*)</td>", html))
+    files = client.describe(dataset).files
+    assert set(rows) == {f.name for f in files}
+    for f in files:
+        first, last = getattr(f, "first", ""), getattr(f, "last", "")
+        assert first and last, "the catalog gives each file's first and last time"
+        assert first[:10] in rows[f.name] and last[:10] in rows[f.name], (f.name, rows[f.name])
+        assert "index" not in rows[f.name] and "T" not in rows[f.name]
+
+
+def _point(html: str, name: str) -> str:
+    match = re.search(rf'<input name="{name}" id="series-{name}" type="number" step="any" value="([^"]*)"', html)
+    assert match, f"no {name} input in the time series form"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "station", "axes"])
+def test_point_forms_start_at_a_rounded_value_of_the_middle_grid_point(http, dataset) -> None:
+    page = http.get(f"/datasets/{dataset}.json").json()
+    html = http.get(f"/datasets/{dataset}").text
+    if not page["quicklook"]["series_attributes"]:
+        pytest.skip(f"{dataset} has no time axis")
+    for d in page["dimensions"]:
+        values = page["quicklook"]["values"].get(d["name"])
+        if d["axis"] not in ("X", "Y") or not values:
+            continue
+        shown = _point(html, d["name"])
+        grid = [float(v) for v in values]
+        middle = grid[len(grid) // 2]
+        assert len(shown.lstrip("-").replace(".", "")) <= max(4, len(repr(middle))), shown  # no 2.8341935483870913
+        nearest = min(grid, key=lambda v: abs(v - float(shown)))
+        assert nearest == middle, (d["name"], shown, middle)  # the plot is still drawn at that grid point
+
+
+def test_quicklook_options_send_exact_values_under_readable_labels(http) -> None:
+    page = http.get("/datasets/ccm3.json").json()
+    html = http.get("/datasets/ccm3").text
+    options = re.findall(r'<select name="lev" id="quicklook-lev">(.*?)</select>', html, re.S)[0]
+    pairs = re.findall(r'<option value="([^"]*)">([^<]*)</option>', options)
+    assert [value for value, _ in pairs] == page["quicklook"]["values"]["lev"]
+    labels = [label for _, label in pairs]
+    assert len(set(labels)) == len(labels)
+    assert all(abs(float(label) - float(value)) < 0.05 for value, label in pairs)
+    times = re.findall(r'<select name="time" id="quicklook-time">(.*?)</select>', html, re.S)[0]
+    assert "1990-01-16 12:00</option>" in times  # dates as dates, the exact value still sent
+
+
 @pytest.mark.parametrize("path", ["/datasets/nosuch", "/datasets/nosuch/query", "/datasets/nosuch.json",
                                   "/datasets/nosuch/query.json", "/datasets/nosuch/quicklook.png?attribute=x"])
 def test_unknown_dataset_is_404_as_json_or_html(http, path) -> None:
