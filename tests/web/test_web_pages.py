@@ -274,3 +274,47 @@ def test_quicklook_errors_are_4xx_json(http, path, params, code) -> None:
     r = http.get(path, params=params)
     assert 400 <= r.status_code < 500
     assert r.json()["error"]["code"] == code
+
+
+def test_dataset_page_shows_coverage_gaps_missing_variables_and_grid_mappings(tmp_path) -> None:
+    import netCDF4
+    import numpy as np
+
+    import httpx
+
+    from dstp.catalog.publish import publish
+    from dstp.server import DstpServer
+    from dstp.settings import Settings
+
+    folder = tmp_path / "era"
+    folder.mkdir()
+    for month, days in ((1, 31), (2, 28), (4, 30)):  # March is missing; April lacks humidity
+        with netCDF4.Dataset(folder / f"era_2021-{month:02d}.nc", "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "i4", ("time",))
+            t.units = f"hours since 2021-{month:02d}-01"
+            t[:] = np.arange(days) * 24
+            la = nc.createVariable("lat", "f4", ("lat",))
+            la.units = "degrees_north"
+            la[:] = [0.0, 1.0]
+            crs = nc.createVariable("crs", "i4", ())
+            crs.grid_mapping_name = "latitude_longitude"
+            v = nc.createVariable("t2m", "f4", ("time", "lat"))
+            v.units, v.grid_mapping = "K", "crs"
+            v[:] = np.ones((days, 2))
+            if month != 4:
+                nc.createVariable("humidity", "f4", ("time", "lat"))[:] = np.ones((days, 2))
+    publish(sorted(folder.glob("*.nc")), "era")
+    settings = Settings(catalog_root=tmp_path, port=0, http_port=0, data_port=-1, udt_port=-1)
+    with DstpServer(settings) as srv:
+        assert srv.endpoints is not None
+        page = httpx.get(f"http://{srv.endpoints.http}/datasets/era", timeout=30).text
+        described = httpx.get(f"http://{srv.endpoints.http}/datasets/era.json", timeout=30).json()
+    assert "2021-01-01" in page and "2021-02-28" in page and "2021-04-01" in page and "1 gap)" in page
+    assert 'id="warnings"' in page and "1 gap(s) along" in page
+    assert "NULL in era_2021-04.nc" in page
+    assert 'id="grid-mappings"' in page and "latitude_longitude" in page
+    assert [r["start"] for r in described["coverage"]] == [0, 59]
+    humidity = next(a for a in described["attributes"] if a["name"] == "humidity")
+    assert humidity["missing_from"] == ["era_2021-04.nc"]
