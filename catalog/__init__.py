@@ -2,8 +2,11 @@
 
 Installed as ``dstp.catalog``. Reading order for a newcomer: ``descriptor``
 (the XML a publisher writes), ``publish`` (drafting one from CF metadata),
-``cf`` (decoding rules), ``netcdf4_`` (file access), ``dataset`` (a
-descriptor bound to its files), ``registry`` (all datasets under a root).
+``cf`` (decoding rules, text and text times), ``netcdf4_`` (file access),
+``dataset`` (a descriptor bound to its files; ``binding`` checks each column
+against them, ``aggregation`` lines files up), ``dsg`` (station, profile and
+trajectory data as tables of observations), ``registry`` (all datasets under
+a root).
 """
 
 from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, Dimension, GriddedDataset

@@ -50,6 +50,8 @@ def order_files(
     """Order files along the aggregation dimension by their first coordinate value, else by name."""
     if len(metas) < 2 or agg is None or spec is None:
         return metas
+    if not any(spec.variable in m.variables for m in metas):
+        return metas  # an index dimension (a record or sample dimension without a coordinate): name order
     firsts = [(_first_values(handles, meta, spec.variable, agg), meta.path.name) for meta in metas]
     if any(v is None for v, _ in firsts):
         return metas
@@ -66,11 +68,15 @@ def file_decodings(
     dims: tuple[str, ...],
     what: str,
     inherit: Mapping[str, Any] | None = None,
+    *,
+    text_time: bool = False,
 ) -> tuple[Decoding | None, ...]:
     """Return each file's decoding of ``variable`` (None where absent); refuse files that disagree.
 
-    ``inherit`` holds attributes a variable takes from another when it lacks
-    them (CF bounds take ``units`` and ``calendar`` from their coordinate).
+    ``dims`` are the dimensions of the variable's values (a char array's string
+    length left out). ``inherit`` holds attributes a variable takes from another
+    when it lacks them (CF bounds take ``units`` and ``calendar`` from their
+    coordinate). ``text_time`` parses text values as ISO 8601 date-times.
     """
     decodings: list[Decoding | None] = []
     reference: VariableMeta | None = None
@@ -80,15 +86,19 @@ def file_decodings(
         if var is None:
             decodings.append(None)
             continue
-        if var.dimensions != dims:
+        if var.value_dimensions != dims:
             raise DataFileError(
-                f"{meta.path.name}: {what} {variable!r} has dimensions ({', '.join(var.dimensions)}), "
+                f"{meta.path.name}: {what} {variable!r} has dimensions ({', '.join(var.value_dimensions)}), "
                 f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
             )
         attrs = {**(inherit or {}), **var.attrs}
-        dec = decoding_for(var.dtype, attrs, var.default_fill)
+        dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time)
         if dec is None:
-            raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, which is not numeric")
+            raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, "
+                                "which is neither numeric nor text")
+        if text_time and not dec.text:
+            raise DataFileError(f"{meta.path.name}: {what} {variable!r} is numeric; time-format=\"iso8601\" "
+                                "is for text variables (numeric times are read from their units)")
         if reference is None:
             reference, reference_file = var, meta.path.name
         elif dec.time_units is None:

@@ -24,6 +24,24 @@ calendar (2001-02-30), so they decode to ISO-8601 strings
 ``YYYY-MM-DDTHH:MM:SS`` that sort and compare correctly as text; time
 literals in queries are normalised to the same form.
 
+Text. A ``char`` array whose last dimension is the string length
+(``station_name(station, name_strlen)``) and a netCDF-4 ``string`` variable
+decode to Arrow ``string`` on the other dimensions. Char arrays are joined and
+their trailing NULs and blanks stripped (xarray strips only the NULs; blanks
+are fixed-width padding from Fortran writers, and ``station = 'KJFK'`` should
+match), then decoded as the variable's ``_Encoding`` says, else as UTF-8,
+falling back to Latin-1 for bytes that are not UTF-8. A text that is empty
+(after stripping, for char arrays), or made only of its ``_FillValue``, is NULL.
+
+Text times. A text variable the descriptor marks ``time-format="iso8601"``
+(``dstp publish`` does so for ``time_obs = "2021-03-01T12:00:00Z"``, see
+:func:`looks_like_time`) decodes to ``timestamp[us]``: ISO 8601 dates and
+date-times, extended (``2021-03-01T12:00:00``) or basic (``20210301T120000``),
+``T`` or a blank between date and time, fractions of a second, and ``Z``/``UTC``
+or an offset (``+02:00``), which is applied so the column holds UTC; a value
+without an offset is taken as UTC. A value that does not parse is refused,
+naming it.
+
 Decoding belongs to a file, not to a dataset. Every file of an aggregation
 carries its own packing, fill values, time units and dtype, so a column
 keeps one :class:`Decoding` per file and each file's hyperslab is decoded with
@@ -43,10 +61,15 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = [
+    "ISO8601",
     "ISO_CALENDARS",
+    "LAT_UNITS",
+    "LON_UNITS",
+    "VERTICAL_STANDARD_NAMES",
     "TIMESTAMP_CALENDARS",
     "Decoding",
     "calendar_family",
+    "coordinate_axis",
     "decoding_for",
     "decode_values",
     "merge_decodings",
@@ -54,12 +77,26 @@ __all__ = [
     "decode_times",
     "time_literal",
     "is_time_units",
+    "looks_like_time",
+    "parse_iso_times",
 ]
 
 TIMESTAMP_CALENDARS = frozenset({"standard", "gregorian", "proleptic_gregorian", "noleap", "365_day"})
 ISO_CALENDARS = frozenset({"360_day", "all_leap", "366_day", "julian", "none"})
 
 _SINCE = re.compile(r"^\s*\w+\s+since\s+\S", re.IGNORECASE)
+
+LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
+LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
+VERTICAL_STANDARD_NAMES = {
+    "air_pressure", "altitude", "height", "depth", "model_level_number",
+    "atmosphere_hybrid_sigma_pressure_coordinate", "atmosphere_sigma_coordinate",
+    "ocean_sigma_coordinate", "ocean_s_coordinate", "height_above_reference_ellipsoid",
+}
+_PRESSURE_UNITS = {"pa", "hpa", "mbar", "millibar", "bar", "kpa", "dbar", "decibar"}
+
+#: The ``time_units`` of a text time column, and its ``time-format`` in a descriptor.
+ISO8601 = "iso8601"
 
 
 def is_time_units(units: Any) -> bool:
@@ -78,6 +115,12 @@ class Decoding:
     float_dtype: np.dtype | None = None
     time_units: str | None = None
     calendar: str | None = None
+    #: The raw values are text: a char array or netCDF-4 strings.
+    text: bool = False
+    #: The raw values are a char array whose last axis is the string length (joined on decoding).
+    chars: bool = False
+    #: How the bytes of a char array are encoded (``_Encoding``); None tries UTF-8, then Latin-1.
+    encoding: str | None = None
 
     @property
     def packed(self) -> bool:
@@ -86,6 +129,11 @@ class Decoding:
     @property
     def iso_time(self) -> bool:
         return self.time_units is not None and pa.types.is_string(self.arrow_type)
+
+    @property
+    def text_time(self) -> bool:
+        """Return whether text values are parsed as ISO 8601 date-times."""
+        return self.text and self.time_units == ISO8601
 
 
 def _float_dtype(raw: np.dtype, attrs: Mapping[str, Any]) -> np.dtype:
@@ -127,12 +175,24 @@ def calendar_family(calendar: str) -> str:
     return _CALENDAR_ALIASES.get(calendar, calendar)
 
 
-def decoding_for(dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None) -> Decoding | None:
+def decoding_for(
+    dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None, *, text_time: bool = False
+) -> Decoding | None:
     """Return how to decode a variable, or None if it cannot be a query column.
 
     ``default_fill`` is the netCDF default fill value of the variable's type
     when the file has no ``_FillValue`` for it (see the module docstring).
+    ``text_time`` parses a text variable's values as ISO 8601 date-times.
     """
+    if dtype.kind in "SU":
+        encoding = attrs.get("_Encoding")
+        fills = tuple(v.decode("latin-1") if isinstance(v, bytes) else str(v) for v in _fill_values(attrs))
+        common = dict(fill_values=fills, text=True, chars=dtype.kind == "S",
+                      encoding=str(encoding) if encoding else None)
+        if text_time:
+            return Decoding(arrow_type=pa.timestamp("us"), time_units=ISO8601, calendar="proleptic_gregorian",
+                            **common)  # type: ignore[arg-type]
+        return Decoding(arrow_type=pa.string(), **common)  # type: ignore[arg-type]
     if dtype.kind not in "iufb":
         return None
     fills = _fill_values(attrs)
@@ -157,6 +217,29 @@ def decoding_for(dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = 
     return Decoding(arrow_type=pa.from_numpy_dtype(dtype), fill_values=fills)
 
 
+def coordinate_axis(name: str, attrs: Mapping[str, Any]) -> str | None:
+    """Return the CF axis (T, Z, Y, X) a variable is recognised as, or None."""
+    axis = str(attrs.get("axis", "")).upper()
+    if axis in {"T", "Z", "Y", "X"}:
+        return axis
+    std = str(attrs.get("standard_name", "")).lower()
+    units = str(attrs.get("units", "")).replace(" ", "").lower()
+    if std == "time" or is_time_units(attrs.get("units")):
+        return "T"
+    if std in {"latitude", "grid_latitude", "projection_y_coordinate"} or units in LAT_UNITS:
+        return "Y"
+    if std in {"longitude", "grid_longitude", "projection_x_coordinate"} or units in LON_UNITS:
+        return "X"
+    if std in VERTICAL_STANDARD_NAMES or "positive" in attrs or units in _PRESSURE_UNITS:
+        return "Z"
+    lowered = name.lower()
+    for axis_name, names in (("T", {"time", "t"}), ("Y", {"lat", "latitude", "y"}),
+                             ("X", {"lon", "longitude", "x"}), ("Z", {"lev", "level", "plev", "depth", "z"})):
+        if lowered in names:
+            return axis_name
+    return None
+
+
 def numpy_dtype_of(arrow_type: pa.DataType) -> np.dtype:
     """Return the numpy dtype decoded values of ``arrow_type`` are held in (object for text)."""
     if pa.types.is_timestamp(arrow_type):
@@ -177,6 +260,11 @@ def merge_decodings(decodings: Sequence[Decoding | None]) -> pa.DataType:
     present = [d for d in decodings if d is not None]
     if not present:
         raise ValueError("no file holds it")
+    texts = {d.text and not d.text_time for d in present}
+    if len(texts) > 1:
+        raise ValueError("it is text in some files and numeric (or a time) in others")
+    if present[0].text and not present[0].text_time:
+        return pa.string()
     times = {d.time_units is not None for d in present}
     if len(times) > 1:
         raise ValueError("it is a time (units '… since …') in some files and not in others")
@@ -200,6 +288,11 @@ def decode_values(
     values are cast to it (never narrowed: :func:`merge_decodings` chose it
     to hold every file's values).
     """
+    if dec.text:
+        texts, text_mask = decode_text(raw, dec)
+        if dec.text_time:
+            return parse_iso_times(texts, text_mask)
+        return texts, text_mask
     mask: np.ndarray | None = None
     for fill in dec.fill_values:
         if isinstance(fill, float) and np.isnan(fill):
@@ -219,6 +312,112 @@ def decode_values(
     if dtype is not None and values.dtype != dtype:
         values = values.astype(dtype)
     return values, mask
+
+
+def _text(value: bytes, encoding: str | None) -> str:
+    if encoding:
+        return value.decode(encoding, "replace")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+def decode_text(raw: np.ndarray, dec: Decoding) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return (texts as an object array, null mask or None) of a char array or netCDF-4 strings.
+
+    A char array's last axis is its string length: it is joined, and trailing
+    NULs and blanks are stripped. Empty texts and texts made only of a fill
+    value are NULL.
+    """
+    raw = np.asarray(raw)
+    if dec.chars:
+        n = raw.shape[-1] if raw.ndim else 1
+        shape = raw.shape[:-1] if raw.ndim else ()
+        joined = np.ascontiguousarray(raw, dtype="S1").reshape(-1, n).view(f"S{n}").reshape(shape) \
+            if n else np.full(shape, b"", dtype="S1")
+        stripped = np.char.rstrip(joined.reshape(-1), b"\x00 ")
+        try:
+            decoded = np.char.decode(stripped, dec.encoding or "utf-8").astype(object)
+        except UnicodeDecodeError:
+            decoded = np.array([_text(bytes(b), dec.encoding) for b in stripped], dtype=object)
+        mask = decoded == ""
+        for fill in dec.fill_values:
+            if len(fill) == 1 and fill not in "\x00 ":
+                mask |= np.array([t == fill * len(t) for t in decoded], dtype=bool)
+        texts = decoded
+        texts[mask] = None
+    else:
+        items = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in raw.reshape(-1).tolist()]
+        fills = set(dec.fill_values)
+        mask = np.array([v is None or v == "" or v in fills for v in items], dtype=bool)
+        texts = np.empty(len(items), dtype=object)
+        texts[:] = [None if m else str(v) for v, m in zip(items, mask)]
+        shape = raw.shape
+    return texts.reshape(shape), (mask.reshape(shape) if mask.any() else None)
+
+
+_ISO_EXTENDED = re.compile(
+    r"^(-?\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?"
+    r"\s*(Z|UTC|GMT|[+-]\d{2}(?::?\d{2})?)?$",
+    re.IGNORECASE,
+)
+_ISO_BASIC = re.compile(
+    r"^(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(?:(\d{2})(?:[.,](\d{1,9}))?)?)?(Z|[+-]\d{2}(?:\d{2})?)?$",
+    re.IGNORECASE,
+)
+
+
+def _iso_instant(text: str) -> np.datetime64:
+    """Return an ISO 8601 date or date-time as a UTC datetime64[us]; ValueError if it is not one."""
+    m = _ISO_EXTENDED.match(text.strip()) or _ISO_BASIC.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not an ISO 8601 date-time (YYYY-MM-DDTHH:MM:SS[Z])")
+    year, month, day, hour, minute, second, fraction, zone = m.groups()
+    label = f"{year}-{month}-{day}T{hour or '00'}:{minute or '00'}:{second or '00'}"
+    if fraction:
+        label += "." + fraction[:6]
+    try:
+        value = np.datetime64(label, "us")
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid date-time") from None
+    if zone and zone.upper() not in ("Z", "UTC", "GMT"):
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        minutes = int(digits[:2]) * 60 + (int(digits[2:4]) if len(digits) > 2 else 0)
+        value = value - np.timedelta64(sign * minutes, "m")
+    return value
+
+
+def parse_iso_times(texts: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return (datetime64[us] instants in UTC, null mask) of ISO 8601 texts; ValueError names a bad value."""
+    flat = np.asarray(texts, dtype=object).reshape(-1)
+    valid = np.ones(flat.shape, bool) if mask is None else ~np.asarray(mask).reshape(-1)
+    out = np.full(flat.shape, np.datetime64("NaT"), dtype="datetime64[us]")
+    parsed: dict[str, np.datetime64] = {}
+    for i in np.flatnonzero(valid):
+        text = flat[i]
+        value = parsed.get(text)
+        if value is None:
+            value = parsed[text] = _iso_instant(text)
+        out[i] = value
+    return out.reshape(np.shape(texts)), mask
+
+
+def looks_like_time(name: str, attrs: Mapping[str, Any]) -> bool | None:
+    """Return whether a text variable is meant to hold times: True (CF says so), None (its name hints it), False.
+
+    ``standard_name = time`` or ``axis = T`` say so; a name or ``long_name``
+    with the word time or date (``time_obs``, ``report_date``, "time of
+    observation") only hints it, and publishing then keeps the variable as text
+    unless its values parse.
+    """
+    if str(attrs.get("standard_name", "")).strip().lower() == "time" or str(attrs.get("axis", "")).upper() == "T":
+        return True
+    words = re.split(r"[^a-z]+", f"{name} {attrs.get('long_name', '')}".lower())
+    if {"time", "date", "datetime", "timestamp"} & set(words):
+        return None
+    return False
 
 
 def _unpack(raw: np.ndarray, dec: Decoding) -> np.ndarray:
@@ -245,10 +444,62 @@ def decode_times(
         out[:] = np.datetime64("NaT")
     if valid.any():
         nums = flat[valid]
-        dates = cftime.num2date(nums, units, calendar=calendar, only_use_cftime_datetimes=True)
-        texts = [_iso(d) for d in np.atleast_1d(dates)]
-        out[valid] = texts if iso else np.array(texts, dtype="datetime64[us]")
+        fast = None if iso else _gregorian_instants(nums, units, calendar)
+        if fast is not None:
+            out[valid] = fast
+        else:
+            dates = cftime.num2date(nums, units, calendar=calendar, only_use_cftime_datetimes=True)
+            texts = [_iso(d) for d in np.atleast_1d(dates)]
+            out[valid] = texts if iso else np.array(texts, dtype="datetime64[us]")
     return out.reshape(np.shape(raw))
+
+
+#: Microseconds per CF time unit (the units cftime accepts).
+_MICROSECONDS = {
+    **dict.fromkeys(("microsecond", "microseconds", "us"), 1),
+    **dict.fromkeys(("millisecond", "milliseconds", "msec", "msecs", "ms"), 1_000),
+    **dict.fromkeys(("second", "seconds", "sec", "secs", "s"), 1_000_000),
+    **dict.fromkeys(("minute", "minutes", "min", "mins"), 60_000_000),
+    **dict.fromkeys(("hour", "hours", "hr", "hrs", "h"), 3_600_000_000),
+    **dict.fromkeys(("day", "days", "d"), 86_400_000_000),
+}
+#: The first day of the Gregorian calendar: before it, CF's standard calendar is Julian.
+_GREGORIAN_START = np.datetime64("1582-10-15", "us")
+
+
+def _gregorian_instants(nums: np.ndarray, units: str, calendar: str) -> np.ndarray | None:
+    """Return instants computed with numpy, or None where only cftime gets them right.
+
+    Station data carries a time per observation, millions of them: cftime
+    builds one Python object per value (~6 s per million). On the Gregorian
+    calendars, an offset that is a whole number of microseconds from an epoch
+    after 1582-10-15 is plain arithmetic, exactly what cftime computes; anything
+    else (fractions of a microsecond, Julian dates, other calendars) goes to cftime.
+    """
+    if calendar not in ("standard", "gregorian", "proleptic_gregorian"):
+        return None
+    factor = _MICROSECONDS.get(units.split()[0].lower())
+    if factor is None:
+        return None
+    origin = cftime.num2date(0, units, calendar=calendar, only_use_cftime_datetimes=True)
+    epoch = np.datetime64(_iso(origin), "us")
+    values = np.asarray(nums)
+    if values.dtype.kind in "iu":
+        if values.size and np.abs(values.astype(np.float64)).max() * factor >= 2**62:
+            return None
+        offsets = values.astype(np.int64) * factor
+    elif values.dtype.kind == "f":
+        scaled = values.astype(np.float64) * factor
+        if not np.all(np.isfinite(scaled)) or np.any(np.abs(scaled) >= 2**53) or np.any(scaled != np.rint(scaled)):
+            return None
+        offsets = scaled.astype(np.int64)
+    else:
+        return None
+    instants = epoch + offsets.astype("timedelta64[us]")
+    if calendar != "proleptic_gregorian" and instants.size and (epoch < _GREGORIAN_START
+                                                                or instants.min() < _GREGORIAN_START):
+        return None
+    return instants
 
 
 def _iso(d: Any) -> str:

@@ -11,7 +11,7 @@ dimensions. There are two shapes of column:
 
   ========== ==========================================================
   data       a data variable (``temperature``)
-  auxiliary  a CF auxiliary coordinate (``lat(rlat, rlon)``, ``station_name``)
+  auxiliary  a CF auxiliary coordinate (``lat(rlat, rlon)``, ``station_name``, a DSG ``cf_role`` id)
   bounds     one vertex of a CF ``bounds``/``climatology`` variable
   derived    computed by dstp, not stored: lat/lon from a projected grid
   ========== ==========================================================
@@ -92,7 +92,9 @@ class AttributeColumn:
     #: data, auxiliary, bounds or derived (see ROLES).
     role: str = "data"
     #: The variable's dimensions in the files when they differ from the column's (a bounds
-    #: variable has its vertex dimension too); empty means the column's own.
+    #: variable has its vertex dimension too; an instance variable of ragged arrays, ``lat(station)``,
+    #: is on its instance dimension while the column is on the sample dimension, see :mod:`.dsg`);
+    #: empty means the column's own. A char array's string length is never listed.
     variable_dims: tuple[str, ...] = ()
     #: Dimensions of the variable held at one index (the vertex of a bounds variable).
     fixed: tuple[tuple[str, int], ...] = ()

@@ -57,6 +57,8 @@ class CoordinateSpec:
     calendar: str | None = None
     cf: tuple[tuple[str, str], ...] = ()
     dimensions: tuple[str, ...] = ()
+    #: ``iso8601``: the variable holds text date-times, served as timestamps (see :mod:`.cf`).
+    time_format: str | None = None
 
     @property
     def auxiliary(self) -> bool:
@@ -73,6 +75,8 @@ class AttributeSpec:
     units: str | None = None
     description: str | None = None
     cf: tuple[tuple[str, str], ...] = ()
+    #: ``iso8601``: the variable holds text date-times, served as timestamps (see :mod:`.cf`).
+    time_format: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +192,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
             calendar=c.get("calendar"),
             cf=_cf(c),
             dimensions=tuple((c.get("dimensions") or "").split()),
+            time_format=c.get("time-format"),
         )
         for c in root.iterfind(f"{_NS}coordinates/{_NS}coordinate")
     )
@@ -200,6 +205,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
             units=a.get("units"),
             description=_text(a.find(_NS + "description")),
             cf=_cf(a),
+            time_format=a.get("time-format"),
         )
         for a in attrs_el.iterfind(_NS + "attribute")
     )
@@ -319,6 +325,7 @@ def render_descriptor(desc: Descriptor) -> bytes:
             axis=c.axis,
             units=c.units,
             calendar=c.calendar,
+            time__format=c.time_format,
         )
         for k, v in c.cf:
             sub(el, "cf", v, name=k)
@@ -331,6 +338,7 @@ def render_descriptor(desc: Descriptor) -> bytes:
             variable=a.variable if a.variable != a.name else None,
             dimensions=" ".join(a.dimensions),
             units=a.units,
+            time__format=a.time_format,
         )
         if a.description:
             sub(el, "description", a.description)

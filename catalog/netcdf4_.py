@@ -24,7 +24,16 @@ import numpy as np
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
-__all__ = ["NETCDF_LOCK", "FileHandles", "ReadStats", "VariableMeta", "FileMeta", "inspect_file", "resolve_in_group"]
+__all__ = [
+    "NETCDF_LOCK",
+    "FileHandles",
+    "FileMeta",
+    "ReadStats",
+    "VariableMeta",
+    "inspect_file",
+    "resolve_in_group",
+    "string_length_dimensions",
+]
 
 NETCDF_LOCK = threading.RLock()
 
@@ -54,6 +63,20 @@ class VariableMeta:
     attrs: dict[str, Any]
     #: netCDF's default fill value for the type, when the variable has no ``_FillValue`` and is pre-filled.
     default_fill: Any = None
+
+    @property
+    def is_chars(self) -> bool:
+        """Return whether this is a ``char`` array, whose last dimension is the string length."""
+        return self.dtype.kind == "S" and bool(self.dimensions)
+
+    @property
+    def value_dimensions(self) -> tuple[str, ...]:
+        """Return the dimensions of its values: a char array's string length is not one of them.
+
+        ``station_name(station, name_strlen)`` holds one text per station, so its
+        values are on ``(station,)``; every other variable's are on its dimensions.
+        """
+        return self.dimensions[:-1] if self.is_chars else self.dimensions
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +141,10 @@ class FileHandles:
             raise DataFileError(f"cannot open {path.name}: {exc}") from exc
         st = path.stat()
         self._identity.setdefault(path, (st.st_size, st.st_mtime_ns))
-        # dstp decodes CF packing and fill values itself, the way xarray does.
+        # dstp decodes CF packing, fill values and char arrays itself, the way xarray does.
         ds.set_auto_maskandscale(False)
         ds.set_always_mask(False)
+        ds.set_auto_chartostring(False)
         self._open[path] = ds
         while len(self._open) > self.capacity:
             _, old = self._open.popitem(last=False)
@@ -143,6 +167,21 @@ class FileHandles:
         if stats is not None:
             stats.add(array)
         return array
+
+    def inspect(self, path: Path) -> FileMeta:
+        """Return a file's metadata, opening it through the cache (where it then stays open).
+
+        A server never opens a file twice: HDF5 (1.14) crashes opening a file
+        with netCDF-4 string variables that the process holds open already --
+        two datasets over the same files, say.
+        """
+        with NETCDF_LOCK:
+            ds = self._get(path)
+            try:
+                return _inspect(ds, path)
+            except DataFileError:
+                self._drop(path)
+                raise
 
     def _check_unchanged(self, path: Path) -> None:
         try:
@@ -256,54 +295,80 @@ def _dimension_keys(ds: Any) -> dict[tuple[str, str], str]:
             for path, name, _ in found}
 
 
-def inspect_file(path: Path) -> FileMeta:
+def inspect_file(path: Path, handles: FileHandles | None = None) -> FileMeta:
     """Return the metadata of one netCDF file, raising DataFileError if it is unreadable.
 
     Variables in netCDF-4 groups are listed by their path without the leading
     slash (``Grid/precipitation``); those of the root group by their name.
+    With ``handles`` the file is opened through that cache and stays open there
+    (:meth:`FileHandles.inspect`); without, it is opened and closed here.
     """
+    if handles is not None:
+        return handles.inspect(path)
     with NETCDF_LOCK:
         try:
             ds = netCDF4.Dataset(path, "r")
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path}: {exc}") from exc
         try:
-            keys = _dimension_keys(ds)
-            variables: dict[str, VariableMeta] = {}
-            dimensions: dict[str, int] = {}
-            unlimited: list[str] = []
-            for gpath, group in _groups(ds):
-                for name, dim in group.dimensions.items():
-                    key = keys[(gpath, name)]
-                    dimensions.setdefault(key, len(dim))
-                    if dim.isunlimited() and key not in unlimited:
-                        unlimited.append(key)
-                for name, var in group.variables.items():
-                    full = f"{gpath}/{name}" if gpath else name
-                    dims = tuple(keys[(d.group().path.strip("/"), d.name)] for d in var.get_dims()) \
-                        if gpath else tuple(var.dimensions)
-                    variables[full] = VariableMeta(
-                        name=full,
-                        dimensions=dims,
-                        shape=tuple(int(s) for s in var.shape),
-                        dtype=_numpy_dtype(var.dtype),
-                        attrs=_attrs(var),
-                        default_fill=_default_fill(var),
-                    )
-            if ds.data_model.startswith("NETCDF3"):
-                _check_classic_length(path)
-            return FileMeta(
-                path=path,
-                format=ds.data_model,
-                dimensions=dimensions,
-                unlimited=tuple(unlimited),
-                variables=variables,
-                attrs=_attrs(ds),
-            )
-        except (OSError, RuntimeError) as exc:
-            raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
+            return _inspect(ds, path)
         finally:
             ds.close()
+
+
+def _inspect(ds: Any, path: Path) -> FileMeta:
+    """Return the metadata of an open file (the caller holds NETCDF_LOCK)."""
+    try:
+        keys = _dimension_keys(ds)
+        variables: dict[str, VariableMeta] = {}
+        dimensions: dict[str, int] = {}
+        unlimited: list[str] = []
+        for gpath, group in _groups(ds):
+            for name, dim in group.dimensions.items():
+                key = keys[(gpath, name)]
+                dimensions.setdefault(key, len(dim))
+                if dim.isunlimited() and key not in unlimited:
+                    unlimited.append(key)
+            for name, var in group.variables.items():
+                full = f"{gpath}/{name}" if gpath else name
+                dims = tuple(keys[(d.group().path.strip("/"), d.name)] for d in var.get_dims()) \
+                    if gpath else tuple(var.dimensions)
+                variables[full] = VariableMeta(
+                    name=full,
+                    dimensions=dims,
+                    shape=tuple(int(s) for s in var.shape),
+                    dtype=_numpy_dtype(var.dtype),
+                    attrs=_attrs(var),
+                    default_fill=_default_fill(var),
+                )
+        if ds.data_model.startswith("NETCDF3"):
+            _check_classic_length(path)
+        return FileMeta(
+            path=path,
+            format=ds.data_model,
+            dimensions=dimensions,
+            unlimited=tuple(unlimited),
+            variables=variables,
+            attrs=_attrs(ds),
+        )
+    except (OSError, RuntimeError) as exc:
+        raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
+
+
+def string_length_dimensions(metas: Sequence[FileMeta]) -> set[str]:
+    """Return the dimensions that are only ever the string length of char arrays (``name_strlen``).
+
+    They are not dimensions of any column, so files may differ in them (one
+    file's station names are 8 characters long, the next file's 12).
+    """
+    lengths: set[str] = set()
+    others: set[str] = set()
+    for meta in metas:
+        for var in meta.variables.values():
+            if var.is_chars:
+                lengths.add(var.dimensions[-1])
+            others.update(var.value_dimensions)
+    return lengths - others
 
 
 def iter_variable_values(handles: FileHandles, paths: Sequence[Path], variable: str) -> Iterator[np.ndarray]:

@@ -5,8 +5,12 @@ name, ``axis``, ``standard_name`` and ``units``; CF bounds, auxiliary
 coordinates and grid mappings left out of the attributes; the default grid
 chosen as the dimensions most data variables share; files aggregated along
 their record (time) dimension; title, summary, license, source and keywords
-taken from the ACDD global attributes. Edit it afterwards if you like;
-``dstp catalog validate`` checks the result.
+taken from the ACDD global attributes. Station, profile and trajectory
+files (CF ``featureType``) and record-dimension report files are drafted as
+tables of observations; text variables holding ISO 8601 times are marked
+``time-format="iso8601"``. :func:`publish` then opens the draft as the server
+will and writes it only if the server would serve it. Edit it afterwards if
+you like; ``dstp catalog validate`` checks the result.
 """
 
 from __future__ import annotations
@@ -19,57 +23,47 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from dstp.catalog.cf import decoding_for, is_time_units
+import numpy as np
+
+from dstp.catalog.cf import (
+    ISO8601,
+    LAT_UNITS,
+    LON_UNITS,
+    coordinate_axis,
+    decode_values,
+    decoding_for,
+    is_time_units,
+    looks_like_time,
+    parse_iso_times,
+)
 from dstp.catalog.descriptor import (
     DESCRIPTOR_SUFFIX,
     AttributeSpec,
     CoordinateSpec,
     CorrelationKey,
     Descriptor,
+    parse_descriptor,
     render_descriptor,
 )
-from dstp.catalog.netcdf4_ import FileMeta, VariableMeta, inspect_file, resolve_in_group
-from dstp.errors import CatalogError
+from dstp.catalog.dsg import feature_type, ragged_structure
+from dstp.catalog.netcdf4_ import (
+    FileHandles,
+    FileMeta,
+    VariableMeta,
+    inspect_file,
+    resolve_in_group,
+    string_length_dimensions,
+)
+from dstp.errors import CatalogError, DescriptorError
 
 __all__ = ["draft_descriptor", "publish", "coordinate_axis"]
 
-_LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
-_LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
-_VERTICAL_NAMES = {
-    "air_pressure", "altitude", "height", "depth", "model_level_number",
-    "atmosphere_hybrid_sigma_pressure_coordinate", "atmosphere_sigma_coordinate",
-    "ocean_sigma_coordinate", "ocean_s_coordinate", "height_above_reference_ellipsoid",
-}
-_PRESSURE_UNITS = {"pa", "hpa", "mbar", "millibar", "bar", "kpa", "dbar", "decibar"}
 # Attributes describing storage, not meaning: kept out of a descriptor's <cf> list.
 _ENCODING_ATTRS = {"_FillValue", "missing_value", "scale_factor", "add_offset", "_ChunkSizes",
                    "_Storage", "_DeflateLevel", "_Shuffle", "_Endianness", "_NoFill"}
 _CF_KEPT = ("standard_name", "long_name", "cell_methods", "positive", "valid_min", "valid_max",
             "valid_range", "comment", "coordinates", "grid_mapping", "ancillary_variables",
-            "flag_values", "flag_meanings", "bounds", "calendar")
-
-
-def coordinate_axis(name: str, attrs: Mapping[str, Any]) -> str | None:
-    """Return the CF axis (T, Z, Y, X) a variable is recognised as, or None."""
-    axis = str(attrs.get("axis", "")).upper()
-    if axis in {"T", "Z", "Y", "X"}:
-        return axis
-    std = str(attrs.get("standard_name", "")).lower()
-    units = str(attrs.get("units", "")).replace(" ", "").lower()
-    if std == "time" or is_time_units(attrs.get("units")):
-        return "T"
-    if std in {"latitude", "grid_latitude", "projection_y_coordinate"} or units in _LAT_UNITS:
-        return "Y"
-    if std in {"longitude", "grid_longitude", "projection_x_coordinate"} or units in _LON_UNITS:
-        return "X"
-    if std in _VERTICAL_NAMES or "positive" in attrs or units in _PRESSURE_UNITS:
-        return "Z"
-    lowered = name.lower()
-    for axis_name, names in (("T", {"time", "t"}), ("Y", {"lat", "latitude", "y"}),
-                             ("X", {"lon", "longitude", "x"}), ("Z", {"lev", "level", "plev", "depth", "z"})):
-        if lowered in names:
-            return axis_name
-    return None
+            "flag_values", "flag_meanings", "bounds", "calendar", "cf_role")
 
 
 def _identifier(name: str) -> str:
@@ -172,7 +166,11 @@ def draft_descriptor(
 
     Variables in netCDF-4 groups are drafted too, named by their own name (or
     their group path joined by ``_`` where two groups hold the same name);
-    ``group`` limits the draft to one group and those below it.
+    ``group`` limits the draft to one group and those below it. Station,
+    profile and trajectory files (CF discrete sampling geometries) and
+    record-dimension report files are drafted as tables of observations
+    (see :mod:`.dsg`); text variables holding times are recognised by
+    :func:`~dstp.catalog.cf.looks_like_time` and their values.
     """
     if not files:
         raise CatalogError("publish needs at least one netCDF file")
@@ -185,75 +183,93 @@ def draft_descriptor(
     first = _union(metas)
     if group is not None:
         first = _within(first, group)
-    names = _column_names(first.variables, dict(rename or {}))
+    rename = dict(rename or {})
+    names = _column_names(first.variables, rename)
     support, auxiliary = _referenced(first.variables)
+    structure = ragged_structure(metas[0])
+    kind = feature_type(first.attrs)
+    lengths = string_length_dimensions(metas)
+    instance = set(structure.instance_dimensions) if structure else set()
+    sample = structure.sample_dimension if structure else None
+    support |= set(structure.variables) if structure else set()
+    handles = FileHandles()
+    try:
+        text_times = _text_times(metas, first.variables, handles)
+        records = _record_dimensions(first, text_times) | ({sample} if sample else set())
+        coordinates, coord_vars, axes = _dimension_coordinates(first, metas, names, rename, support, records,
+                                                               lengths | instance, handles)
+    finally:
+        handles.close()
 
-    axes: dict[str, str] = {}  # dimension -> axis
-    coordinates: list[CoordinateSpec] = []
-    coord_vars: set[str] = set()
-    for dim in first.dimensions:
-        var = _dimension_variable(first.variables, dim)
-        if var is None:
-            # CF allows a 1-D variable of another name to label a dimension (lat(y)).
-            var = next(
-                (
-                    v for v in first.variables.values()
-                    if v.dimensions == (dim,) and coordinate_axis(_basename(v.name), v.attrs) and v.name not in support
-                ),
-                None,
-            )
-        if var is None or decoding_for(var.dtype, var.attrs) is None:
-            if any(dim in v.dimensions for v in first.variables.values()):
-                coordinates.append(CoordinateSpec(name=_identifier((rename or {}).get(dim, dim.replace("/", "_"))),
-                                                  variable=dim, dimension=dim, axis="other"))
-            continue
-        axis = coordinate_axis(_basename(var.name), var.attrs) or "other"
-        axes[dim] = axis
-        coord_vars.add(var.name)
-        coordinates.append(_coordinate_spec(var, dim, axis, names))
+    def servable(var: VariableMeta) -> bool:
+        return decoding_for(var.dtype, var.attrs) is not None
+
     for var in first.variables.values():
-        if var.dimensions or var.name in coord_vars or var.name in support:
+        if var.value_dimensions or var.name in coord_vars or var.name in support:
             continue
-        scalar_axis = coordinate_axis(_basename(var.name), var.attrs)
-        if (var.name in auxiliary or scalar_axis) and decoding_for(var.dtype, var.attrs) is not None:
+        scalar_axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
+        if (var.name in auxiliary or scalar_axis or "cf_role" in var.attrs) and servable(var):
             coord_vars.add(var.name)
-            coordinates.append(_coordinate_spec(var, None, scalar_axis or "other", names))
+            spec = _coordinate_spec(var, None, scalar_axis or "other", names)
+            coordinates.append(replace(spec, time_format=ISO8601 if var.name in text_times else None))
     # Auxiliary coordinates: named by a data variable's CF `coordinates`, or a latitude/longitude
-    # on dimensions it does not label (2-D lat/lon of rotated, projected and curvilinear grids).
+    # on dimensions it does not label (2-D lat/lon of rotated, projected and curvilinear grids);
+    # in station, profile and trajectory files also the feature ids (cf_role), the instance
+    # dimensions' own coordinate variables and what CF says is a time, latitude or longitude.
+    dsg = bool(kind or structure)
     for var in first.variables.values():
-        if not var.dimensions or var.name in coord_vars or var.name in support:
+        dims = var.value_dimensions
+        if not dims or var.name in coord_vars or var.name in support:
             continue
         std = str(var.attrs.get("standard_name", "")).lower()
-        geographic = std in ("latitude", "longitude") and var.dimensions != (_basename(var.name),)
-        if (var.name in auxiliary or geographic) and decoding_for(var.dtype, var.attrs) is not None:
+        geographic = std in ("latitude", "longitude") and dims != (_basename(var.name),)
+        on_records = dsg or bool(set(dims) & records)
+        located = on_records and ("cf_role" in var.attrs or var.name in text_times or _dsg_axis(var) is not None)
+        instance_coordinate = len(dims) == 1 and dims[0] in instance and _basename(var.name) == dims[0]
+        if (var.name in auxiliary or geographic or located or instance_coordinate) and servable(var):
             coord_vars.add(var.name)
             auxiliary.add(var.name)
-            spec = _coordinate_spec(var, None, coordinate_axis(_basename(var.name), var.attrs) or "other", names)
-            coordinates.append(replace(spec, dimensions=var.dimensions))
+            axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
+            spec = _coordinate_spec(var, None, axis or "other", names)
+            coordinates.append(replace(spec, dimensions=dims, time_format=ISO8601 if var.name in text_times else None))
+
+    def on_table(var: VariableMeta) -> bool:
+        """In ragged arrays a column is on the sample dimension or on one instance dimension."""
+        dims = var.value_dimensions
+        return not instance or not set(dims) & instance or (len(dims) == 1 and dims[0] in instance)
 
     data_vars = [
         v for v in first.variables.values()
-        if v.dimensions and v.name not in coord_vars and v.name not in support and v.name not in auxiliary
-        and v.name not in first.dimensions and decoding_for(v.dtype, v.attrs) is not None
-        and not any(d.startswith(("nv", "bnds", "nbnd", "bounds")) for d in v.dimensions)
+        if v.value_dimensions and v.name not in coord_vars and v.name not in support and v.name not in auxiliary
+        and v.name not in first.dimensions and servable(v) and on_table(v)
+        and not any(d.startswith(("nv", "bnds", "nbnd", "bounds")) for d in v.value_dimensions)
     ]
     if not data_vars:
-        raise CatalogError(f"{first.path.name} has no numeric data variables to publish")
-    grids = Counter(v.dimensions for v in data_vars)
-    default_grid = max(grids, key=lambda g: (grids[g], len(g)))
-    used_dims = {d for v in data_vars for d in v.dimensions}
+        raise CatalogError(f"{first.path.name} has no numeric data variables (nor text ones) to publish")
+    # Records of ragged arrays are observations: an instance variable is a column on the sample dimension.
+    record_dims = {v.name: (sample,) if sample and set(v.value_dimensions) & instance else v.value_dimensions
+                   for v in data_vars}
+    grids = Counter(record_dims.values())
+    literal = {v.value_dimensions for v in data_vars}
+    default_grid = max((g for g in grids if g in literal), key=lambda g: (grids[g], len(g)), default=None) \
+        or max(grids, key=lambda g: (grids[g], len(g)))
+    used_dims = {d for v in data_vars for d in v.value_dimensions} | instance
     coordinates = [c for c in coordinates if (c.dimension is None or c.dimension in used_dims)
                    and set(c.dimensions) <= used_dims]
+    coordinates = _unique_index_names(coordinates, first.variables)
 
-    aggregate = _aggregate_dimension(metas, axes) if len(metas) > 1 else None
+    aggregate = None
+    if len(metas) > 1:
+        aggregate = sample or _aggregate_dimension(metas, axes, exclude=lengths | instance)
     attributes = [
         AttributeSpec(
             name=names[v.name],
             variable=v.name,
-            dimensions=v.dimensions,
+            dimensions=v.value_dimensions,
             units=_str_or_none(v.attrs.get("units")),
             description=_str_or_none(v.attrs.get("long_name") or v.attrs.get("description")),
             cf=_cf_pairs(v.attrs),
+            time_format=ISO8601 if v.name in text_times else None,
         )
         for v in data_vars
     ]
@@ -277,6 +293,176 @@ def draft_descriptor(
         group=(group or "").strip("/") or None,
         path=folder / f"{dataset_id}{DESCRIPTOR_SUFFIX}",
     )
+
+
+def _dimension_coordinates(
+    first: FileMeta,
+    metas: Sequence[FileMeta],
+    names: Mapping[str, str],
+    rename: Mapping[str, str],
+    support: set[str],
+    records: set[str],
+    skipped: set[str],
+    handles: FileHandles,
+) -> tuple[list[CoordinateSpec], set[str], dict[str, str]]:
+    """Return the coordinates labelling dimensions, their variables, and each labelled dimension's axis.
+
+    A dimension is labelled by a numeric variable of its name, else (CF allows
+    ``lat(y)``) by a 1-D variable recognised as an axis -- unless the dimension
+    is a record dimension, where several such variables (time, lat, lon of a
+    report) are auxiliary coordinates, or the variable has missing values.
+    Otherwise it is labelled by its index. String lengths and the instance
+    dimensions of ragged arrays are not record dimensions: ``skipped``.
+    """
+    axes: dict[str, str] = {}
+    coordinates: list[CoordinateSpec] = []
+    coord_vars: set[str] = set()
+    for dim in first.dimensions:
+        if dim in skipped:
+            continue
+        var = _dimension_variable(first.variables, dim)
+        if var is not None and (var.dtype.kind not in "iuf" or not _complete(metas, var.name, handles)):
+            var = None  # text, or with missing values: an auxiliary coordinate, and the index labels the dimension
+        if var is None and dim not in records:
+            # CF allows a 1-D variable of another name to label a dimension (lat(y)).
+            var = next(
+                (
+                    v for v in first.variables.values()
+                    if v.dimensions == (dim,) and v.dtype.kind in "iuf" and v.name not in support
+                    and coordinate_axis(_basename(v.name), v.attrs)
+                    and (len(_basename(v.name)) > 1 or coordinate_axis("", v.attrs))  # T is a temperature
+                    and _complete(metas, v.name, handles)
+                ),
+                None,
+            )
+        if var is None:
+            if any(dim in v.value_dimensions for v in first.variables.values()):
+                coordinates.append(CoordinateSpec(name=_identifier(rename.get(dim, dim.replace("/", "_"))),
+                                                  variable=dim, dimension=dim, axis="other"))
+            continue
+        axis = coordinate_axis(_basename(var.name), var.attrs) or "other"
+        axes[dim] = axis
+        coord_vars.add(var.name)
+        coordinates.append(_coordinate_spec(var, dim, axis, names))
+    return coordinates, coord_vars, axes
+
+
+def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) -> bool:
+    """Return whether a variable has a value everywhere in every file that holds it (a coordinate must)."""
+    for meta in metas:
+        var = meta.variables.get(variable)
+        if var is None:
+            continue
+        dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+        if dec is None:
+            return False
+        _, mask = decode_values(handles.read(meta.path, variable, ()), dec)
+        if mask is not None and mask.any():
+            return False
+    return True
+
+
+def _dsg_axis(var: VariableMeta) -> str | None:
+    """Return the axis CF states for a variable of a station/profile/trajectory file (not guessed from units)."""
+    attrs = var.attrs
+    axis = str(attrs.get("axis", "")).upper()
+    if axis in {"T", "Z", "Y", "X"}:
+        return axis
+    std = str(attrs.get("standard_name", "")).lower()
+    units = str(attrs.get("units", "")).replace(" ", "").lower()
+    if std == "time" or is_time_units(attrs.get("units")):
+        return "T"
+    if std == "latitude" or units in LAT_UNITS:
+        return "Y"
+    if std == "longitude" or units in LON_UNITS:
+        return "X"
+    return None
+
+
+def _record_dimensions(meta: FileMeta, text_times: set[str]) -> set[str]:
+    """Return the record dimensions: those on which two or more variables locate the records.
+
+    An old report file keeps ``time_obs(report)``, ``lat(report)`` and
+    ``lon(report)``: none of them labels ``report`` (a report is not *at* a
+    latitude), they are auxiliary coordinates of its records, and may have
+    missing values.
+    """
+    found: dict[str, set[str]] = {}
+    for var in meta.variables.values():
+        dims = var.value_dimensions
+        if len(dims) != 1 or _basename(var.name) == dims[0]:
+            continue
+        axis = "T" if var.name in text_times else _dsg_axis(var)
+        if axis is not None:
+            found.setdefault(dims[0], set()).add(axis)
+    return {dim for dim, axes in found.items() if len(axes) >= 2}
+
+
+def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta], handles: FileHandles) -> set[str]:
+    """Return the text variables to publish as times; refuse one meant as a time whose values do not parse.
+
+    CF's ``standard_name = time`` (or ``axis = T``) on a text variable says its
+    values are times: each must parse as ISO 8601. A name or ``long_name`` that
+    only hints at a time (``time_obs``) makes it a time when all its values
+    parse, leaves it text when none do, and is refused when some do and some
+    do not (a time with a broken value, which a scientist should hear about).
+    """
+    out: set[str] = set()
+    for name, var in variables.items():
+        if var.dtype.kind not in "SU":
+            continue
+        meant = looks_like_time(_basename(name), var.attrs)
+        if meant is False:
+            continue
+        parsed = failed = 0
+        bad: tuple[str, str] | None = None
+        for meta in metas:
+            file_var = meta.variables.get(name)
+            if file_var is None:
+                continue
+            dec = decoding_for(file_var.dtype, file_var.attrs, file_var.default_fill)
+            assert dec is not None
+            texts, mask = decode_values(handles.read(meta.path, name, ()), dec)
+            flat = np.asarray(texts, dtype=object).reshape(-1)
+            present = flat if mask is None else flat[~np.asarray(mask).reshape(-1)]
+            for text in dict.fromkeys(present.tolist()):  # each distinct text once, in file order
+                try:
+                    parse_iso_times(np.array([text], dtype=object))
+                    parsed += 1
+                except ValueError:
+                    failed += 1
+                    bad = bad or (meta.path.name, str(text))
+        if bad is not None and (meant or parsed):
+            why = "standard_name = time" if meant else "its name"
+            raise CatalogError(
+                f"{bad[0]}: variable {name!r} holds times ({why}; {parsed} distinct value(s) parse as ISO 8601) but "
+                f"{bad[1]!r} is not an ISO 8601 date-time (YYYY-MM-DDTHH:MM:SSZ); correct that value in the "
+                "file, or publish without the file that holds it")
+        if parsed and not failed:
+            out.add(name)
+    return out
+
+
+def _unique_index_names(coordinates: list[CoordinateSpec], variables: Mapping[str, VariableMeta]
+                        ) -> list[CoordinateSpec]:
+    """Return ``coordinates`` with a dimension's index column renamed ``<dim>_index`` where a variable took its name.
+
+    ``station(station)`` holding station names is text, so it cannot label the
+    dimension: it is an auxiliary coordinate called ``station``, and the index
+    of the dimension ``station_index`` (a name no variable has, which is how the
+    server knows to count rather than read).
+    """
+    taken = Counter(c.name for c in coordinates)
+    out = []
+    for c in coordinates:
+        if c.dimension and c.variable == c.dimension and c.axis == "other" and taken[c.name] > 1 \
+                and c.variable in variables:
+            name = _identifier(f"{c.name}_index")
+            while name in variables or name in taken:
+                name = _identifier(f"{name}_")
+            c = replace(c, name=name, variable=name)
+        out.append(c)
+    return out
 
 
 def _union(metas: Sequence[FileMeta]) -> FileMeta:
@@ -329,9 +515,9 @@ def _coordinate_spec(var: VariableMeta, dim: str | None, axis: str, names: Mappi
     )
 
 
-def _aggregate_dimension(metas: Sequence[FileMeta], axes: Mapping[str, str]) -> str:
+def _aggregate_dimension(metas: Sequence[FileMeta], axes: Mapping[str, str], exclude: set[str]) -> str:
     first = metas[0]
-    varying = [d for d in first.dimensions if len({m.dimensions.get(d) for m in metas}) > 1]
+    varying = [d for d in first.dimensions if len({m.dimensions.get(d) for m in metas}) > 1 and d not in exclude]
     candidates = [*first.unlimited, *[d for d, a in axes.items() if a == "T"], *varying]
     for dim in candidates:
         if all(dim in m.dimensions for m in metas):
@@ -352,9 +538,9 @@ def _correlation_keys(coordinates: Iterable[CoordinateSpec]) -> tuple[Correlatio
         units = (c.units or "").replace(" ", "").lower()
         name = {"T": "time", "Z": "vertical"}.get(c.axis or "")
         if c.axis == "Y":
-            name = "latitude" if std == "latitude" or units in _LAT_UNITS else "y"
+            name = "latitude" if std == "latitude" or units in LAT_UNITS else "y"
         if c.axis == "X":
-            name = "longitude" if std == "longitude" or units in _LON_UNITS else "x"
+            name = "longitude" if std == "longitude" or units in LON_UNITS else "x"
         keys.append(CorrelationKey(name=name or "other", column=c.name, standard_name=std, units=c.units))
     return tuple(keys)
 
@@ -380,5 +566,32 @@ def publish(
             f"the drafted glob {desc.files_glob!r} would also match {sorted(set(matched) - set(wanted))}; "
             "move the files into a folder of their own"
         )
-    desc.path.write_bytes(render_descriptor(desc))
+    text = render_descriptor(desc)
+    _check_servable(text, desc.path)
+    desc.path.write_bytes(text)
     return desc.path
+
+
+def _check_servable(text: bytes, path: Path) -> None:
+    """Open the drafted descriptor as the server will; raise CatalogError with its reason and a fix if it would refuse.
+
+    ``dstp publish`` never writes a descriptor the server refuses: the draft is
+    parsed back from its XML and opened with :meth:`GriddedDataset.open`, the
+    code ``dstp serve`` runs on it.
+    """
+    from dstp.catalog.dataset import GriddedDataset  # the server's own checks; dataset does not import publish
+
+    handles = FileHandles()
+    try:
+        GriddedDataset.open(parse_descriptor(text, path=path), handles)
+    except DescriptorError as exc:
+        raise CatalogError(
+            f"dstp drafted a descriptor its server would refuse ({exc.message.split(': ', 1)[-1]}); nothing was "
+            f"written. Publish a subset of the files, or write {path.name} by hand (docs/publishing.md) — and "
+            "please report the files: the draft should have been servable") from exc
+    except CatalogError as exc:
+        raise CatalogError(
+            f"the server would refuse these files as one dataset: {exc}; nothing was written. "
+            "Make the files agree, or publish them as separate datasets") from exc
+    finally:
+        handles.close()

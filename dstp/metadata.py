@@ -137,6 +137,10 @@ class DatasetDetails:
     warnings: tuple[str, ...] = ()
     #: CF grid mappings of the data variables.
     grid_mappings: tuple[GridMappingInfo, ...] = ()
+    #: CF ``featureType`` of station, profile and trajectory data (``timeSeries``), "" for grids.
+    feature_type: str = ""
+    #: What a record is and how the files' representation makes it (for discrete sampling geometries).
+    layout: str = ""
 
 
 def render_value(value: Any) -> str:
@@ -185,6 +189,8 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     if t is not None and len(t.values):
         lo, hi = _range(t)
         time_start, time_end = render_value(lo), render_value(hi)
+    else:
+        time_start, time_end = _auxiliary_time_range(ds)
     bbox = None
     lat, lon = _axis_of(ds, "Y"), _axis_of(ds, "X")
     if (lat is not None and lon is not None and _degrees(lat.spec.units, "north")
@@ -208,11 +214,26 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     )
 
 
+def _auxiliary_time_range(ds: GriddedDataset) -> tuple[str, str]:
+    """Return the first and last instant of a time auxiliary coordinate held in memory (station data), or ("", "")."""
+    import numpy as np
+
+    for a in ds.auxiliaries.values():
+        if a.values is None or a.values.dtype.kind != "M" or a.role != "auxiliary":
+            continue
+        values = a.values if a.mask is None else a.values[~a.mask]
+        values = values[~np.isnat(values)]
+        if values.size:
+            return render_value(values.min()), render_value(values.max())
+    return "", ""
+
+
 def _auxiliary_bbox(ds: GriddedDataset) -> tuple[float, float, float, float] | None:
     """Return the bounding box of 2-D (or derived) latitude/longitude held in memory, if the dataset has them."""
     found: dict[str, Any] = {}
     for a in ds.auxiliaries.values():
-        std = dict(a.spec.cf).get("standard_name")
+        std = dict(a.spec.cf).get("standard_name") or (
+            "latitude" if _degrees(a.spec.units, "north") else "longitude" if _degrees(a.spec.units, "east") else "")
         if std in ("latitude", "longitude") and a.values is not None and a.values.dtype.kind == "f" \
                 and std not in found and a.role in ("auxiliary", "derived"):
             import numpy as np
@@ -307,7 +328,7 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
             KeyInfo(k.name, k.column, k.standard_name or "", k.units or "") for k in d.correlation_keys
         ),
         aggregate_dimension=d.aggregate or "",
-        global_attributes=tuple((k, render_value(v)) for k, v in ds.global_attrs.items()),
+        global_attributes=_global_attributes(ds),
         license=d.license or "",
         source=d.source or "",
         descriptor_xml=descriptor_xml,
@@ -317,7 +338,22 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
             GridMappingInfo(m.name, m.grid_mapping_name, m.parameters, m.wkt, m.proj, m.problem)
             for m in ds.grid_mappings.values()
         ),
+        feature_type=ds.layout.feature_type if ds.layout is not None else "",
+        layout=ds.layout.describe() if ds.layout is not None else "",
     )
+
+
+def _global_attributes(ds: GriddedDataset) -> tuple[tuple[str, str], ...]:
+    """Return the first file's global attributes, then what dstp makes of a discrete sampling geometry.
+
+    ``dstp:feature_type`` and ``dstp:layout`` travel with the global attributes
+    so that every adapter shows them without a field of their own.
+    """
+    shown = [(k, render_value(v)) for k, v in ds.global_attrs.items()]
+    if ds.layout is not None:
+        shown.append(("dstp:feature_type", ds.layout.feature_type))
+        shown.append(("dstp:layout", ds.layout.describe()))
+    return tuple(shown)
 
 
 def _aggregation_coordinate(ds: GriddedDataset) -> CoordinateColumn | None:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from sqlglot import exp
 
-from dstp.catalog.dataset import CoordinateColumn, GriddedDataset
+from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
 from dstp.errors import QueryError
 from dstp.query.parse import DIALECT, ValidatedQuery
 
@@ -102,7 +103,7 @@ def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
     return [node]
 
 
-def _constant(node: exp.Expression, coord: CoordinateColumn) -> Any | None:
+def _constant(node: exp.Expression, coord: CoordinateColumn | AttributeColumn) -> Any | None:
     """Return the value of a literal in the coordinate's representation, or None."""
     while isinstance(node, exp.Paren):
         node = node.this
@@ -115,6 +116,8 @@ def _constant(node: exp.Expression, coord: CoordinateColumn) -> Any | None:
         if isinstance(node, exp.Literal) and node.is_string and coord.decoding.iso_time:
             return node.this
         return None
+    if isinstance(node, exp.Literal) and node.is_string and pa.types.is_string(coord.arrow_type):
+        return node.this  # text: station_name = 'KJFK'
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             value = float(node.this)
@@ -230,6 +233,8 @@ def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> None:
         dims = col.dimensions
         window = tuple(slice(ranges[d].start, ranges[d].stop) for d in dims)
         values = col.values[window]  # type: ignore[index]
+        if values.dtype == object and col.mask is not None:
+            values = np.where(col.mask[window], "", values)  # NULLs are dropped below; "" keeps them comparable
         iv = _widen(iv, values.dtype)
         try:
             ok = np.ones(values.shape, dtype=bool)
@@ -288,7 +293,8 @@ def plan_query(q: ValidatedQuery) -> QueryPlan:
     if q.sampling is not None and q.sampling.rows is not None:
         scan_columns += [ROWID, SAMPLE_KEY]
     sql = _generate_sql(q)
-    exact = q.where is None and q.sampling is None
+    # Padding of station/profile files is dropped by the scan: then the grid is not the record count.
+    exact = q.where is None and q.sampling is None and not ds.has_presence(grid)
     return QueryPlan(q, grid, hyperslab, tuple(scan_columns), sql, exact)
 
 

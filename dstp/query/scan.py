@@ -8,6 +8,10 @@ shape and flattened in C order, so records come out in grid order. Nothing is
 read before DuckDB asks for the next batch, and at most one block per column
 is held at a time.
 
+Grid points that are not observations are dropped here too: the padding of
+an incomplete multidimensional station or profile file, and the unused space
+of a ragged array (:meth:`GriddedDataset.present`, :mod:`dstp.catalog.dsg`).
+
 Sampling by percentage happens here: each grid point has a key derived from
 its flat index in the whole dataset and the seed (splitmix64), and a point
 is kept when its key falls below the percentage. The draw of a point never
@@ -161,6 +165,10 @@ class GridScan:
             values, mask = ds.read(attr, index, self.stats)
             flat_mask = None if mask is None else _flat(mask, attr.dimensions, grid, shape)
             arrays.append(_arrow(_flat(values, attr.dimensions, grid, shape), flat_mask, attr.arrow_type))
+        # Grid points that are not observations (padding of a station or profile file) are not records.
+        for dims, present in ds.present(grid, index, self.stats):
+            flat = _flat(present, dims, grid, shape)
+            keep = flat if keep is None else keep & flat
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         if keep is not None:
             batch = batch.filter(pa.array(keep))

@@ -1,0 +1,385 @@
+"""Binding a descriptor's columns to the files: each column checked against them, and decoded where held in memory.
+
+:meth:`GriddedDataset.open <dstp.catalog.dataset.GriddedDataset.open>` calls
+these, one per kind of column: data variables (:func:`attribute_columns`),
+coordinates labelling a dimension (:func:`coordinate_column`), auxiliary
+coordinates (:func:`auxiliary_column`), one column per vertex of CF bounds
+(:func:`add_bounds`) and lat/lon derived for projected grids
+(:func:`add_geographic`). Each refuses what the files contradict, naming the
+file and the variable. Instance variables of ragged arrays become columns on
+the sample dimension (:func:`on_samples`, see :mod:`.dsg`); text times are
+checked value by value (:func:`check_text_times`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from dstp.catalog.aggregation import file_decodings
+from dstp.catalog.cf import ISO8601, Decoding, decode_values, decoding_for, merge_decodings, numpy_dtype_of
+from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
+from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
+from dstp.catalog.dsg import FeatureLayout
+from dstp.catalog.gridmapping import geographic
+from dstp.catalog.netcdf4_ import FileMeta
+from dstp.errors import DataFileError, DescriptorError
+
+if TYPE_CHECKING:
+    from dstp.catalog.dataset import GriddedDataset
+
+__all__ = [
+    "IN_MEMORY_ELEMENTS",
+    "IN_MEMORY_TEXTS",
+    "add_bounds",
+    "add_geographic",
+    "attribute_columns",
+    "auxiliary_column",
+    "check_ragged_descriptor",
+    "check_text_times",
+    "coordinate_column",
+    "in_memory",
+    "on_samples",
+    "same_in_every_file",
+]
+
+#: Auxiliary and derived columns up to this many elements are held in memory (2-D pushdown).
+IN_MEMORY_ELEMENTS = 4 * 2**20
+#: Text columns are Python objects in memory: held only up to this many (station ids, not per observation).
+IN_MEMORY_TEXTS = 256 * 2**10
+
+
+def check_ragged_descriptor(descriptor: Descriptor, layout: FeatureLayout, where: str) -> None:
+    """Refuse a descriptor that treats a ragged array's instance dimension as a dimension of records."""
+    sample = layout.sample_dimension
+    for spec in descriptor.coordinates:
+        if spec.dimension in layout.instance_dimensions:
+            raise DescriptorError(
+                f"coordinate {spec.name!r} labels {spec.dimension!r}, an instance dimension of the ragged arrays "
+                f"along {sample!r}; write dimensions=\"{spec.dimension}\" instead of dimension=, and the server "
+                "broadcasts it to the observations", path=where)
+    for d in descriptor.default_grid:
+        if d in layout.instance_dimensions:
+            raise DescriptorError(
+                f"default-grid names {d!r}, an instance dimension of the ragged arrays along {sample!r}; "
+                f"records are observations: write default-grid=\"{sample}\"", path=where)
+
+
+def on_samples(column: AttributeColumn, layout: FeatureLayout | None, where: str) -> AttributeColumn:
+    """Return ``column`` on the sample dimension when its variable is an instance variable of ragged arrays."""
+    if layout is None or not layout.ragged:
+        return column
+    dims = column.dimensions
+    inside = [d for d in dims if d in layout.instance_dimensions]
+    if not inside:
+        return column
+    assert layout.sample_dimension is not None
+    if len(dims) != 1:
+        raise DescriptorError(
+            f"column {column.name!r}: variable {column.spec.variable!r} is on ({', '.join(dims)}); in ragged arrays "
+            f"a column is on the sample dimension {layout.sample_dimension!r} or on one instance dimension "
+            f"({', '.join(layout.instance_dimensions)})", path=where)
+    return replace(column, spec=replace(column.spec, dimensions=(layout.sample_dimension,)), variable_dims=dims,
+                   note=column.note or layout.broadcast_note(dims[0]))
+
+
+def check_text_times(ds: GriddedDataset, column: AttributeColumn | CoordinateColumn, metas: list[FileMeta]) -> None:
+    """Refuse a text time column any of whose values is not an ISO 8601 date-time, naming file and value.
+
+    Held-in-memory columns were decoded already; the others are read whole, file
+    by file, once (text times live in small report files).
+    """
+    if not column.decoding.text_time or (isinstance(column, AttributeColumn) and column.values is not None) \
+            or isinstance(column, CoordinateColumn):
+        return
+    for meta, dec in zip(metas, column.file_decodings):
+        if dec is None:
+            continue
+        try:
+            decode_values(ds.handles.read(meta.path, column.spec.variable, ()), dec)
+        except ValueError as exc:
+            raise DataFileError(
+                f"{meta.path.name}: variable {column.spec.variable!r}: {exc}; correct the file, or remove "
+                f"time-format=\"iso8601\" from column {column.name!r} in the descriptor to serve it as text"
+            ) from None
+
+
+def attribute_columns(
+    descriptor: Descriptor, metas: list[FileMeta], dim_sizes: dict[str, int], where: str,
+    layout: FeatureLayout | None,
+) -> dict[str, AttributeColumn]:
+    out: dict[str, AttributeColumn] = {}
+    for spec in descriptor.attributes:
+        holder = next((m for m in metas if spec.variable in m.variables), None)
+        if holder is None:
+            raise DescriptorError(
+                f"attribute {spec.name!r}: variable {spec.variable!r} is in none of the files", path=where
+            )
+        var = holder.variables[spec.variable]
+        if var.value_dimensions != spec.dimensions:
+            raise DescriptorError(
+                f"attribute {spec.name!r}: descriptor says dimensions {' '.join(spec.dimensions)}, "
+                f"{holder.path.name} has {' '.join(var.value_dimensions) or '(scalar)'}",
+                path=where,
+            )
+        for d in spec.dimensions:
+            if d not in dim_sizes:
+                raise DescriptorError(f"attribute {spec.name!r}: unknown dimension {d!r}", path=where)
+        text_time = spec.time_format == ISO8601
+        if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+            raise DescriptorError(
+                f"attribute {spec.name!r}: variable {spec.variable!r} has type {var.dtype}, "
+                "which is neither numeric nor text",
+                path=where,
+            )
+        # Files that lack the variable read as NULL along the aggregation axis; a variable
+        # off that axis is read from the first file that has it.
+        decodings = file_decodings(metas, spec.variable, spec.dimensions, "variable", text_time=text_time)
+        dec = next(d for d in decodings if d is not None)
+        column = AttributeColumn(
+            spec=spec, decoding=dec, arrow_type=merge_decodings(decodings), attrs=var.attrs,
+            file_decodings=decodings,
+        )
+        out[spec.name] = on_samples(column, layout, where)
+    return out
+
+
+def coordinate_column(
+    ds: GriddedDataset, spec: CoordinateSpec, metas: list[FileMeta], dim_sizes: dict[str, int], where: str
+) -> CoordinateColumn:
+    first = metas[0]
+    var = first.variables.get(spec.variable)
+    if spec.dimension is not None and spec.dimension not in dim_sizes:
+        raise DescriptorError(f"coordinate {spec.name!r}: unknown dimension {spec.dimension!r}", path=where)
+    if var is None:
+        if spec.dimension is None:
+            raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} not found", path=where)
+        if any(spec.variable in m.variables for m in metas):
+            raise DataFileError(
+                f"{first.path.name}: coordinate variable {spec.variable!r} is missing, other files have it"
+            )
+        # A dimension without a coordinate variable is labelled by its index.
+        values = np.arange(dim_sizes[spec.dimension], dtype=np.int64)
+        dec = Decoding(arrow_type=pa.int64())
+        return CoordinateColumn(spec, values, pa.int64(), dec, 1, (dec,) * len(metas))
+    expected = (spec.dimension,) if spec.dimension else ()
+    if var.value_dimensions != expected:
+        raise DescriptorError(
+            f"coordinate {spec.name!r}: variable {spec.variable!r} has dimensions "
+            f"{var.value_dimensions or '(scalar)'}, expected {expected or '(scalar)'}",
+            path=where,
+        )
+    text_time = spec.time_format == ISO8601
+    if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+        raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is neither numeric nor text",
+                              path=where)
+    decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time)
+    absent = [m.path.name for m, d in zip(metas, decodings) if d is None]
+    if absent:
+        raise DataFileError(f"{absent[0]}: coordinate variable {spec.variable!r} is missing, other files have it")
+    dec = decodings[0]
+    assert dec is not None
+    arrow_type = merge_decodings(decodings)
+    column = CoordinateColumn(spec, np.empty(0), arrow_type, dec, 1, decodings)
+    agg = ds.descriptor.aggregate
+    if spec.dimension is not None and spec.dimension == agg:
+        values, mask = ds.read(column, {agg: slice(0, dim_sizes[agg], 1)})
+    else:
+        values, mask = same_in_every_file(ds, spec.variable, arrow_type, list(zip(metas, decodings)), expected,
+                                           dim_sizes)
+    if mask is not None and mask.any():
+        at = int(np.flatnonzero(np.asarray(mask).reshape(-1))[0])
+        holder = next((f for f in ds.files if f.start <= at < f.start + f.count), ds.files[0]) \
+            if spec.dimension == agg else ds.files[0]
+        raise DataFileError(
+            f"{holder.path.name}: coordinate {spec.name!r} has missing values (first at {spec.dimension} "
+            f"{at - holder.start if spec.dimension == agg else at}); a dimension's coordinate must be complete — "
+            f"list {spec.variable!r} as an auxiliary coordinate (dimensions=\"{spec.dimension}\") instead, "
+            "which may have NULLs")
+    values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
+    order = monotonic(values) if spec.dimension else 1
+    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)
+
+
+def same_in_every_file(
+    ds: GriddedDataset,
+    variable: str,
+    arrow_type: pa.DataType,
+    holders: list[tuple[FileMeta, Decoding | None]],
+    dims: tuple[str, ...],
+    dim_sizes: dict[str, int],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return a variable that does not run along the aggregation axis; refuse files whose values differ."""
+    dtype = numpy_dtype_of(arrow_type)
+    result: tuple[np.ndarray, np.ndarray | None] | None = None
+    reference = ""
+    for meta, dec in holders:
+        if dec is None:
+            continue
+        index = [slice(0, dim_sizes[d], 1) for d in dims] + ([slice(None)] if dec.chars else [])
+        raw = ds.handles.read(meta.path, variable, index)
+        try:
+            values, mask = decode_values(raw, dec, dtype)
+        except ValueError as exc:
+            raise DataFileError(f"{meta.path.name}: variable {variable!r}: {exc}") from None
+        if mask is not None:  # compare only the values that are there
+            neutral: Any = {"M": np.datetime64(0, "us"), "O": ""}.get(values.dtype.kind, 0)
+            values = np.where(mask, values.dtype.type(neutral) if values.dtype.kind != "O" else neutral, values)
+        if result is None:
+            result, reference = (values, mask), meta.path.name
+            continue
+        same_mask = (mask is None or not mask.any()) == (result[1] is None or not result[1].any()) and (
+            mask is None or result[1] is None or np.array_equal(mask, result[1]))
+        if not (same_mask and np.array_equal(values, result[0])):
+            flat, ref = np.asarray(values).reshape(-1), np.asarray(result[0]).reshape(-1)
+            differ = np.flatnonzero(flat != ref) if flat.shape == ref.shape else np.array([0])
+            at = int(differ[0]) if differ.size else 0
+            mine = flat[at] if flat.size else None
+            theirs = ref[at] if ref.size else None
+            raise DataFileError(
+                f"{meta.path.name}: coordinate {variable!r} differs from {reference} "
+                f"(index {at}: {mine!r} vs {theirs!r}); files aggregated along "
+                f"{ds.descriptor.aggregate!r} must share every other coordinate"
+            )
+    assert result is not None
+    return result
+
+
+def auxiliary_column(
+    ds: GriddedDataset, spec: CoordinateSpec, metas: list[FileMeta], dim_sizes: dict[str, int], where: str
+) -> AttributeColumn:
+    """Return an auxiliary coordinate (CF ``coordinates``): a variable on dimensions it does not label."""
+    for d in spec.dimensions:
+        if d not in dim_sizes:
+            raise DescriptorError(f"coordinate {spec.name!r}: unknown dimension {d!r}", path=where)
+    holder = next((m for m in metas if spec.variable in m.variables), None)
+    if holder is None:
+        raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is in none of the files",
+                              path=where)
+    var = holder.variables[spec.variable]
+    decodings = file_decodings(metas, spec.variable, spec.dimensions, "coordinate",
+                               text_time=spec.time_format == ISO8601)
+    dec = next(d for d in decodings if d is not None)
+    attr_spec = AttributeSpec(spec.name, spec.variable, spec.dimensions, spec.units,
+                              dict(spec.cf).get("long_name"), spec.cf, spec.time_format)
+    column = AttributeColumn(attr_spec, dec, merge_decodings(decodings), var.attrs, decodings, role="auxiliary")
+    column = on_samples(column, ds.layout, where)
+    sizes = {**dim_sizes, **{d.name: d.size for d in ds.dimensions.values()}}
+    return in_memory(ds, column, metas, sizes)
+
+
+def in_memory(
+    ds: GriddedDataset, column: AttributeColumn, metas: list[FileMeta], dim_sizes: dict[str, int]
+) -> AttributeColumn:
+    """Return ``column`` with its values held in memory when small and off the aggregation axis.
+
+    Those are the columns the planner prunes 2-D predicates with; files that
+    hold them must agree, as for any other coordinate.
+    """
+    agg = ds.descriptor.aggregate
+    size = math.prod(dim_sizes[d] for d in column.dimensions)
+    limit = IN_MEMORY_TEXTS if pa.types.is_string(column.arrow_type) else IN_MEMORY_ELEMENTS
+    if agg in column.dimensions or size > limit:
+        return column
+    if column.fixed or column.variable_dims:
+        values, mask = ds.read(column, {d: slice(0, dim_sizes[d], 1) for d in column.dimensions})
+    else:
+        values, mask = same_in_every_file(ds, column.spec.variable, column.arrow_type,
+                                           list(zip(metas, column.file_decodings)), column.dimensions, dim_sizes)
+    if mask is not None and not mask.any():
+        mask = None
+    return AttributeColumn(column.spec, column.decoding, column.arrow_type, column.attrs, column.file_decodings,
+                           column.role, column.variable_dims, column.fixed, values, mask, column.note)
+
+
+def add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
+    """Add one column per vertex of each coordinate's CF ``bounds`` or ``climatology`` variable."""
+    first = metas[0]
+    sizes = {d.name: d.size for d in ds.dimensions.values()}
+    owners: list[tuple[str, str, tuple[str, ...]]] = []
+    for c in ds.coordinates.values():
+        owners.append((c.name, c.spec.variable, c.dimensions))
+    for a in list(ds.auxiliaries.values()):
+        owners.append((a.name, a.spec.variable, a.dimensions))
+    taken = set(ds.column_names())
+    for name, variable, dims in owners:
+        owner = first.variables.get(variable)
+        if owner is None or not dims:
+            continue
+        bounds_name = owner.attrs.get("bounds") or owner.attrs.get("climatology")
+        bounds = first.variables.get(str(bounds_name)) if isinstance(bounds_name, str) else None
+        if bounds is None or len(bounds.dimensions) != len(dims) + 1 or bounds.dimensions[:-1] != dims:
+            continue
+        vertex_dim = bounds.dimensions[-1]
+        n = bounds.shape[-1]
+        labels = ["lower", "upper"] if n == 2 else [f"vertex_{k}" for k in range(n)]
+        inherit = {k: owner.attrs[k] for k in ("units", "calendar") if k in owner.attrs}
+        try:
+            decodings = file_decodings(metas, bounds.name, bounds.dimensions, "bounds")
+        except DataFileError:
+            continue  # bounds that do not aggregate are not offered; the coordinate itself still is
+        decodings = tuple(
+            None if d is None else decoding_for(m.variables[bounds.name].dtype,
+                                                {**inherit, **m.variables[bounds.name].attrs},
+                                                m.variables[bounds.name].default_fill)
+            for m, d in zip(metas, decodings)
+        )
+        dec = next((d for d in decodings if d is not None), None)
+        if dec is None:
+            continue
+        arrow_type = merge_decodings(decodings)
+        for k, label in enumerate(labels):
+            column_name = f"{name}_{label}"
+            if column_name in taken:
+                continue
+            spec = AttributeSpec(column_name, bounds.name, dims, str(inherit.get("units", "")) or None,
+                                 f"{label} bound of {name}" if n == 2 else f"vertex {k} of the cell of {name}")
+            column = AttributeColumn(spec, dec, arrow_type, bounds.attrs, decodings, role="bounds",
+                                     variable_dims=bounds.dimensions, fixed=((vertex_dim, k),),
+                                     note=f"vertex {k} of {bounds.name}")
+            ds.auxiliaries[column_name] = in_memory(ds, column, metas, sizes)
+            taken.add(column_name)
+
+
+def add_geographic(ds: GriddedDataset) -> None:
+    """Derive lat/lon with pyproj for a projected or rotated grid that has a grid mapping but no 2-D lat/lon."""
+    if not ds.grid_mappings:
+        return
+    geographic_names = {"latitude", "longitude"}
+    for col in [*ds.auxiliaries.values()]:
+        if dict(col.spec.cf).get("standard_name") in geographic_names:
+            return
+    for c in ds.coordinates.values():
+        if dict(c.spec.cf).get("standard_name") in geographic_names:
+            return
+    axes = {c.spec.axis: c for c in ds.coordinates.values() if c.dimension and c.spec.axis in ("X", "Y")}
+    if "X" not in axes or "Y" not in axes:
+        return
+    x, y = axes["X"], axes["Y"]
+    mapping = next((m for m in ds.grid_mappings.values() if m.wkt and m.grid_mapping_name != "latitude_longitude"),
+                   None)
+    if mapping is None or x.values.dtype.kind not in "if" or len(x.values) * len(y.values) > IN_MEMORY_ELEMENTS:
+        return
+    try:
+        lat, lon = geographic(mapping, x.values, y.values, x.spec.units, y.spec.units)
+    except ValueError as exc:
+        ds.warnings = (*ds.warnings, f"no derived lat/lon: {exc}")
+        return
+    dims = (y.dimension, x.dimension)
+    assert dims[0] is not None and dims[1] is not None
+    taken = set(ds.column_names())
+    for base, values, std, units in (("lat", lat, "latitude", "degrees_north"),
+                                     ("lon", lon, "longitude", "degrees_east")):
+        name = base if base not in taken else f"{base}_derived"
+        note = f"derived with pyproj from {x.name}, {y.name} and grid mapping {mapping.name!r}"
+        spec = AttributeSpec(name, "", dims, units, f"{std} ({note})", (("standard_name", std), ("units", units)))  # type: ignore[arg-type]
+        ordered = tuple(d for d in ds.dimensions if d in dims)
+        if ordered != dims:
+            values = values.T
+            spec = AttributeSpec(name, "", ordered, units, spec.description, spec.cf)  # type: ignore[arg-type]
+        ds.auxiliaries[name] = AttributeColumn(
+            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="derived", values=values, note=note)
