@@ -20,7 +20,7 @@ import platformdirs
 
 from dstp.samples import ensure_samples
 
-SUITES = ("seed_query", "table4", "bulk")
+SUITES = ("seed_query", "table4", "bulk", "rotpole")
 
 
 def samples(quick: bool) -> dict[str, Path]:

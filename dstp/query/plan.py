@@ -14,7 +14,7 @@ Strides (``stride(ccm3, lat = 4)``) keep the indices 0, k, 2k, … of a dimensio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,18 +34,36 @@ SAMPLE_KEY = "__dstp_key"
 
 @dataclass(frozen=True, slots=True)
 class Hyperslab:
-    """Index ranges (start, stop, step) over the dataset's index space, one per grid dimension."""
+    """Index ranges (start, stop, step) over the dataset's index space, one per grid dimension.
+
+    A predicate on a 2-D coordinate (a curvilinear grid's ``lat(y, x)``) may
+    cut the box further into *strips*: consecutive runs of ``y`` indices, each
+    with its own ``x`` range, so that a band of latitude across a rotated grid
+    is read as a few narrow boxes rather than one wide one. ``strip_dims``
+    names the two dimensions, ``strips`` holds (y range, x range) pairs in
+    increasing ``y``, inside ``ranges``.
+    """
 
     dims: tuple[str, ...]
     ranges: tuple[range, ...]
+    strip_dims: tuple[str, ...] = ()
+    strips: tuple[tuple[range, range], ...] = ()
+    #: The cells of the strip dimensions that can satisfy the 2-D predicates (over the box's
+    #: ``strip_dims`` ranges); the scan drops the others before DuckDB sees them.
+    cells: np.ndarray | None = field(default=None, compare=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Return the shape of the bounding box (strips lie inside it)."""
         return tuple(len(r) for r in self.ranges)
 
     @property
     def size(self) -> int:
-        return math.prod(self.shape)
+        """Return the number of grid points read: the box, or the strips times the other dimensions."""
+        if not self.strips:
+            return math.prod(self.shape)
+        others = math.prod(len(r) for d, r in zip(self.dims, self.ranges) if d not in self.strip_dims)
+        return others * sum(len(y) * len(x) for y, x in self.strips)
 
     def as_dict(self) -> dict[str, tuple[int, int, int]]:
         return {d: (r.start, r.stop, r.step) for d, r in zip(self.dims, self.ranges)}
@@ -209,7 +227,7 @@ def _widen(iv: _Interval, dtype: np.dtype) -> _Interval:
     return _Interval(lo, hi)
 
 
-def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> None:
+def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> tuple[tuple[str, ...], np.ndarray] | None:
     """Narrow ``ranges`` to the index bounding box of the cells that can satisfy predicates on 2-D coordinates.
 
     Auxiliary coordinates held in memory (a curvilinear grid's ``lat(y, x)`` and
@@ -222,7 +240,7 @@ def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> None:
     held = {name: col for name, col in ds.auxiliaries.items()
             if col.values is not None and col.dimensions and all(d in ranges for d in col.dimensions)}
     if not held:
-        return
+        return None
     masks: dict[tuple[str, ...], np.ndarray] = {}
     for conj in _conjuncts(q.where):
         found = _interval_of(conj, held)  # type: ignore[arg-type]
@@ -247,11 +265,72 @@ def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> None:
         if col.mask is not None:
             ok &= ~col.mask[window]
         masks[dims] = ok if dims not in masks else masks[dims] & ok
+    before = dict(ranges)
     for dims, ok in masks.items():
         for axis, d in enumerate(dims):
             hit = np.flatnonzero(ok.any(axis=tuple(i for i in range(ok.ndim) if i != axis)))
             base = ranges[d].start
             ranges[d] = range(base + int(hit[0]), base + int(hit[-1]) + 1) if hit.size else range(base, base)
+    # The cell mask of the one 2-D group, cut to the new box, for strips (see Hyperslab).
+    two_d = [(dims, ok) for dims, ok in masks.items() if len(dims) == 2 and ok.any()]
+    if len(two_d) != 1:
+        return None
+    dims, ok = two_d[0]
+    window = tuple(slice(ranges[d].start - before[d].start, ranges[d].stop - before[d].start) for d in dims)
+    return dims, ok[window]
+
+
+#: A strip must save at least this share of the box, and this many cells, to be worth another read.
+STRIP_MIN_SAVING = 0.01
+STRIP_MIN_CELLS = 256
+MAX_STRIPS = 64
+
+
+def _strips(ok: np.ndarray, y0: int, x0: int) -> tuple[tuple[range, range], ...]:
+    """Return (y range, x range) strips covering the true cells of a 2-D mask, fewer cells than its box.
+
+    Rows with no true cell are skipped; a run of rows is split in two where
+    that saves the most cells, while the saving is worth an extra read.
+    """
+    rows = ok.any(axis=1)
+    lo = np.where(rows, ok.argmax(axis=1), 0)
+    hi = np.where(rows, ok.shape[1] - 1 - ok[:, ::-1].argmax(axis=1), -1)
+    box = ok.size
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    filled_rows: list[bool] = [bool(v) for v in np.asarray(rows).reshape(-1)]
+    for i, filled in enumerate([*filled_rows, False]):
+        if filled and start is None:
+            start = i
+        elif not filled and start is not None:
+            runs.append((start, i))
+            start = None
+
+    def area(a: int, b: int) -> int:
+        return (b - a) * int(hi[a:b].max() - lo[a:b].min() + 1)
+
+    pending: list[tuple[int, int]] = list(runs)
+    done: list[tuple[int, int]] = []
+    while pending:
+        a, b = pending.pop()
+        if b - a < 2 or len(done) + len(pending) + 1 >= MAX_STRIPS:
+            done.append((a, b))
+            continue
+        left_lo = np.minimum.accumulate(lo[a:b])
+        left_hi = np.maximum.accumulate(hi[a:b])
+        right_lo = np.minimum.accumulate(lo[a:b][::-1])[::-1]
+        right_hi = np.maximum.accumulate(hi[a:b][::-1])[::-1]
+        n = np.arange(1, b - a)
+        cost = n * (left_hi[:-1] - left_lo[:-1] + 1) + (b - a - n) * (right_hi[1:] - right_lo[1:] + 1)
+        k = int(cost.argmin())
+        saving = area(a, b) - int(cost[k])
+        if saving < max(STRIP_MIN_CELLS, STRIP_MIN_SAVING * box):
+            done.append((a, b))
+            continue
+        pending += [(a, a + k + 1), (a + k + 1, b)]
+    done.sort()
+    return tuple((range(y0 + a, y0 + b), range(x0 + int(lo[a:b].min()), x0 + int(hi[a:b].max()) + 1))
+                 for a, b in done)
 
 
 def plan_query(q: ValidatedQuery) -> QueryPlan:
@@ -282,12 +361,26 @@ def plan_query(q: ValidatedQuery) -> QueryPlan:
             continue  # a literal of another type: leave it to DuckDB's error
         cur = ranges[dim]
         ranges[dim] = range(max(cur.start, r.start), max(max(cur.start, r.start), min(cur.stop, r.stop)))
-    _prune_by_auxiliaries(q, ranges)
+    cells = _prune_by_auxiliaries(q, ranges)
     for dim, step in q.strides.items():
         r = ranges[dim]
         start = -(-r.start // step) * step
         ranges[dim] = range(start, max(start, r.stop), step)
-    hyperslab = Hyperslab(grid, tuple(ranges[d] for d in grid))
+    strip_dims: tuple[str, ...] = ()
+    strips: tuple[tuple[range, range], ...] = ()
+    if cells is not None and not set(cells[0]) & set(q.strides):
+        (y, x), ok = cells
+        if grid.index(y) > grid.index(x):
+            y, x, ok = x, y, ok.T
+        strips = _strips(ok, ranges[y].start, ranges[x].start)
+        if len(strips) > 1 or (strips and (strips[0][0] != ranges[y] or strips[0][1] != ranges[x])):
+            strip_dims = (y, x)
+        else:
+            strips = ()
+        cell_mask = ok if strips else None
+    else:
+        cell_mask = None
+    hyperslab = Hyperslab(grid, tuple(ranges[d] for d in grid), strip_dims, strips, cell_mask)
 
     scan_columns = list(q.columns)
     if q.sampling is not None and q.sampling.rows is not None:

@@ -70,6 +70,35 @@ def _flat(values: np.ndarray, var_dims: tuple[str, ...], grid: tuple[str, ...], 
     return np.broadcast_to(expanded, shape).reshape(-1)
 
 
+def _split(ranges: tuple[range, ...], batch_rows: int) -> Iterator[tuple[range, ...]]:
+    """Yield ``ranges`` cut into blocks of about ``batch_rows`` points in C order: inner dimensions whole,
+    the next one in chunks, the outer ones an index at a time."""
+    if not ranges:
+        yield ()
+        return
+    shape = [len(r) for r in ranges]
+    split = 0
+    while split < len(shape) and math.prod(shape[split + 1:]) > batch_rows:
+        split += 1
+    split = min(split, len(shape) - 1)
+    inner = math.prod(shape[split + 1:])
+    chunk = max(1, batch_rows // inner)
+    for outer in np.ndindex(*shape[:split]):
+        head = tuple(ranges[i][j:j + 1] for i, j in enumerate(outer))
+        r = ranges[split]
+        for lo in range(0, len(r), chunk):
+            yield (*head, r[lo:lo + chunk], *ranges[split + 1:])
+
+
+def _interleave(parts: list[tuple[np.ndarray, np.ndarray | None]], prefix: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return flat (values, mask) of pieces laid side by side per outer index: C order over the union."""
+    values = np.concatenate([v.reshape(prefix, -1) for v, _ in parts], axis=1).reshape(-1)
+    if all(m is None for _, m in parts):
+        return values, None
+    masks = [np.zeros(v.shape, bool) if m is None else m for v, m in parts]
+    return values, np.concatenate([m.reshape(prefix, -1) for m in masks], axis=1).reshape(-1)
+
+
 class GridScan:
     """The record batches of one hyperslab of a dataset, read on demand."""
 
@@ -109,28 +138,66 @@ class GridScan:
 
     # -- blocks ------------------------------------------------------------------------
 
-    def blocks(self) -> Iterator[tuple[range, ...]]:
-        """Yield the blocks of the hyperslab as per-dimension index ranges, in C order."""
+    def blocks(self) -> Iterator[list[tuple[range, ...]]]:
+        """Yield the blocks of the hyperslab, in C order; a block is one or more pieces (index-range tuples).
+
+        Without strips a block is one piece. With strips (see
+        :class:`~dstp.query.plan.Hyperslab`) a block holds one piece per strip,
+        all sharing the indices of the dimensions before the strips', so that
+        laying their records side by side per outer index keeps C order.
+        """
         ranges = self.hyperslab.ranges
         if any(len(r) == 0 for r in ranges):
             return
         if not ranges:
-            yield ()
+            yield [()]
             return
-        shape = [len(r) for r in ranges]
-        split = 0
-        while split < len(shape) and math.prod(shape[split + 1:]) > self.batch_rows:
-            split += 1
-        split = min(split, len(shape) - 1)
-        inner = math.prod(shape[split + 1:])
-        chunk = max(1, self.batch_rows // inner)
-        for outer in np.ndindex(*shape[:split]):
-            head = tuple(ranges[i][j:j + 1] for i, j in enumerate(outer))
-            r = ranges[split]
-            for lo in range(0, len(r), chunk):
-                yield (*head, r[lo:lo + chunk], *ranges[split + 1:])
+        if not self.hyperslab.strips:
+            for block in _split(ranges, self.batch_rows):
+                yield [block]
+            return
+        grid = self.hyperslab.dims
+        y, x = self.hyperslab.strip_dims
+        ya, xa = grid.index(y), grid.index(x)
 
-    def _block_batch(self, block: tuple[range, ...]) -> pa.RecordBatch:
+        def piece(strip: tuple[range, range], prefix: tuple[range, ...]) -> tuple[range, ...]:
+            rest = list(ranges[ya:])
+            rest[0], rest[xa - ya] = strip
+            return (*prefix, *rest)
+
+        per_prefix = sum(math.prod(len(r) for r in piece(s, ())) for s in self.hyperslab.strips)
+        if per_prefix > self.batch_rows:
+            for outer in np.ndindex(*[len(r) for r in ranges[:ya]]):
+                head = tuple(ranges[i][j:j + 1] for i, j in enumerate(outer))
+                for strip in self.hyperslab.strips:
+                    for block in _split(piece(strip, head), self.batch_rows):
+                        yield [block]
+            return
+        # Several prefix indices per block: split the prefix as if its inner size were per_prefix.
+        for head in _split(ranges[:ya], max(1, self.batch_rows // per_prefix)):
+            yield [piece(strip, head) for strip in self.hyperslab.strips]
+
+    def _block_batch(self, pieces: list[tuple[range, ...]]) -> pa.RecordBatch:
+        if len(pieces) == 1:
+            columns, keep = self._piece(pieces[0])
+        else:
+            prefix = math.prod(len(r) for r in pieces[0][: self.hyperslab.dims.index(self.hyperslab.strip_dims[0])])
+            parts = [self._piece(p) for p in pieces]
+            columns = [_interleave([part[0][i] for part in parts], prefix) for i in range(len(self.columns))]
+            keep = None
+            if any(k is not None for _, k in parts):
+                cells = [math.prod(len(r) for r in p) for p in pieces]
+                keep = _interleave([(np.ones(n, bool) if k is None else k, None) for (_, k), n in zip(parts, cells)],
+                                   prefix)[0]
+        arrays = [_arrow(values, mask, f.type) if f.name not in (ROWID, SAMPLE_KEY) else pa.array(values)
+                  for (values, mask), f in zip(columns, self.schema)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        if keep is not None:
+            batch = batch.filter(pa.array(keep))
+        return batch
+
+    def _piece(self, block: tuple[range, ...]) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], np.ndarray | None]:
+        """Return each scan column's flat (values, mask) over one piece, and which points to keep (or None)."""
         ds, grid = self.dataset, self.hyperslab.dims
         shape = tuple(len(r) for r in block)
         index = {d: slice(r.start, r.stop, r.step) for d, r in zip(grid, block)}
@@ -142,37 +209,43 @@ class GridScan:
             if self.sampling.percent is not None:
                 if self.sampling.percent < 100:
                     keep = keys < np.uint64(int(self.sampling.percent / 100.0 * 2**64))
-        arrays = []
+        columns: list[tuple[np.ndarray, np.ndarray | None]] = []
         for name in self.columns:
             if name == ROWID:
-                arrays.append(pa.array(rowids))
+                columns.append((rowids, None))  # type: ignore[arg-type]
                 continue
             if name == SAMPLE_KEY:
-                arrays.append(pa.array(sample_keys(rowids, self.sampling.seed)))  # type: ignore[arg-type, union-attr]
+                columns.append((sample_keys(rowids, self.sampling.seed), None))  # type: ignore[arg-type, union-attr]
                 continue
             coord = ds.coordinates.get(name)
             if coord is not None:
                 if coord.dimension is None:
                     values = np.broadcast_to(coord.values, (math.prod(shape),))
-                    arrays.append(_arrow(np.ascontiguousarray(values), None, coord.arrow_type))
+                    columns.append((np.ascontiguousarray(values), None))
                 else:
                     r = block[grid.index(coord.dimension)]
                     picked = coord.values[r.start:r.stop:r.step]
-                    arrays.append(_arrow(_flat(picked, (coord.dimension,), grid, shape), None, coord.arrow_type))
+                    columns.append((_flat(picked, (coord.dimension,), grid, shape), None))
                 continue
             attr = ds.readable(name)
             assert attr is not None, name
             values, mask = ds.read(attr, index, self.stats)
             flat_mask = None if mask is None else _flat(mask, attr.dimensions, grid, shape)
-            arrays.append(_arrow(_flat(values, attr.dimensions, grid, shape), flat_mask, attr.arrow_type))
+            columns.append((_flat(values, attr.dimensions, grid, shape), flat_mask))
         # Grid points that are not observations (padding of a station or profile file) are not records.
         for dims, present in ds.present(grid, index, self.stats):
             flat = _flat(present, dims, grid, shape)
             keep = flat if keep is None else keep & flat
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        if keep is not None:
-            batch = batch.filter(pa.array(keep))
-        return batch
+        # Cells a 2-D coordinate predicate already rules out (exactly: it is in the WHERE's top-level AND).
+        h = self.hyperslab
+        if h.cells is not None:
+            y, x = h.strip_dims
+            ry, rx = block[grid.index(y)], block[grid.index(x)]
+            y0, x0 = h.ranges[grid.index(y)].start, h.ranges[grid.index(x)].start
+            cells = h.cells[ry.start - y0:ry.stop - y0, rx.start - x0:rx.stop - x0]
+            flat = _flat(cells, (y, x), grid, shape)
+            keep = flat if keep is None else keep & flat
+        return columns, keep
 
     def _rowids(self, block: tuple[range, ...], shape: tuple[int, ...]) -> np.ndarray:
         """Return each grid point's flat index in the dataset's full grid."""
