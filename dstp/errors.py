@@ -2,39 +2,52 @@
 
 Each class carries the gRPC status name and the HTTP status an adapter must
 use, and its message is written for the scientist who sent the request: it
-says what was wrong and what to do instead. Adapters translate with
-:func:`dstp.errors.public_message`; no traceback and no exception type from a
-lower library (DuckDB, netCDF, sqlglot, grpc) ever reaches a client.
+says what was wrong and what to do instead. Each adapter translates in one
+place (``dstp.grpc_app.grpc_errors``, ``dstp.http.error_responses``); no
+traceback and no exception type from a lower library (DuckDB, netCDF,
+sqlglot, grpc) ever reaches a client.
 
-    DstpError                              INTERNAL            500
-    ├── QueryError                         INVALID_ARGUMENT    400
-    │   ├── QuerySyntaxError                 (cannot be parsed; has line/column)
-    │   ├── UnknownColumnError               (not an attribute of the dataset)
-    │   └── ForbiddenQueryError              (DDL/DML, file or environment access)
-    ├── NotFoundError                      NOT_FOUND           404
-    │   ├── DatasetNotFoundError
-    │   └── FileNotPublishedError            (bulk access to a file outside a dataset)
-    ├── LimitExceededError                 RESOURCE_EXHAUSTED  429
-    │   └── TruncatedResultError             (the result was cut at max_result_rows/bytes)
-    ├── QueryTimeoutError                  DEADLINE_EXCEEDED   504
-    ├── CancelledError                     CANCELLED           499
-    ├── TicketError                        PERMISSION_DENIED   403
-    │   └── TicketExpiredError
-    ├── TransportError                     UNAVAILABLE         503
-    │   ├── TransportUnavailableError      FAILED_PRECONDITION 409
-    │   ├── IntegrityError                 DATA_LOSS           502
-    │   └── ProtocolError                  INVALID_ARGUMENT    400
-    ├── CatalogError                       FAILED_PRECONDITION 409
-    │   ├── DescriptorError                  (file, line, problem)
-    │   └── DataFileError                  DATA_LOSS           500
-    └── ServerError                        INTERNAL            500
+:func:`error_table` lists the classes below with their codes, statuses and
+meanings (each class's first docstring line). The tree below, the error table
+in ``proto/README.md`` and the R client's classes (``clients/r/R/conditions.R``)
+are generated from it: ``python -m dstp._error_tables`` rewrites them, and
+``tests/test_error_tables.py`` fails while one is stale.
+
+    DstpError                           INTERNAL             500  internal
+    ├── QueryError                      INVALID_ARGUMENT     400  invalid_query
+    │   ├── QuerySyntaxError            INVALID_ARGUMENT     400  syntax_error
+    │   ├── UnknownColumnError          INVALID_ARGUMENT     400  unknown_column
+    │   ├── ForbiddenQueryError         INVALID_ARGUMENT     400  forbidden
+    │   └── BadRequestError             INVALID_ARGUMENT     400  invalid_query
+    ├── NotFoundError                   NOT_FOUND            404  not_found
+    │   ├── DatasetNotFoundError        NOT_FOUND            404  dataset_not_found
+    │   ├── FileNotPublishedError       NOT_FOUND            404  file_not_published
+    │   └── RouteNotFoundError          NOT_FOUND            404  not_found
+    ├── LimitExceededError              RESOURCE_EXHAUSTED   429  limit_exceeded
+    │   └── TruncatedResultError        RESOURCE_EXHAUSTED   429  truncated
+    ├── QueryTimeoutError               DEADLINE_EXCEEDED    504  timeout
+    ├── CancelledError                  CANCELLED            499  cancelled
+    ├── TicketError                     PERMISSION_DENIED    403  bad_ticket
+    │   └── TicketExpiredError          PERMISSION_DENIED    403  ticket_expired
+    ├── TransportError                  UNAVAILABLE          503  transport_error
+    │   ├── TransportUnavailableError   FAILED_PRECONDITION  409  transport_unavailable
+    │   ├── IntegrityError              DATA_LOSS            502  integrity_error
+    │   └── ProtocolError               INVALID_ARGUMENT     400  protocol_error
+    ├── CatalogError                    FAILED_PRECONDITION  409  catalog_error
+    │   ├── DescriptorError             FAILED_PRECONDITION  409  bad_descriptor
+    │   └── DataFileError               DATA_LOSS            500  bad_data_file
+    ├── MethodNotAllowedError           UNIMPLEMENTED        405  method_not_allowed
+    └── ServerError                     INTERNAL             500  internal
 
     DstpTruncationWarning (UserWarning)    a truncated result the caller accepted (allow_truncated=True)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
+    "BadRequestError",
     "CancelledError",
     "CatalogError",
     "DataFileError",
@@ -42,15 +55,18 @@ __all__ = [
     "DescriptorError",
     "DstpError",
     "DstpTruncationWarning",
+    "ErrorRow",
     "FileNotPublishedError",
     "ForbiddenQueryError",
     "IntegrityError",
     "LimitExceededError",
+    "MethodNotAllowedError",
     "NotFoundError",
     "ProtocolError",
     "QueryError",
     "QuerySyntaxError",
     "QueryTimeoutError",
+    "RouteNotFoundError",
     "ServerError",
     "TicketError",
     "TicketExpiredError",
@@ -59,6 +75,7 @@ __all__ = [
     "TruncatedResultError",
     "UnknownColumnError",
     "error_from_status",
+    "error_table",
 ]
 
 
@@ -80,7 +97,7 @@ class DstpError(Exception):
 
 
 class QueryError(DstpError):
-    """The query is not one dstp can run; ``line``/``column`` point at the token."""
+    """The query is not one dstp can run (types, limits, a bad literal); ``line``/``column`` point at the token."""
 
     grpc_status = "INVALID_ARGUMENT"
     http_status = 400
@@ -140,7 +157,7 @@ class QueryError(DstpError):
 
 
 class QuerySyntaxError(QueryError):
-    """The text is not valid SQL."""
+    """The text is not SQL dstp can parse."""
 
     code = "syntax_error"
 
@@ -152,12 +169,19 @@ class UnknownColumnError(QueryError):
 
 
 class ForbiddenQueryError(QueryError):
-    """The query tries something dstp never runs (writes, files, settings)."""
+    """The query tries something dstp never runs: DDL/DML, COPY, ATTACH, PRAGMA,
+    file or environment functions, joins, subqueries, aggregates."""
 
     code = "forbidden"
 
 
+class BadRequestError(QueryError):
+    """HTTP: a request parameter is malformed or missing (``format=xls``, ``limit=-1``, no ``sql``)."""
+
+
 class NotFoundError(DstpError):
+    """Something the request names does not exist."""
+
     grpc_status = "NOT_FOUND"
     http_status = 404
     code = "not_found"
@@ -170,13 +194,17 @@ class DatasetNotFoundError(NotFoundError):
 
 
 class FileNotPublishedError(NotFoundError):
-    """The file is not part of any published dataset."""
+    """Bulk access to a file that is not part of any published dataset."""
 
     code = "file_not_published"
 
 
+class RouteNotFoundError(NotFoundError):
+    """HTTP: no page or endpoint at that path."""
+
+
 class LimitExceededError(DstpError):
-    """A server limit (concurrent queries, result size) was reached."""
+    """A server limit was reached: too many concurrent queries, or a query needs more memory than allowed."""
 
     grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 429
@@ -184,10 +212,12 @@ class LimitExceededError(DstpError):
 
 
 class TruncatedResultError(LimitExceededError):
-    """The server cut the result at ``max_result_rows``/``max_result_bytes``; ``summary`` says where.
+    """The server cut the result at ``max_result_rows``/``max_result_bytes`` (raised client-side).
 
     Raised by clients once the cut-off result has arrived, unless the caller
-    accepted it (``allow_truncated=True``; then :class:`DstpTruncationWarning`).
+    accepted it (``allow_truncated=True``; then :class:`DstpTruncationWarning`);
+    ``summary`` says where. The server never sends this code: its stream ends
+    normally with ``FetchSummary.truncated`` set.
     """
 
     code = "truncated"
@@ -200,19 +230,23 @@ class DstpTruncationWarning(UserWarning):
 
 
 class QueryTimeoutError(DstpError):
+    """The query outlived ``query_time_limit_s``."""
+
     grpc_status = "DEADLINE_EXCEEDED"
     http_status = 504
     code = "timeout"
 
 
 class CancelledError(DstpError):
+    """The query was cancelled (client gone, server stopping)."""
+
     grpc_status = "CANCELLED"
     http_status = 499
     code = "cancelled"
 
 
 class TicketError(DstpError):
-    """The ticket is unknown, already used, or belongs to another query."""
+    """The ticket is unknown, already used, or belongs to another query or channel."""
 
     grpc_status = "PERMISSION_DENIED"
     http_status = 403
@@ -220,11 +254,13 @@ class TicketError(DstpError):
 
 
 class TicketExpiredError(TicketError):
+    """The ticket is past its expiry (``ticket_ttl_s``)."""
+
     code = "ticket_expired"
 
 
 class TransportError(DstpError):
-    """The data channel failed (connection lost, peer gone)."""
+    """The server cannot be reached, or a data connection broke (connection lost, peer gone)."""
 
     grpc_status = "UNAVAILABLE"
     http_status = 503
@@ -232,7 +268,7 @@ class TransportError(DstpError):
 
 
 class TransportUnavailableError(TransportError):
-    """The data channel asked for is not offered by this server or client."""
+    """No requested data channel (or compression, congestion control) is available; never downgraded silently."""
 
     grpc_status = "FAILED_PRECONDITION"
     http_status = 409
@@ -240,7 +276,7 @@ class TransportUnavailableError(TransportError):
 
 
 class IntegrityError(TransportError):
-    """Data arrived corrupted, out of order, or incomplete."""
+    """Data arrived corrupted, out of order, or incomplete (client side)."""
 
     grpc_status = "DATA_LOSS"
     http_status = 502
@@ -256,6 +292,8 @@ class ProtocolError(TransportError):
 
 
 class CatalogError(DstpError):
+    """The catalog cannot serve the request: a descriptor or a data file is unusable."""
+
     grpc_status = "FAILED_PRECONDITION"
     http_status = 409
     code = "catalog_error"
@@ -285,10 +323,52 @@ class DataFileError(CatalogError):
     code = "bad_data_file"
 
 
+class MethodNotAllowedError(DstpError):
+    """HTTP: the path does not take that method (``PUT /query``)."""
+
+    grpc_status = "UNIMPLEMENTED"
+    http_status = 405
+    code = "method_not_allowed"
+
+
 class ServerError(DstpError):
-    """An unexpected server fault; the message carries an incident id for the logs."""
+    """An unexpected server fault (a bug): the message carries an incident id found in the server log."""
 
     code = "internal"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    """One class of the error tree as clients and the docs see it."""
+
+    error: type[DstpError]
+    parent: type[DstpError] | None  # None for DstpError, the root
+    depth: int
+    code: str
+    grpc_status: str
+    http_status: int
+    #: The first paragraph of the class's docstring, on one line.
+    meaning: str
+
+    @property
+    def name(self) -> str:
+        return self.error.__name__
+
+
+def error_table() -> list[ErrorRow]:
+    """Return every class of the tree, root first, depth first in definition order."""
+    rows: list[ErrorRow] = []
+
+    def walk(cls: type[DstpError], parent: type[DstpError] | None, depth: int) -> None:
+        paragraph = (cls.__dict__.get("__doc__") or "").strip().split("\n\n")[0]
+        rows.append(ErrorRow(cls, parent, depth, cls.code, cls.grpc_status, cls.http_status,
+                             " ".join(paragraph.split())))
+        for sub in cls.__subclasses__():
+            if sub.__module__ == __name__:  # the tree is this module's, whatever else subclasses it
+                walk(sub, cls, depth + 1)
+
+    walk(DstpError, None, 0)
+    return rows
 
 
 _BY_STATUS: dict[str, type[DstpError]] = {
@@ -313,6 +393,7 @@ def _index_codes(cls: type[DstpError]) -> None:
 
 
 _index_codes(DstpError)
+_BY_CODE["internal"] = ServerError  # the root shares the code; a client raises the concrete class
 
 
 def error_from_status(status: str, message: str, code: str | None = None) -> DstpError:

@@ -2,7 +2,9 @@
 
 The core (errors, catalog, query) must import without gRPC, sockets or the web
 framework, so a script that only reads a catalog or validates a query stays
-light, and so the layering stays true as the code grows.
+light, and so the layering stays true as the code grows. Server code lives
+under dstp/ (the HTTP adapter in dstp/http/) and never imports the clients
+under clients/.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Top-level modules the core must never import.
 ADAPTER_MODULES = ("grpc", "fastapi", "uvicorn", "starlette")
 #: dstp modules the core must never import (transport, adapters, client).
-OUTER = ("dstp.transport", "dstp.client", "dstp.grpc_app", "dstp.http_app", "dstp.http", "dstp.cli",
-         "dstp.server", "dstp.proto", "dstp.web")
+OUTER = ("dstp.transport", "dstp.client", "dstp.grpc_app", "dstp.http", "dstp.cli", "dstp.server", "dstp.proto")
 
 
 def test_the_core_imports_no_grpc_socket_web_or_client_module() -> None:
@@ -43,6 +44,8 @@ def _imports(path: Path) -> set[str]:
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
+            if node.module == "dstp":  # from dstp import client
+                found.update(f"dstp.{a.name}" for a in node.names)
     return found
 
 
@@ -53,3 +56,75 @@ def test_catalog_and_query_never_import_transport_or_adapters() -> None:
         for name in _imports(path):
             assert not name.startswith(OUTER), f"{path.relative_to(ROOT)} imports {name}"
             assert name.split(".")[0] not in ADAPTER_MODULES, f"{path.relative_to(ROOT)} imports {name}"
+
+
+# -- the layout of the house: server code under dstp/, clients under clients/ ---------------------
+
+#: Server code that still imports the Python client, and what. The HTTP formats share the CLI's CSV
+#: and netCDF writers, which live in the client (issue 11, item 4: one writer, outside clients/).
+#: Delete an entry once its import is gone; the test fails until you do.
+CLIENT_IMPORTS_TO_REMOVE = {
+    ("dstp/http/formats.py", "dstp.client._output"),
+    ("dstp/http/formats.py", "dstp.client._xarray"),
+}
+#: dstp/ modules that are clients themselves: the CLI (dstp query, dstp get) and the lazy `dstp.connect`.
+CLIENT_SIDE = ("dstp/cli.py", "dstp/__init__.py")
+
+
+def test_server_code_imports_nothing_from_clients() -> None:
+    sources = [p for folder in ("dstp", "catalog", "transport", "samples") for p in (ROOT / folder).rglob("*.py")]
+    found = set()
+    for path in sources:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in CLIENT_SIDE:
+            continue
+        found |= {(rel, name) for name in _imports(path) if name == "dstp.client" or name.startswith("dstp.client.")}
+    assert found - CLIENT_IMPORTS_TO_REMOVE == set(), "server code must not import the client (clients/)"
+    assert CLIENT_IMPORTS_TO_REMOVE - found == set(), "gone: remove these from CLIENT_IMPORTS_TO_REMOVE"
+
+
+def test_clients_holds_only_clients() -> None:
+    import tomllib
+
+    assert sorted(p.name for p in (ROOT / "clients").iterdir() if not p.name.startswith(".")) == ["python", "r"]
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    from_clients = {pkg for pkg, folder in config["package-dir"].items() if folder.startswith("clients/")}
+    assert from_clients == {"dstp.client"}
+    assert {"dstp.http", "dstp.http.templates", "dstp.http.static"} <= set(config["packages"])
+    assert not any(p.startswith("dstp.web") for p in config["packages"])
+
+
+def test_the_http_adapter_is_dstp_http() -> None:
+    code = (
+        "import importlib.util, sys, dstp.http, dstp.http.pages\n"
+        "assert not {m for m in sys.modules if m.split('.')[0] in ('fastapi', 'uvicorn', 'starlette')}, "
+        "'the page models loaded the web framework'\n"
+        "assert importlib.util.find_spec('dstp.web') is None\n"
+        "assert (dstp.http.TEMPLATES_DIR / 'base.html').is_file() and (dstp.http.STATIC_DIR / 'query.js').is_file()\n"
+        "from dstp.http.app import create_app, start_http_server\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_only_app_and_error_responses_import_the_web_framework() -> None:
+    framework = {"app.py", "error_responses.py"}
+    for path in (ROOT / "dstp" / "http").glob("*.py"):
+        if path.name in framework:
+            continue
+        loaded = {name for name in _imports(path) if name.split(".")[0] in ADAPTER_MODULES}
+        assert loaded == set(), f"{path.relative_to(ROOT)} imports {loaded}: keep it framework-free"
+
+
+def test_every_python_package_is_installed() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {folder: name for name, folder in config["package-dir"].items()}
+    wanted = set()
+    for folder, name in folders.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            if not any(part.startswith(("_", ".")) or part == "tests" for part in rel):
+                wanted.add(".".join((name, *rel)))
+    assert wanted - set(config["packages"]) == set(), "add these to [tool.setuptools] packages in pyproject.toml"

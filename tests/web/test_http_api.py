@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dstp
-from dstp.http_app import create_app, start_http_server
+from dstp.http.app import create_app, start_http_server
 from dstp.service import DstpService
 
 SAME_ROWS = [

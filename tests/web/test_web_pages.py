@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import pytest
 
-from dstp.web.shapes import details_json, summary_json
+from dstp.http.shapes import details_json, summary_json
 
 PAGES = [
     "/",

@@ -10,10 +10,10 @@ import pytest
 
 from dstp.errors import QueryError, UnknownColumnError
 from dstp.metadata import ColumnInfo
-from dstp.web.builder import BuilderState, Condition, sql_identifier, sql_literal
-from dstp.web.formats import check_gridded, result_filename
-from dstp.web.search import CatalogFilter, _lon_overlap
-from dstp.web.snippets import Endpoints, query_url, snippets
+from dstp.http.builder import BuilderState, Condition, sql_identifier, sql_literal
+from dstp.http.formats import check_gridded, result_filename
+from dstp.http.search import CatalogFilter, _lon_overlap
+from dstp.http.snippets import Endpoints, query_url, snippets
 
 
 def _column(name: str, arrow_type: str) -> ColumnInfo:

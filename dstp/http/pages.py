@@ -21,11 +21,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from dstp.metadata import DatasetDetails
 from dstp.service import DstpService
-from dstp.web import STATIC_DIR, TEMPLATES_DIR
-from dstp.web.builder import OPERATORS, BuilderState, sql_identifier
-from dstp.web.search import CatalogFilter, SearchIndex
-from dstp.web.shapes import column_json, details_json, summary_json
-from dstp.web.snippets import FORMAT_LABELS, Endpoints, download_links, query_url, snippets
+from dstp.http import STATIC_DIR, TEMPLATES_DIR
+from dstp.http.quicklook import geographic_columns
+from dstp.http.builder import OPERATORS, BuilderState, sql_identifier
+from dstp.http.search import CatalogFilter, SearchIndex
+from dstp.http.shapes import column_json, details_json, summary_json
+from dstp.http.snippets import FORMAT_LABELS, Endpoints, download_links, query_url, snippets
 
 __all__ = ["CatalogView", "PageRenderer", "builder_page", "catalog_page", "dataset_page"]
 
@@ -152,7 +153,8 @@ def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
     """Return the dataset page: the full description plus quicklook choices and links."""
     d = view.details(dataset_id)
     axes = {x.name: x.axis for x in d.dimensions}
-    mappable = [a.name for a in d.attributes if {"X", "Y"} <= {axes.get(n) for n in a.dimensions}]
+    mappable = [a.name for a in d.attributes if {"X", "Y"} <= {axes.get(n) for n in a.dimensions}
+                or len(a.dimensions) == 1 and geographic_columns(d, a.dimensions) is not None]
     series = [a.name for a in d.attributes if "T" in {axes.get(n) for n in a.dimensions}]
     choices, labels, points = {}, {}, {}
     for x in d.dimensions:

@@ -1,13 +1,14 @@
 """The HTTP adapter: the browser catalog and the HTTP API over :class:`DstpService`.
 
 Thin by design, like :mod:`dstp.grpc_app`: each route converts its request,
-calls the service (or a page model of :mod:`dstp.web`), and converts the
-answer. Errors are translated in one place, :func:`error_response`: every
-:class:`DstpError` becomes its ``http_status`` with the shared JSON body
+calls the service (or a page model of :mod:`dstp.http`), and converts the
+answer. Errors are translated in one place,
+:func:`dstp.http.error_responses.error_response`: every :class:`DstpError`
+becomes its ``http_status`` with the shared JSON body
 ``{"error": {"code", "message", …}}`` (an HTML page for browsers), framework
-errors (bad parameters, unknown paths) are turned into the same shape, and
-anything unexpected becomes 500 with an incident id that is logged with its
-traceback and never sent. ``docs/web.md`` describes pages, endpoints and formats.
+errors become their classes in the tree, and anything unexpected becomes 500
+with an incident id that is logged with its traceback and never sent.
+``docs/web.md`` describes pages, endpoints and formats.
 
     create_app(service, settings)          -> the ASGI app (FastAPI)
     start_http_server(service, settings)   -> HttpServer (uvicorn on a thread; .endpoint, .stop())
@@ -20,7 +21,6 @@ import logging
 import socket
 import threading
 import time
-import uuid
 from typing import Any, Awaitable, Callable, Literal
 from urllib.parse import urlencode
 
@@ -30,24 +30,33 @@ import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dstp import __version__
-from dstp.errors import DstpError, NotFoundError, QueryError, ServerError
+from dstp.errors import DstpError
 from dstp.service import DstpService
 from dstp.settings import Settings
-from dstp.web import STATIC_DIR
-from dstp.web.builder import BuilderState
-from dstp.web.formats import FORMATS, assemble, check_gridded, encoder_for, result_filename
-from dstp.web.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
-from dstp.web.quicklook import map_selection, render_map, render_series, series_selection
-from dstp.web.search import CatalogFilter
-from dstp.web.shapes import summary_json
-from dstp.web.snippets import Endpoints
-from dstp.web.streaming import ResultStream, StreamAborted, limited, truncation_forecast
+from dstp.http import STATIC_DIR
+from dstp.http.builder import BuilderState
+from dstp.http.error_responses import (
+    Boundary,
+    error_response,
+    framework_error,
+    incident,
+    openapi_errors,
+    validation_error,
+)
+from dstp.http.formats import FORMATS, assemble, check_gridded, encoder_for, result_filename
+from dstp.http.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
+from dstp.http.quicklook import map_selection, render_map, render_series, series_selection
+from dstp.http.search import CatalogFilter
+from dstp.http.shapes import summary_json
+from dstp.http.snippets import Endpoints
+from dstp.transport.codec import reachable_endpoint
+from dstp.http.streaming import ResultStream, limited, truncation_forecast
 
 __all__ = ["HttpServer", "create_app", "error_response", "start_http_server"]
 
@@ -58,23 +67,13 @@ CHUNK_BYTES = 2**20
 Format = Literal["csv", "json", "ndjson", "arrow", "parquet", "nc"]
 
 
-class ErrorDetail(BaseModel):
-    code: str = Field(description="Stable machine-readable code (see the error table in proto/README.md).")
-    message: str = Field(description="What was wrong and what to do instead, written for the user.")
-    line: int | None = Field(None, description="Query errors: line of the offending token (1-based).")
-    column: int | None = Field(None, description="Query errors: column where the offending token ends (1-based).")
-    token: str | None = Field(None, description="Query errors: the offending token.")
-
-
-class ErrorBody(BaseModel):
-    """The body of every error response."""
-
-    error: ErrorDetail
-
-
 SQL_TEXT = "The query, e.g. select temperature, time from ccm3 where humidity > 50"
 FORMAT_TEXT = "csv | json (array of records) | ndjson | arrow (IPC stream) | parquet | nc (netCDF-4, gridded results)"
 LIMIT_TEXT = "Send at most this many rows (previews); the query stops reading once they are sent."
+
+
+QUERY_ERRORS = openapi_errors(400, 404, 409, 429, 499, 500, 504)
+PAGE_ERRORS = openapi_errors(400, 404, 500)
 
 
 class QueryBody(BaseModel):
@@ -83,85 +82,6 @@ class QueryBody(BaseModel):
     sql: str = Field(description=SQL_TEXT)
     format: Format = Field("csv", description=FORMAT_TEXT)
     limit: int | None = Field(None, ge=0, description=LIMIT_TEXT)
-
-
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    text = {
-        400: "Bad query or parameter: syntax error, unknown column, forbidden construct, malformed value.",
-        404: "Unknown dataset (or path).",
-        409: "The requested format or channel is not available on this server.",
-        429: "Too many queries are running; try again in a moment.",
-        499: "The query was cancelled.",
-        500: "A published file could not be read (bad_data_file), or a server fault with an incident id.",
-        504: "The query ran longer than query_time_limit_s.",
-    }
-    return {s: {"model": ErrorBody, "description": text[s]} for s in statuses}
-
-
-QUERY_ERRORS = _errors(400, 404, 409, 429, 499, 500, 504)
-PAGE_ERRORS = _errors(400, 404, 500)
-
-
-def _is_api(request: Request) -> bool:
-    path = request.url.path
-    return path.endswith((".json", ".png")) or path.startswith(("/query", "/static", "/openapi"))
-
-
-def error_response(request: Request, err: DstpError) -> Response:
-    """Return the response for ``err``: its HTTP status, the shared JSON body (or an HTML page for browsers)."""
-    body = err.to_dict()
-    renderer: PageRenderer | None = getattr(request.app.state, "renderer", None)
-    if renderer is not None and not _is_api(request) and "text/html" in request.headers.get("accept", ""):
-        html = renderer.render("error.html", body["error"], status=err.http_status)  # type: ignore[arg-type]
-        return HTMLResponse(html, status_code=err.http_status)
-    return JSONResponse(body, status_code=err.http_status)
-
-
-def _framework_error(status: int, code: str, message: str) -> DstpError:
-    """Return a framework error (unknown path, wrong method) as a DstpError with that status."""
-    if status == 404:
-        return NotFoundError(message)
-    err = DstpError(message)
-    err.http_status, err.code = status, code
-    return err
-
-
-def _validation_error(exc: RequestValidationError) -> QueryError:
-    problems = []
-    for e in exc.errors():
-        where = ".".join(str(p) for p in e.get("loc", ())[1:]) or "request"
-        problems.append(f"{where}: {e.get('msg', 'invalid')}" + (f" (got {e['input']!r})" if e.get("input") else ""))
-    return QueryError("; ".join(problems))
-
-
-def _incident(exc: BaseException) -> ServerError:
-    incident = uuid.uuid4().hex[:12]
-    log.error("incident %s: unexpected error", incident, exc_info=exc)
-    return ServerError(f"unexpected server error (incident {incident}); the server log has the details")
-
-
-class _Boundary:
-    """Outermost ASGI layer: unexpected exceptions become 500 + incident id; broken streams drop the connection."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        started = False
-
-        async def tracking_send(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except StreamAborted:
-            return  # the body is incomplete; the server closes the connection
-        except Exception as exc:  # noqa: BLE001 - the last line of defence for clients
-            err = _incident(exc)
-            if not started and scope["type"] == "http":
-                await error_response(Request(scope, receive), err)(scope, receive, send)
 
 
 class _OwnedStream(StreamingResponse):
@@ -208,8 +128,8 @@ def _endpoints(request: Request, service: DstpService, settings: Settings) -> En
     target = grpc.endpoint if grpc is not None and grpc.endpoint else ""
     if not target:  # the gRPC server has not told the service where it listens
         target = f"{host}:{settings.port}" if settings.port else f"{host}:GRPC_PORT"
-    elif target.rsplit(":", 1)[0] in ("0.0.0.0", "::", "[::]"):
-        target = f"{host}:{target.rsplit(':', 1)[1]}"
+    else:
+        target = reachable_endpoint(target, host)
     return Endpoints(str(request.base_url).rstrip("/"), target)
 
 
@@ -230,20 +150,19 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
         assert isinstance(exc, DstpError)
         return error_response(request, exc)
 
-    async def validation_error(request: Request, exc: Exception) -> Response:
+    async def invalid_request(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return error_response(request, _validation_error(exc))
+        return error_response(request, validation_error(exc))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         message = f"no page at {request.url.path}" if exc.status_code == 404 else str(exc.detail)
-        code = {405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(request, _framework_error(exc.status_code, code, message))
+        return error_response(request, framework_error(exc.status_code, message))
 
     app.add_exception_handler(DstpError, dstp_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_middleware(_Boundary)
+    app.add_middleware(Boundary)
     if settings.cors_origins:
         exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", "X-Dstp-Truncated",
                    "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
@@ -365,7 +284,7 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
             headers["X-Dstp-Truncated"] = forecast
             if why:
                 headers["X-Dstp-Truncated-Reason"] = why
-            stream = ResultStream(execution, encoder_for(fmt, execution.schema), limit, unexpected=_incident)
+            stream = ResultStream(execution, encoder_for(fmt, execution.schema), limit, unexpected=incident)
             try:
                 await _until_done_or_gone(request, cancel, stream.prime)
             except BaseException:
@@ -436,8 +355,7 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
             info = service.channels.get(kind)
             if info is None or not info.endpoint:
                 return ""
-            bound, _, port = info.endpoint.rpartition(":")
-            return f"{host}:{port}" if bound.strip("[]") in ("0.0.0.0", "::") else info.endpoint
+            return reachable_endpoint(info.endpoint, host)
 
         return {"version": __version__, "http": ends.http_base, "grpc": ends.grpc_target, "data": seen("striped"),
                 "udt": seen("udt"), "channels": [k for k in ("grpc", "striped", "udt") if k in service.channels]}

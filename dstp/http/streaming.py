@@ -36,11 +36,11 @@ import pyarrow as pa
 
 from dstp.errors import DstpError, ServerError
 from dstp.service import Execution
-from dstp.web.formats import StreamEncoder, truncation_notice
+from dstp.http.formats import StreamEncoder, truncation_notice
 
 __all__ = ["ResultStream", "StreamAborted", "limited", "truncated_reason", "truncation_forecast"]
 
-log = logging.getLogger("dstp.web")
+log = logging.getLogger("dstp.http")
 
 
 class StreamAborted(Exception):
@@ -173,7 +173,7 @@ def truncation_forecast(execution: Execution, limit: int | None) -> tuple[str, s
     it certainly will (its row count is known and too large). ``"unknown"``:
     it may; the body's last line (or Arrow's last batch) says if it did.
     """
-    plan, settings = execution.execution.prepared.plan, execution.execution.settings
+    plan, settings = execution.plan, execution.settings
     most = plan.max_rows() if limit is None else min(plan.max_rows(), limit)
     exact = plan.estimated_rows()
     if exact >= 0 and limit is not None:

@@ -8,7 +8,11 @@ equality on its coordinate, so pushdown reads one hyperslab::
 A value asked for (``time=1990-03``, ``lev=850``, ``lat=41.9``) picks the
 nearest grid point; a dimension not mentioned takes its first value. Maps
 need an attribute on both a Y (latitude) and an X (longitude) axis; time
-series need a T axis. Missing values are drawn as masked (grey), descending
+series need a T axis. Grids with 2-D latitude/longitude (rotated, projected,
+curvilinear: auxiliary or derived coordinates) are drawn in geographic space
+(``pcolormesh`` on the 2-D coordinates); station, profile and trajectory
+tables (one dimension, with latitude/longitude columns on it) are drawn as a
+map of points, at most ``MAX_POINTS`` of them (a repeatable sample beyond). Missing values are drawn as masked (grey), descending
 latitudes and text times (360_day and other calendars) are handled.
 Rendering uses matplotlib's Agg canvas without pyplot (no global state).
 """
@@ -28,9 +32,9 @@ import pyarrow.compute as pc
 
 from dstp.errors import QueryError, UnknownColumnError
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
-from dstp.web.builder import sql_identifier
+from dstp.http.builder import sql_identifier
 
-__all__ = ["Selection", "map_selection", "render_map", "render_series", "series_selection"]
+__all__ = ["Selection", "geographic_columns", "map_selection", "render_map", "render_series", "series_selection"]
 
 #: Matplotlib is not thread-safe; figures are drawn one at a time.
 _DRAW_LOCK = threading.Lock()
@@ -38,6 +42,10 @@ _ISO = re.compile(r"(-?\d+)(?:-(\d\d)(?:-(\d\d)(?:[T ](\d\d)(?::(\d\d)(?::(\d\d)
 _AXIS_PARAM = {"Y": ("lat", "latitude"), "X": ("lon", "longitude"), "T": ("time",), "Z": ("lev", "level", "depth")}
 
 ValuesOf = Callable[[str], Sequence[Any]]
+
+
+#: Station maps draw at most this many observations (a repeatable sample beyond).
+MAX_POINTS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,21 @@ class Selection:
     #: Coordinate columns of the free axes (map: y then x; series: time).
     free: tuple[str, ...]
     free_units: tuple[str, ...]
+    #: Latitude and longitude columns to draw in geographic space (2-D or per observation), if any.
+    geographic: tuple[str, str] | None = None
+    #: "grid" (a field on two axes) or "points" (observations of a station/trajectory table).
+    kind: str = "grid"
+
+
+def geographic_columns(details: DatasetDetails, dims: Sequence[str]) -> tuple[str, str] | None:
+    """Return the (latitude, longitude) coordinate columns living on ``dims`` (auxiliary or derived)."""
+    found: dict[str, str] = {}
+    for c in details.coordinates:
+        std = dict(c.cf).get("standard_name", "")
+        if c.role in ("auxiliary", "derived") and std in ("latitude", "longitude") and c.dimensions \
+                and set(c.dimensions) <= set(dims) and std not in found:
+            found[std] = c.name
+    return (found["latitude"], found["longitude"]) if len(found) == 2 else None
 
 
 def _column(d: DimensionInfo) -> str:
@@ -138,8 +161,28 @@ def _select(
 
 
 def map_selection(details: DatasetDetails, attribute: str, params: Mapping[str, str], values_of: ValuesOf) -> Selection:
-    """Return the lat/lon slice of ``attribute`` at the time/level chosen in ``params``."""
-    return _select(details, attribute, ("Y", "X"), params, values_of)
+    """Return the lat/lon slice of ``attribute`` at the time/level chosen in ``params``.
+
+    On a grid with 2-D latitude/longitude the slice also selects them, to be
+    drawn in geographic space; an attribute of a station/trajectory table
+    (one dimension with latitude/longitude on it) is a map of its points.
+    """
+    a = _attribute(details, attribute)
+    if len(a.dimensions) == 1:
+        geo = geographic_columns(details, a.dimensions)
+        if geo is not None:
+            lat, lon = geo
+            sql = (f"select {sql_identifier(lat)}, {sql_identifier(lon)}, {sql_identifier(a.name)} "
+                   f"from {sql_identifier(details.summary.id)} tablesample {MAX_POINTS} rows repeatable (1) "
+                   f"where {sql_identifier(a.name)} is not null")
+            return Selection(a, sql, (), (lat, lon), ("degrees_north", "degrees_east"), geo, "points")
+    s = _select(details, attribute, ("Y", "X"), params, values_of)
+    geo = geographic_columns(details, a.dimensions)
+    if geo is None:
+        return s
+    head, rest = s.sql.split(" from ", 1)
+    sql = f"{head}, {sql_identifier(geo[0])}, {sql_identifier(geo[1])} from {rest}"
+    return Selection(s.attribute, sql, s.fixed, s.free, s.free_units, geo, "grid")
 
 
 def series_selection(
@@ -187,25 +230,65 @@ def render_map(table: pa.Table, dataset: str, s: Selection) -> bytes:
     """Return a PNG map of the slice in ``table`` with a colour bar in the attribute's units."""
     from matplotlib import colormaps
 
+    if s.kind == "points":
+        return _render_points(table, dataset, s)
     y_name, x_name = s.free
     ys, yi = np.unique(_values(table, y_name), return_inverse=True)
     xs, xi = np.unique(_values(table, x_name), return_inverse=True)
     grid = np.full((len(ys), len(xs)), np.nan)
     grid[yi, xi] = _values(table, s.attribute.name)
     data = np.ma.masked_invalid(grid)
+    x_label = f"{x_name} [{s.free_units[1]}]" if s.free_units[1] else x_name
+    y_label = f"{y_name} [{s.free_units[0]}]" if s.free_units[0] else y_name
+    mesh_x: Any = xs
+    mesh_y: Any = ys
+    if s.geographic is not None:
+        # A rotated or projected grid drawn where it lies: each cell at its own latitude and longitude.
+        lat, lon = np.full(grid.shape, np.nan), np.full(grid.shape, np.nan)
+        lat[yi, xi] = _values(table, s.geographic[0])
+        lon[yi, xi] = _values(table, s.geographic[1])
+        if np.isfinite(lat).all() and np.isfinite(lon).all():
+            mesh_x, mesh_y = lon, lat
+            x_label, y_label = f"{s.geographic[1]} [degrees_east]", f"{s.geographic[0]} [degrees_north]"
     with _DRAW_LOCK:
         fig = _figure(8.0, 4.6, 0.11, 0.9)
         ax = fig.add_subplot()
         if data.count():
             cmap = colormaps["viridis"].with_extremes(bad="#c8c8c8")
-            mesh = ax.pcolormesh(xs, ys, data, shading="nearest", cmap=cmap)
+            mesh = ax.pcolormesh(mesh_x, mesh_y, data, shading="nearest", cmap=cmap)
             fig.colorbar(mesh, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
         else:
             ax.text(0.5, 0.5, "no data: every value of this slice is missing", ha="center", va="center",
                     transform=ax.transAxes)
-        ax.set_xlabel(f"{x_name} [{s.free_units[1]}]" if s.free_units[1] else x_name)
-        ax.set_ylabel(f"{y_name} [{s.free_units[0]}]" if s.free_units[0] else y_name)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
         ax.set_title(_title(dataset, s), fontsize=10)
+        return _png(fig)
+
+
+def _render_points(table: pa.Table, dataset: str, s: Selection) -> bytes:
+    """Return a PNG map of observations: one dot per record at its latitude/longitude, coloured by value."""
+    from matplotlib import colormaps
+
+    assert s.geographic is not None
+    lat, lon = _values(table, s.geographic[0]), _values(table, s.geographic[1])
+    values = _values(table, s.attribute.name)
+    where = np.isfinite(lat) & np.isfinite(lon) & np.isfinite(values)
+    with _DRAW_LOCK:
+        fig = _figure(8.0, 4.6, 0.11, 0.9)
+        ax = fig.add_subplot()
+        if where.any():
+            dots = ax.scatter(lon[where], lat[where], c=values[where], s=14, cmap=colormaps["viridis"],
+                              edgecolors="none")
+            fig.colorbar(dots, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
+        else:
+            ax.text(0.5, 0.5, "no data: no observation with a position and a value", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel(f"{s.geographic[1]} [degrees_east]")
+        ax.set_ylabel(f"{s.geographic[0]} [degrees_north]")
+        ax.grid(True, alpha=0.3)
+        shown = f" ({int(where.sum()):,} observations{', sampled' if table.num_rows >= MAX_POINTS else ''})"
+        ax.set_title(_title(dataset, s, shown), fontsize=10)
         return _png(fig)
 
 
