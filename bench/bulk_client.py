@@ -46,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stream.close()
         seconds = time.perf_counter() - started
-        summary = stream.summary or {}
+        summary = stream.summary
     print(json.dumps({
         "rows": rows, "bytes": nbytes, "batches": batches, "seconds": seconds, "transport": stream.transport,
-        "choice": stream.choice, "wire_bytes": summary.get("wire_bytes"), "digest": digest if args.digest else None,
-        "streams": len(summary.get("paths") or {}) or None,
+        "choice": stream.choice, "wire_bytes": summary.wire_bytes if summary else None,
+        "digest": digest if args.digest else None, "streams": len(summary.paths) if summary and summary.paths else None,
     }))
     return 0
 

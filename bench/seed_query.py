@@ -8,6 +8,9 @@ What is measured (medians over ``repeats`` runs, floor and server alternating):
   Written with the libraries alone, not with dstp's code.
 * **dstp (gRPC stream)** — ``dstp.connect(...).query(sql)`` against a
   ``dstp serve`` process on loopback: Query rpc, Fetch stream, decode, table.
+* **server CPU** — user + system CPU seconds the ``dstp serve`` process spent
+  per dstp run (``/proc/PID/stat`` before and after the run): reading,
+  filtering, encoding and sending, whatever the wall clock's overlap.
 * **peak server RSS** — ``dstp serve`` over the ``large`` samples (> 2 GB on
   disk) while a client streams the seed query's whole result, plus the time
   to the first batch (it must arrive long before the scan ends).
@@ -98,13 +101,13 @@ def memory_on_large(root: Path) -> dict[str, Any]:
         rss, peak = srv.rss_bytes()
     return {"dataset_bytes": size, "rows": rows, "seconds": total, "first_batch_s": first,
             "server_rss_start": base_rss, "server_rss_peak": peak, "server_rss_end": rss,
-            "summary": stream.summary}
+            "summary": stream.summary.as_dict() if stream.summary else None}
 
 
 def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, Any]:
     repeats = 3 if quick else repeats
     root = samples["small" if quick else "medium"]
-    floor_runs, dstp_runs, rows = [], [], {}
+    floor_runs, dstp_runs, server_cpu, rows = [], [], [], {}
     with serve(root) as srv, dstp.connect(srv.endpoints["grpc"]) as client:
         floor_once(root / "ccm3")  # warm caches on both paths
         dstp_once(client)
@@ -112,7 +115,9 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
             n, s = floor_once(root / "ccm3")
             floor_runs.append(s)
             rows["floor"] = n
+            cpu = srv.cpu_seconds()
             n, s = dstp_once(client)
+            server_cpu.append(srv.cpu_seconds() - cpu)
             dstp_runs.append(s)
             rows["dstp"] = n
     assert rows["floor"] == rows["dstp"], rows
@@ -120,6 +125,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
         "sql": SQL, "samples": "small" if quick else "medium", "rows": rows["dstp"],
         "floor_s": floor_runs, "dstp_grpc_s": dstp_runs,
         "floor_median_s": median(floor_runs), "dstp_grpc_median_s": median(dstp_runs),
+        "server_cpu_s": server_cpu, "server_cpu_median_s": median(server_cpu),
         "ratio": median(dstp_runs) / median(floor_runs), "target_ratio": 3.0,
     }
     result["memory"] = memory_on_large(samples["small" if quick else "large"])
@@ -131,9 +137,10 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
                 {"what": "floor: netCDF4 + numpy + DuckDB + Arrow IPC round trip, in process",
                  "rows": result["rows"], "median_s": result["floor_median_s"]},
                 {"what": "dstp query over gRPC stream (separate server process, loopback)",
-                 "rows": result["rows"], "median_s": result["dstp_grpc_median_s"]},
+                 "rows": result["rows"], "median_s": result["dstp_grpc_median_s"],
+                 "cpu_s": result["server_cpu_median_s"]},
             ],
-            [("what", "path"), ("rows", "records"), ("median_s", "median s")],
+            [("what", "path"), ("rows", "records"), ("median_s", "median s"), ("cpu_s", "server CPU s")],
         )
         write_markdown(NAME, "Seed query end to end vs in-process floor", (
             f"`{SQL}` on the medium samples, medians of {repeats} alternating runs.\n\n{table}\n\n"

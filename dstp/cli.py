@@ -286,10 +286,11 @@ def _save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish:
     from dstp.errors import TruncatedResultError
 
     kind = check_file_format(out, stream.schema)
-    units = _time_units(client, stream.schema) if kind == "nc" else {}
     existed = out.exists()
     kept = f"{out} was left as it was" if existed else f"nothing was written to {out}"
     try:
+        # Inside the try: the server may break off while this rpc waits behind the records.
+        units = _time_units(client, stream.schema) if kind == "nc" else {}
         rows = save_result(stream, out, allow_truncated=args.allow_truncated, time_units=units,
                            accept="pass --allow-truncated")
     except TruncatedResultError as exc:
@@ -310,20 +311,20 @@ def _save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish:
         print(f"dstp: the partial result was discarded and {kept}", file=sys.stderr)
         return 1
     finish()
-    summary = stream.summary or {}
-    rate = summary.get("bytes", 0) / max(summary.get("seconds", 1e-9), 1e-9) / 2**20
-    print(f"{rows:,} records → {out} ({summary.get('seconds', 0):.2f} s, {rate:.1f} MiB/s over "
+    seconds, nbytes = (stream.summary.seconds, stream.summary.bytes) if stream.summary else (0.0, 0)
+    rate = nbytes / max(seconds, 1e-9) / 2**20
+    print(f"{rows:,} records → {out} ({seconds:.2f} s, {rate:.1f} MiB/s over "
           f"{stream.transport})", file=sys.stderr)
     return _truncation_status(args, stream)
 
 
 def _truncation_status(args: argparse.Namespace, stream: Any) -> int:
     """Warn on stderr if the server cut the result; return the exit status that says so."""
-    from dstp.client._client import truncation_message
+    from dstp.client._stream import truncation_message
 
     if stream.truncated_reason is None:
         return 0
-    print(f"dstp: warning: {truncation_message(stream.summary or {})}", file=sys.stderr)
+    print(f"dstp: warning: {truncation_message(stream.summary)}", file=sys.stderr)
     return 0 if args.allow_truncated else EXIT_TRUNCATED
 
 
@@ -406,9 +407,8 @@ def cmd_query(args: argparse.Namespace) -> int:
                 stream.close()
         if args.verbose and stream.summary:
             s = stream.summary
-            print(f"server read {s.get('hyperslabs_read', 0)} hyperslabs, {s.get('elements_read', 0):,} values "
-                  f"({s.get('bytes_read', 0) / 2**20:.1f} MiB) for {s.get('rows', 0):,} records in "
-                  f"{s.get('seconds', 0):.2f} s", file=sys.stderr)
+            print(f"server read {s.hyperslabs_read} hyperslabs, {s.elements_read:,} values "
+                  f"({s.bytes_read / 2**20:.1f} MiB) for {s.rows:,} records in {s.seconds:.2f} s", file=sys.stderr)
     return status
 
 

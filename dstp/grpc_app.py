@@ -1,10 +1,18 @@
-"""The gRPC adapter: translates the control plane and the Fetch stream to the service.
+"""The gRPC adapter: translates the control plane and the Fetch streams to the service.
 
-Thin by design: each rpc converts its request, calls :class:`DstpService`,
-and converts the answer to protobuf. :func:`grpc_errors` turns every dstp
-error into its gRPC status with trailing metadata (code, line, column), and
-every unexpected exception into INTERNAL with an incident id; no traceback
-reaches a client.
+Thin by design: each rpc converts its request with the wire codec
+(:mod:`dstp.transport.codec`), calls :class:`DstpService`, and converts the
+answer back. A ticket becomes data only through ``service.open_source``
+(Fetch, FetchFile); ``Run`` plans and starts its query directly, with no
+ticket to issue and redeem. :func:`grpc_errors` turns every dstp error into
+its gRPC status with trailing metadata (code, line, column), and every
+unexpected exception into INTERNAL with an incident id; no traceback reaches
+a client.
+
+Record batches and file blocks are not built into protobuf messages: the
+streams' response serializers (:func:`add_to_server`) frame an IPC message's
+own buffers, or a block of the file's memory map, with one copy into the
+bytes gRPC sends (see ``fetch_response_bytes`` in the codec).
 """
 
 from __future__ import annotations
@@ -14,28 +22,27 @@ import logging
 import threading
 import time
 import uuid
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
 
 from dstp.errors import DstpError, QueryError, ServerError, TicketError
-from dstp.metadata import ColumnInfo, DatasetDetails, DatasetSummary
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.service import DstpService, QueryHandle
-from dstp.transport.ipc import BatchEncoder
-from dstp.transport.sources import FileSource
+from dstp.service import DstpService, Offer, QueryHandle
+from dstp.transport import codec
+from dstp.transport.codec import ChannelOffer, QueryInfo
+from dstp.transport.sources import FileSource, MessageSource, QuerySource
 
-__all__ = ["DstpServicer", "grpc_errors", "CHANNEL_KIND", "COMPRESSION"]
+__all__ = ["DstpServicer", "add_to_server", "fetch_response_bytes", "grpc_errors"]
 
 log = logging.getLogger("dstp.grpc")
 
-CHANNEL_KIND = {"grpc": pb.GRPC_STREAM, "striped": pb.STRIPED_TCP, "udt": pb.UDT}
-CHANNEL_NAME = {v: k for k, v in CHANNEL_KIND.items()}
-COMPRESSION = {"none": pb.NONE, "lz4": pb.LZ4_FRAME, "zstd": pb.ZSTD}
-COMPRESSION_NAME = {v: k for k, v in COMPRESSION.items()} | {pb.COMPRESSION_UNSPECIFIED: "none"}
 MAX_PING_BYTES = 2**20
 GRPC_CHUNK = 2 * 2**20  # file bytes per FileChunk message
+
+#: The serializer of Fetch and Run responses (IPC messages framed without protobuf's copies).
+fetch_response_bytes = codec.fetch_response_bytes
 
 
 @contextlib.contextmanager
@@ -59,154 +66,81 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         context.abort(grpc.StatusCode.INTERNAL, err.message)
 
 
-def summary_pb(s: DatasetSummary) -> pb.DatasetSummary:
-    msg = pb.DatasetSummary(
-        id=s.id, title=s.title, summary=s.summary, keywords=list(s.keywords), attributes=list(s.attributes),
-        default_grid=list(s.default_grid), default_grid_rows=s.default_grid_rows,
-        time_start=s.time_start, time_end=s.time_end, size_bytes=s.size_bytes, access_policy=s.access_policy,
-    )
-    if s.bbox is not None:
-        msg.has_bbox = True
-        msg.lat_min, msg.lat_max, msg.lon_min, msg.lon_max = s.bbox
-    return msg
+def _offer(o: Offer) -> ChannelOffer:
+    return ChannelOffer(o.kind, o.ticket.token, o.ticket.expires_at_unix_ms, o.endpoint, o.streams, o.compression,
+                        o.congestion_control)
 
 
-def _column_pb(c: ColumnInfo) -> pb.Column:
-    return pb.Column(
-        name=c.name, variable=c.variable, dimensions=list(c.dimensions), units=c.units,
-        description=c.description, arrow_type=c.arrow_type,
-        cf=[pb.KeyValue(key=k, value=v) for k, v in c.cf],
-        packed=c.packed, nullable=c.nullable, coordinate=c.coordinate, missing_from=list(c.missing_from),
-        role=c.role, note=c.note,
-    )
-
-
-def details_pb(d: DatasetDetails) -> pb.DatasetDescription:
-    return pb.DatasetDescription(
-        summary=summary_pb(d.summary),
-        dimensions=[
-            pb.Dimension(name=x.name, size=x.size, coordinate=x.coordinate, min=x.min, max=x.max,
-                         order=x.order, units=x.units, calendar=x.calendar, axis=x.axis)
-            for x in d.dimensions
-        ],
-        coordinates=[_column_pb(c) for c in d.coordinates],
-        attributes=[_column_pb(c) for c in d.attributes],
-        files=[pb.DataFile(name=f.name, size_bytes=f.size_bytes, format=f.format, start=f.start, count=f.count,
-                           first=f.first, last=f.last)
-               for f in d.files],
-        correlation_keys=[pb.CorrelationKey(name=k.name, column=k.column, standard_name=k.standard_name,
-                                            units=k.units) for k in d.correlation_keys],
-        aggregate_dimension=d.aggregate_dimension,
-        global_attributes=[pb.KeyValue(key=k, value=v) for k, v in d.global_attributes],
-        license=d.license, source=d.source, descriptor_xml=d.descriptor_xml,
-        coverage=[pb.CoverageRun(first=r.first, last=r.last, start=r.start, stop=r.stop) for r in d.coverage],
-        warnings=list(d.warnings),
-        grid_mappings=[
-            pb.GridMapping(name=m.name, grid_mapping_name=m.grid_mapping_name,
-                           parameters=[pb.KeyValue(key=k, value=v) for k, v in m.parameters],
-                           wkt=m.wkt, proj=m.proj, problem=m.problem)
-            for m in d.grid_mappings
-        ],
-    )
-
-
-def query_response_pb(handle: QueryHandle) -> pb.QueryResponse:
+def _plan(handle: QueryHandle, offers: tuple[ChannelOffer, ...]) -> pb.QueryResponse:
+    """Return the QueryResponse of a planned query with ``offers``."""
     prepared = handle.prepared
     sampling = prepared.query.sampling
-    return pb.QueryResponse(
-        query_id=handle.query_id,
-        arrow_schema=prepared.schema.serialize().to_pybytes(),
-        scan_rows=prepared.scan_rows,
-        estimated_rows=prepared.estimated_rows(),
-        estimated_bytes=prepared.estimated_bytes(),
-        max_rows=prepared.plan.max_rows(),
-        offers=[
-            pb.ChannelOffer(
-                kind=CHANNEL_KIND[o.kind], ticket=o.ticket.token, expires_at_unix_ms=o.ticket.expires_at_unix_ms,
-                endpoint=o.endpoint, streams=o.streams, compression=COMPRESSION[o.compression],
-                congestion_control=o.congestion_control,
-            )
-            for o in handle.offers
-        ],
-        grid=list(prepared.plan.grid),
-        hyperslab=[
-            pb.HyperslabRange(dimension=d, start=r.start, stop=r.stop, step=r.step)
-            for d, r in zip(prepared.plan.hyperslab.dims, prepared.plan.hyperslab.ranges)
-        ],
-        sample_seed=sampling.seed if sampling else 0,
-        sampled=sampling is not None,
-    )
+    return codec.query_response_pb(QueryInfo(
+        query_id=handle.query_id, schema=handle.schema, scan_rows=prepared.scan_rows,
+        estimated_rows=handle.estimated_rows, estimated_bytes=handle.estimated_bytes,
+        grid=tuple(handle.plan.grid), hyperslab=handle.plan.hyperslab.as_dict(), offers=offers,
+        sample_seed=sampling.seed if sampling else None, max_rows=handle.max_rows, max_bytes=handle.max_bytes,
+    ))
 
 
 class DstpServicer(pb_grpc.DstpServicer):
-    """The Dstp gRPC service over a :class:`DstpService`."""
+    """The Dstp gRPC service over a :class:`DstpService` (register it with :func:`add_to_server`)."""
 
     def __init__(self, service: DstpService) -> None:
         self.service = service
 
     def ListDatasets(self, request: pb.ListDatasetsRequest, context: grpc.ServicerContext) -> pb.ListDatasetsResponse:
         with grpc_errors(context):
-            return pb.ListDatasetsResponse(datasets=[summary_pb(s) for s in self.service.datasets()])
+            return pb.ListDatasetsResponse(datasets=[codec.summary_pb(s) for s in self.service.datasets()])
         raise AssertionError("unreachable")
 
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DatasetDescription:
         with grpc_errors(context):
-            return details_pb(self.service.describe(request.id))
+            return codec.details_pb(self.service.describe(request.id))
         raise AssertionError("unreachable")
 
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
         with grpc_errors(context):
-            channels = []
-            for kind in request.channels:
-                if kind not in CHANNEL_NAME:
-                    raise QueryError(f"unknown channel kind {kind}")
-                channels.append(CHANNEL_NAME[kind])
             handle = self.service.query(
                 request.sql,
-                channels,
+                [codec.channel_kind_name(k) for k in request.channels],
                 streams=request.streams,
-                compression=COMPRESSION_NAME.get(request.compression, "none"),
+                compression=codec.compression_name(request.compression),
                 congestion_control=request.congestion_control,
             )
-            return query_response_pb(handle)
+            return _plan(handle, tuple(_offer(o) for o in handle.offers))
         raise AssertionError("unreachable")
 
-    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
+    def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            yield from self._stream(request.ticket, context)
+            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context))
+            if not isinstance(source, QuerySource):
+                source.close()
+                raise TicketError("this ticket is for a file; fetch it with FetchFile or `dstp get`")
+            yield from _records(source)
 
-    def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
+    def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            handle = self.service.query(request.sql, ["grpc"],
-                                        compression=COMPRESSION_NAME.get(request.compression, "none"))
-            plan = query_response_pb(handle)
+            compression = codec.compression_name(request.compression)
+            execution = self.service.run(request.sql, _cancel_on_exit(context))
+            try:
+                source = execution.source(compression)
+            except BaseException:
+                execution.close()
+                raise
+            # Nothing to redeem: the only offer is this stream, without a ticket.
+            here = ChannelOffer("grpc", b"", 0, "", 1, compression)
+            try:
+                plan = _plan(execution.handle, (here,))
+            except BaseException:
+                source.close()
+                raise
             yield pb.FetchResponse(plan=plan)
-            yield from self._stream(plan.offers[0].ticket, context)
-
-    def _stream(self, ticket: bytes, context: grpc.ServicerContext) -> Iterator[pb.FetchResponse]:
-        """Yield a GRPC_STREAM ticket's responses: schema, batches, summary."""
-        cancel = threading.Event()
-        context.add_callback(cancel.set)  # client gone or deadline: stop reading files
-        pending = self.service.redeem(ticket, "grpc")
-        execution = self.service.execute(pending, cancel)
-        encoder = BatchEncoder(execution.schema, execution.pending.compression)
-        yield pb.FetchResponse(ipc_message=encoder.schema_message().to_pybytes())
-        for batch in execution.batches():
-            yield pb.FetchResponse(ipc_message=encoder.encode(batch).to_pybytes())
-        s = execution.summary
-        log.info("query %s sent %d rows, %d bytes in %.3f s%s", execution.query_id, s.rows, s.bytes,
-                 s.seconds, " (truncated)" if s.truncated else "")
-        yield pb.FetchResponse(
-            summary=pb.FetchSummary(
-                rows=s.rows, bytes=s.bytes, batches=s.batches, truncated=s.truncated,
-                truncated_reason=s.truncated_reason, seconds=s.seconds,
-                hyperslabs_read=s.stats.hyperslabs, elements_read=s.stats.elements, bytes_read=s.stats.bytes,
-            )
-        )
+            yield from _records(source)
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
         with grpc_errors(context):
-            channels = [CHANNEL_NAME[k] for k in request.channels if k in CHANNEL_NAME]
+            channels = [codec.channel_kind_name(k) for k in request.channels]
             length = request.range.length if request.HasField("range") else -1
             offset = request.range.offset if request.HasField("range") else 0
             handle = self.service.open_file(
@@ -218,32 +152,24 @@ class DstpServicer(pb_grpc.DstpServicer):
             return pb.OpenFileResponse(
                 size=f.size, mtime_ns=f.mtime_ns, range=pb.ByteRange(offset=f.offset, length=f.length),
                 crc32c=f.crc32c, block_size=handle.block_size,
-                offers=[
-                    pb.ChannelOffer(
-                        kind=CHANNEL_KIND[o.kind], ticket=o.ticket.token,
-                        expires_at_unix_ms=o.ticket.expires_at_unix_ms, endpoint=o.endpoint, streams=o.streams,
-                        compression=pb.NONE, congestion_control=o.congestion_control,
-                    )
-                    for o in handle.offers
-                ],
+                offers=[codec.offer_pb(_offer(o)) for o in handle.offers],
             )
         raise AssertionError("unreachable")
 
-    def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[pb.FileChunk]:
+    def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            pending = self.service.redeem(request.ticket, "grpc")
-            if pending.file is None:
+            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context))
+            if not isinstance(source, FileSource):
+                source.close()
                 raise TicketError("this ticket is for a query; fetch it with Fetch")
-            f = pending.file
-            self.service.acquire_slot()
-            source = FileSource(f.path, f.missing, GRPC_CHUNK, on_close=self.service.release_slot)
             blocks = source.messages()
             try:
-                for payload, offset in blocks:
-                    if not context.is_active():
-                        break
-                    yield pb.FileChunk(offset=offset, data=payload.tobytes())
-                    payload.release()
+                for block, offset in blocks:
+                    for start in range(0, block.nbytes, GRPC_CHUNK):
+                        chunk = block[start:start + GRPC_CHUNK]
+                        yield offset + start, chunk  # serialized (one copy) before the generator resumes
+                        chunk.release()
+                    block.release()
             finally:
                 blocks.close()
                 source.close()
@@ -254,3 +180,56 @@ class DstpServicer(pb_grpc.DstpServicer):
                 raise QueryError(f"ping payload is limited to {MAX_PING_BYTES} bytes")
             return pb.PingResponse(payload=request.payload, server_time_unix_ns=time.time_ns())
         raise AssertionError("unreachable")
+
+
+def _cancel_on_exit(context: grpc.ServicerContext) -> threading.Event:
+    """Return an event set when the rpc ends (client gone, deadline): the query stops reading files."""
+    cancel = threading.Event()
+    context.add_callback(cancel.set)
+    return cancel
+
+
+def _records(source: MessageSource) -> Iterator[Any]:
+    """Yield a query source's IPC messages (schema first), then its FetchSummary."""
+    messages = source.messages()
+    try:
+        for message, _ in messages:
+            yield message
+        summary = source.summary()
+    finally:
+        messages.close()
+        source.close()
+    log.info("query %s sent %d rows, %d bytes in %.3f s%s", source.label, summary.rows, summary.bytes,
+             summary.server_seconds, " (truncated)" if summary.truncated else "")
+    yield pb.FetchResponse(summary=codec.fetch_summary_pb(summary))
+
+
+def _file_chunk_bytes(chunk: tuple[int, memoryview]) -> bytes:
+    return codec.file_chunk_bytes(*chunk)
+
+
+def add_to_server(servicer: DstpServicer, server: grpc.Server) -> None:
+    """Register ``servicer``'s rpcs with ``server``: the generated handlers, except for the streams' serializers."""
+    def unary(method: Any, request: Any, response: Any) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(method, request_deserializer=request.FromString,
+                                                   response_serializer=response.SerializeToString)
+
+    def stream(method: Any, request: Any, serializer: Any) -> grpc.RpcMethodHandler:
+        return grpc.unary_stream_rpc_method_handler(method, request_deserializer=request.FromString,
+                                                    response_serializer=serializer)
+
+    handlers = {
+        "ListDatasets": unary(servicer.ListDatasets, pb.ListDatasetsRequest, pb.ListDatasetsResponse),
+        "Describe": unary(servicer.Describe, pb.DescribeRequest, pb.DatasetDescription),
+        "Query": unary(servicer.Query, pb.QueryRequest, pb.QueryResponse),
+        "Fetch": stream(servicer.Fetch, pb.FetchRequest, fetch_response_bytes),
+        "Run": stream(servicer.Run, pb.QueryRequest, fetch_response_bytes),
+        "Ping": unary(servicer.Ping, pb.PingRequest, pb.PingResponse),
+        "OpenFile": unary(servicer.OpenFile, pb.OpenFileRequest, pb.OpenFileResponse),
+        "FetchFile": stream(servicer.FetchFile, pb.FetchRequest, _file_chunk_bytes),
+    }
+    name = pb.DESCRIPTOR.services_by_name["Dstp"].full_name
+    missing = {m.name for m in pb.DESCRIPTOR.services_by_name["Dstp"].methods} - set(handlers)
+    assert not missing, f"rpcs without a handler: {missing}"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)  # type: ignore[attr-defined]  # grpc-stubs lag

@@ -18,23 +18,22 @@ import errno
 import logging
 import socket
 import threading
-from functools import partial
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import grpc
 import platformdirs
 
 from dstp.catalog.registry import Catalog
 from dstp.errors import CatalogError
-from dstp.grpc_app import DstpServicer
-from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.grpc_app import DstpServicer, add_to_server
 from dstp.query.execute import warm_up
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer, TransferSpec
-from dstp.transport.sources import FileSource, QuerySource
+from dstp.transport.channel_server import DataChannelServer
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 
 __all__ = ["DstpServer", "default_catalog_root"]
@@ -61,11 +60,17 @@ class Endpoints:
 
 
 class DstpServer:
-    """A running dstp server (use as a context manager, or start()/stop())."""
+    """A running dstp server (use as a context manager, or start()/stop()).
 
-    def __init__(self, settings: Settings, catalog: Catalog | None = None) -> None:
+    ``clock`` (wall-clock seconds) is what tickets are issued and expire by,
+    in the service and on the data channels; tests pass one they can advance.
+    """
+
+    def __init__(self, settings: Settings, catalog: Catalog | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.catalog = catalog
+        self.clock = clock
         self.service: DstpService | None = None
         self.endpoints: Endpoints | None = None
         self._grpc: grpc.Server | None = None
@@ -101,7 +106,7 @@ class DstpServer:
             log.warning("not published: %s", problem)
         log.info("catalog %s: %d datasets published, %d skipped", catalog.root, len(catalog),
                  len(catalog.problems))
-        self.service = DstpService(catalog, s)
+        self.service = DstpService(catalog, s, clock=self.clock)
         warm_up(s)
         options = [
             ("grpc.max_send_message_length", s.grpc_max_message_bytes),
@@ -113,7 +118,7 @@ class DstpServer:
             options=options,
             maximum_concurrent_rpcs=s.grpc_workers * 4,
         )
-        pb_grpc.add_DstpServicer_to_server(DstpServicer(self.service), self._grpc)
+        add_to_server(DstpServicer(self.service), self._grpc)
         try:
             port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
         except RuntimeError:  # taken between the check and now; grpc says only "Failed to bind"
@@ -132,15 +137,15 @@ class DstpServer:
         s, service, endpoints = self.settings, self.service, self.endpoints
         assert service is not None and endpoints is not None
         if s.http_port >= 0:
-            from dstp.http_app import start_http_server
+            from dstp.http.app import start_http_server
 
             http = start_http_server(service, s)
             self._extras.append(http)
             endpoints.http = http.endpoint
         if s.data_port >= 0:
             channel = DataChannelServer(
-                "striped", TcpListener(s.host, s.data_port), partial(self._open_transfer, "striped"),
-                window_bytes=s.window_bytes,
+                "striped", TcpListener(s.host, s.data_port), service.open_source,
+                window_bytes=s.window_bytes, clock=self.clock,
             )
             channel.start()
             self._extras.append(channel)
@@ -156,26 +161,13 @@ class DstpServer:
                 log.warning("UDT channel not offered: %s", udt.unavailable_reason())
             else:
                 channel = DataChannelServer(
-                    "udt", udt.UdtChannelListener(s.host, s.udt_port), partial(self._open_transfer, "udt"),
-                    window_bytes=s.window_bytes,
+                    "udt", udt.UdtChannelListener(s.host, s.udt_port), service.open_source,
+                    window_bytes=s.window_bytes, clock=self.clock,
                 )
                 channel.start()
                 self._extras.append(channel)
                 endpoints.udt = channel.endpoint
                 service.register_channel(ChannelInfo("udt", channel.endpoint))
-
-    def _open_transfer(self, kind: str, token: bytes) -> TransferSpec:
-        """Redeem a data-channel ticket: start its query (or open its file); return what to send."""
-        assert self.service is not None
-        pending = self.service.redeem(token, kind)
-        options = {"congestion_control": pending.congestion_control}
-        if pending.file is not None:
-            f = pending.file
-            self.service.acquire_slot()
-            source = FileSource(f.path, f.missing, self.settings.block_bytes, on_close=self.service.release_slot)
-            return TransferSpec(source, pending.expires_at, pending.query_id, options)
-        execution = self.service.execute(pending)
-        return TransferSpec(QuerySource(execution, pending.compression), pending.expires_at, pending.query_id, options)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, cancel running queries, close files (also after a failed start)."""

@@ -10,24 +10,24 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class ChannelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHANNEL_KIND_UNSPECIFIED: _ClassVar[ChannelKind]
-    GRPC_STREAM: _ClassVar[ChannelKind]
-    STRIPED_TCP: _ClassVar[ChannelKind]
-    UDT: _ClassVar[ChannelKind]
+    CHANNEL_KIND_GRPC_STREAM: _ClassVar[ChannelKind]
+    CHANNEL_KIND_STRIPED_TCP: _ClassVar[ChannelKind]
+    CHANNEL_KIND_UDT: _ClassVar[ChannelKind]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     COMPRESSION_UNSPECIFIED: _ClassVar[Compression]
-    NONE: _ClassVar[Compression]
-    LZ4_FRAME: _ClassVar[Compression]
-    ZSTD: _ClassVar[Compression]
+    COMPRESSION_NONE: _ClassVar[Compression]
+    COMPRESSION_LZ4_FRAME: _ClassVar[Compression]
+    COMPRESSION_ZSTD: _ClassVar[Compression]
 CHANNEL_KIND_UNSPECIFIED: ChannelKind
-GRPC_STREAM: ChannelKind
-STRIPED_TCP: ChannelKind
-UDT: ChannelKind
+CHANNEL_KIND_GRPC_STREAM: ChannelKind
+CHANNEL_KIND_STRIPED_TCP: ChannelKind
+CHANNEL_KIND_UDT: ChannelKind
 COMPRESSION_UNSPECIFIED: Compression
-NONE: Compression
-LZ4_FRAME: Compression
-ZSTD: Compression
+COMPRESSION_NONE: Compression
+COMPRESSION_LZ4_FRAME: Compression
+COMPRESSION_ZSTD: Compression
 
 class ListDatasetsRequest(_message.Message):
     __slots__ = ()
@@ -40,7 +40,7 @@ class ListDatasetsResponse(_message.Message):
     def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetSummary, _Mapping]]] = ...) -> None: ...
 
 class DatasetSummary(_message.Message):
-    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "has_bbox", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy")
+    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -50,7 +50,6 @@ class DatasetSummary(_message.Message):
     DEFAULT_GRID_ROWS_FIELD_NUMBER: _ClassVar[int]
     TIME_START_FIELD_NUMBER: _ClassVar[int]
     TIME_END_FIELD_NUMBER: _ClassVar[int]
-    HAS_BBOX_FIELD_NUMBER: _ClassVar[int]
     LAT_MIN_FIELD_NUMBER: _ClassVar[int]
     LAT_MAX_FIELD_NUMBER: _ClassVar[int]
     LON_MIN_FIELD_NUMBER: _ClassVar[int]
@@ -66,14 +65,13 @@ class DatasetSummary(_message.Message):
     default_grid_rows: int
     time_start: str
     time_end: str
-    has_bbox: bool
     lat_min: float
     lat_max: float
     lon_min: float
     lon_max: float
     size_bytes: int
     access_policy: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., has_bbox: _Optional[bool] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("id",)
@@ -276,7 +274,7 @@ class HyperslabRange(_message.Message):
     def __init__(self, dimension: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class QueryResponse(_message.Message):
-    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "sampled", "max_rows")
+    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "max_rows", "max_bytes")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     SCAN_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -286,8 +284,8 @@ class QueryResponse(_message.Message):
     GRID_FIELD_NUMBER: _ClassVar[int]
     HYPERSLAB_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_SEED_FIELD_NUMBER: _ClassVar[int]
-    SAMPLED_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     arrow_schema: bytes
     scan_rows: int
@@ -297,9 +295,9 @@ class QueryResponse(_message.Message):
     grid: _containers.RepeatedScalarFieldContainer[str]
     hyperslab: _containers.RepeatedCompositeFieldContainer[HyperslabRange]
     sample_seed: int
-    sampled: bool
     max_rows: int
-    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., sampled: _Optional[bool] = ..., max_rows: _Optional[int] = ...) -> None: ...
+    max_bytes: int
+    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("ticket",)

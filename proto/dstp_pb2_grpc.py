@@ -110,7 +110,7 @@ class DstpServicer:
     def Fetch(self, request, context):
         """Streams the records of a query over this gRPC connection: first an Arrow
         IPC schema message, then one IPC record-batch message per response, then
-        a FetchSummary. Consumes a GRPC_STREAM ticket. PERMISSION_DENIED for an
+        a FetchSummary. Consumes a CHANNEL_KIND_GRPC_STREAM ticket. PERMISSION_DENIED for an
         unknown, used or expired ticket.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -120,9 +120,10 @@ class DstpServicer:
     def Run(self, request, context):
         """Query and Fetch in one round trip, for results wanted over this gRPC
         connection: the first response carries the plan (a QueryResponse whose
-        only offer is GRPC_STREAM), then the stream continues as Fetch's does.
-        The request's channels, streams and congestion_control are ignored.
-        Errors are Query's and Fetch's.
+        only offer is CHANNEL_KIND_GRPC_STREAM, with an empty ticket: nothing is
+        issued or redeemed, the records follow on this stream), then the stream
+        continues as Fetch's does. The request's channels, streams and
+        congestion_control are ignored. Errors are Query's and Fetch's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -146,8 +147,8 @@ class DstpServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FetchFile(self, request, context):
-        """Streams file blocks over this gRPC connection for a GRPC_STREAM ticket of
-        OpenFile (the baseline bulk path).
+        """Streams file blocks over this gRPC connection for a CHANNEL_KIND_GRPC_STREAM
+        ticket of OpenFile (the baseline bulk path).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,10 +7,12 @@ import dstp.catalog
 import dstp.client
 import dstp.errors
 import dstp.query
+import dstp.service
+import dstp.transport.codec
 
 
 def test_exports_resolve() -> None:
-    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query):
+    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query, dstp.service, dstp.transport.codec):
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{module.__name__}.{name}"
 

@@ -54,7 +54,11 @@ class GateProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:  # the server is gone (killed by the test): refuse, as a real proxy would
+                client.close()
+                continue
             self._socks += [client, server]
             for src, dst, down in ((client, server, False), (server, client, True)):
                 t = threading.Thread(target=self._pump, args=(src, dst, down), daemon=True)

@@ -1,12 +1,14 @@
 """The server side of a data channel: accept connections, check tickets, run transfers.
 
-Transport-neutral: it takes a :class:`Listener` (TCP here, UDT in
-``transport/udt.py``) and an ``open_transfer`` callback supplied by the
-server assembly, which redeems a ticket and returns what to send. Every
-connection starts with a HELLO frame within ``hello_timeout`` seconds; a
-connection that sends anything else, random bytes, a bad or expired ticket,
-gets an ERROR frame (when possible) and is closed — and the server goes on
-serving everyone else.
+Transport-neutral: it takes a :class:`Listener` (TCP in ``transport/tcp.py``,
+UDT in ``transport/udt.py``, in-process pipes in ``transport/memory.py``) and
+the service's ``open_source(ticket, kind, cancel)``, which redeems a ticket
+and returns what to send (:class:`~dstp.transport.sources.MessageSource`).
+Both are given at construction; nothing here calls back into the server
+assembly. Every connection starts with a HELLO frame within
+``hello_timeout`` seconds; a connection that sends anything else, random
+bytes, a bad or expired ticket, gets an ERROR frame (when possible) and is
+closed — and the server goes on serving everyone else.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketExpiredError, TransportError
@@ -22,7 +23,7 @@ from dstp.transport.frames import MAX_CONTROL_PAYLOAD, Conn, Kind, control_paylo
 from dstp.transport.sources import MessageSource
 from dstp.transport.transfer import Transfer
 
-__all__ = ["DataChannelServer", "Listener", "TransferSpec"]
+__all__ = ["DataChannelServer", "Listener", "OpenSource"]
 
 log = logging.getLogger("dstp.transport")
 
@@ -45,44 +46,42 @@ class Listener(Protocol):
         """Stop accepting."""
 
 
-@dataclass(frozen=True, slots=True)
-class TransferSpec:
-    """What ``open_transfer`` returns for a redeemed ticket."""
-
-    source: MessageSource
-    expires_at: float
-    label: str
-    options: dict[str, Any] = field(default_factory=dict)
+#: Redeems a ticket for a channel kind and returns what to send (DstpService.open_source).
+OpenSource = Callable[[bytes, str, threading.Event | None], MessageSource]
 
 
 class DataChannelServer:
-    """Runs one data channel (one listener) for a dstp server."""
+    """Runs one data channel (one listener) for a dstp server.
+
+    ``kind`` is the channel whose tickets it redeems ("striped", "udt");
+    ``clock`` gives wall-clock seconds, compared with tickets' expiry.
+    """
 
     def __init__(
         self,
         kind: str,
         listener: Listener,
-        open_transfer: Callable[[bytes], TransferSpec],
+        open_source: OpenSource,
         *,
         window_bytes: int = 64 * 2**20,
         resume_timeout: float = 60.0,
         hello_timeout: float = 10.0,
         max_connections: int = 512,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.kind = kind
         self.listener = listener
-        self.open_transfer = open_transfer
+        self.open_source = open_source
         self.window_bytes = window_bytes
         self.resume_timeout = resume_timeout
         self.hello_timeout = hello_timeout
+        self.clock = clock
         self._slots = threading.BoundedSemaphore(max_connections)
         self._transfers: dict[bytes, Transfer] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self.rejected = 0
-        #: Test hook handed to every new transfer (see Transfer.tamper).
-        self.tamper: Callable[[int, Any], bytes | None] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -180,18 +179,16 @@ class DataChannelServer:
         with self._lock:
             transfer = self._transfers.get(ticket)
             if transfer is None:
-                spec = self.open_transfer(ticket)
+                source = self.open_source(ticket, self.kind, None)
                 transfer = Transfer(
-                    ticket, spec.source, expires_at=spec.expires_at, window_bytes=self.window_bytes,
-                    resume_timeout=self.resume_timeout, on_done=self._forget, label=spec.label,
+                    ticket, source, expires_at=source.expires_at, window_bytes=self.window_bytes,
+                    resume_timeout=self.resume_timeout, on_done=self._forget, label=source.label,
                 )
-                transfer.options = spec.options  # type: ignore[attr-defined]
-                transfer.tamper = self.tamper
                 self._transfers[ticket] = transfer
                 transfer.start()
-            elif time.time() > transfer.expires_at:
+            elif self.clock() > transfer.expires_at:
                 raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
-        self.listener.configure(conn, getattr(transfer, "options", {}))
+        self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
         generation = transfer.attach(stripe, conn, acked, have)
         return transfer, stripe, generation
 
@@ -205,7 +202,7 @@ class DataChannelServer:
         while not self._stopped.wait(1.0):
             with self._lock:
                 transfers = list(self._transfers.values())
-            now = time.time()
+            now = self.clock()
             for t in transfers:
                 idle = t.idle_for()
                 if idle > self.resume_timeout or (idle > 0 and now > t.expires_at):

@@ -56,6 +56,7 @@ __all__ = [
     "Header",
     "Kind",
     "encode_header",
+    "payload_views",
     "recv_checked",
     "recv_frame",
     "recv_header",
@@ -98,23 +99,47 @@ class Frame:
             raise ProtocolError(f"{self.kind.name} frame payload is not JSON") from exc
 
 
-def _checksum(header: bytes, payload: Any) -> tuple[int, int]:
+def payload_views(payload: Any) -> list[memoryview]:
+    """Return a payload's bytes as views, without copying: one buffer, or a message held in ``parts``.
+
+    A query's record batch arrives as an IPC message in parts (its metadata,
+    then the batch's own body buffers: dstp.transport.ipc.IpcMessage); a file
+    block, a schema or a control payload as one buffer.
+    """
+    parts = getattr(payload, "parts", None)
+    views = []
+    for part in (payload,) if parts is None else parts:
+        view = memoryview(part)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        if view.nbytes:
+            views.append(view)
+    return views
+
+
+def _checksum(header: bytes, views: list[memoryview]) -> tuple[int, int]:
     """Return (frame checksum, CRC-32C of the payload alone).
 
     The payload comes first so that its own CRC falls out of the same pass: a
     download combines the blocks' CRCs into the whole file's (transport/crc.py).
     """
-    body = crc32c.crc32c(payload) if len(payload) else 0
+    body = 0
+    for view in views:
+        body = crc32c.crc32c(view, body)
     return crc32c.crc32c(header, body), body
 
 
 def encode_header(kind: Kind, stripe: int, sequence: int, offset: int, payload: Any) -> bytes:
-    """Return the 32-byte header of a frame carrying ``payload`` (any bytes-like object)."""
-    length = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+    """Return the 32-byte header of a frame carrying ``payload`` (bytes-like, or a message in ``parts``)."""
+    return _header(kind, stripe, sequence, offset, payload_views(payload))
+
+
+def _header(kind: Kind, stripe: int, sequence: int, offset: int, views: list[memoryview]) -> bytes:
+    length = sum(v.nbytes for v in views)
     if length > MAX_PAYLOAD:
         raise ProtocolError(f"frame payload of {length} bytes exceeds {MAX_PAYLOAD}")
     blank = HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, 0)
-    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, _checksum(blank, payload)[0])
+    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, _checksum(blank, views)[0])
 
 
 def control_payload(obj: Any) -> bytes:
@@ -129,7 +154,7 @@ class Conn(Protocol):
     """A reliable byte stream a channel frames: a TCP socket or a UDT socket."""
 
     def send_parts(self, parts: list[memoryview | bytes]) -> None:
-        """Send every byte of ``parts`` in order, without copying them."""
+        """Send every byte of ``parts`` in order, without copying them (any number of parts)."""
 
     def recv_into(self, view: memoryview) -> int:
         """Receive up to ``len(view)`` bytes into ``view``; return 0 at end of stream."""
@@ -138,19 +163,12 @@ class Conn(Protocol):
         """Close the connection (idempotent)."""
 
 
-def send_frame(
-    conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"", *, wire: Any = None
-) -> int:
-    """Send one frame without copying ``payload``; return the bytes sent.
-
-    ``wire`` (tests only) replaces the payload bytes actually sent, while the
-    header still describes ``payload``: how fault tests corrupt a frame.
-    """
-    view = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else memoryview(payload)
-    header = encode_header(kind, stripe, sequence, offset, view)
-    body = view if wire is None else memoryview(wire)
-    conn.send_parts([header, body] if body.nbytes else [header])
-    return len(header) + view.nbytes
+def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"") -> int:
+    """Send one frame without copying ``payload`` (bytes-like, or a message in ``parts``); return the bytes sent."""
+    views = payload_views(payload)
+    header = _header(kind, stripe, sequence, offset, views)
+    conn.send_parts([header, *views])
+    return len(header) + sum(v.nbytes for v in views)
 
 
 def _recv_exact(conn: Conn, view: memoryview) -> None:
@@ -218,7 +236,7 @@ def recv_checked(conn: Conn, header: Header, into: memoryview | None = None) -> 
         raise ProtocolError("payload buffer of the wrong size")
     if header.length:
         _recv_exact(conn, payload)
-    frame_crc, body_crc = _checksum(header.blank, payload)
+    frame_crc, body_crc = _checksum(header.blank, [payload])
     if frame_crc != header.checksum:
         raise IntegrityError(
             f"checksum mismatch in {header.kind.name} frame {header.sequence} on stripe {header.stripe}: "

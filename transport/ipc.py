@@ -5,47 +5,122 @@ schema first, then one message per record batch. Each message stands alone
 (``pyarrow.ipc.read_message``), so channels can frame, stripe and reorder
 them freely. Batch bodies may be compressed per message (Arrow's own LZ4
 frame or ZSTD buffer compression), negotiated per query.
+
+An encoded batch is an :class:`IpcMessage`: its metadata (a few hundred
+bytes) and the batch's body buffers themselves, never joined. A data channel
+hands those parts to ``sendmsg`` (or UDT's ``sendall_buffers``) and the gRPC
+stream frames them with one copy (:func:`dstp.transport.codec.fetch_response_bytes`);
+``RecordBatch.serialize()``, which copies the whole body into a new buffer,
+is not on the path. Arrow's stream writer produces the parts: given a Python
+sink, it passes body buffers as ``pyarrow.Buffer`` objects over the batch's
+own memory, and its bytes are exactly ``serialize()``'s.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from dstp.errors import IntegrityError
 
-__all__ = ["COMPRESSIONS", "BatchDecoder", "BatchEncoder"]
+__all__ = ["COMPRESSIONS", "BatchDecoder", "BatchEncoder", "IpcMessage"]
 
 #: Compression names accepted by dstp, mapped to Arrow's codec names.
 COMPRESSIONS: dict[str, str | None] = {"none": None, "lz4": "lz4", "zstd": "zstd"}
 
 
+@dataclass(frozen=True, slots=True)
+class IpcMessage:
+    """One Arrow IPC encapsulated message held as its parts: metadata bytes and body buffers, in order."""
+
+    parts: tuple[Any, ...]
+    nbytes: int
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def to_buffer(self) -> pa.Buffer:
+        """Return the message as one buffer (a copy; for readers that need it contiguous)."""
+        return pa.py_buffer(b"".join(self.parts))
+
+
+class _PartsSink:
+    """A write-only file for Arrow's IPC writer that keeps what it is given instead of copying it.
+
+    Arrow hands body buffers over as ``pyarrow.Buffer`` (the batch's memory) and
+    metadata and padding as small ``bytes``; consecutive small writes are
+    gathered into one part so that a message is a handful of iovecs.
+    """
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self._small = bytearray()
+        self.nbytes = 0
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, pa.Buffer):
+            self._flush()
+            if data.size:
+                self.parts.append(data)
+            size = data.size
+        else:
+            size = memoryview(data).nbytes
+            self._small += data
+        self.nbytes += size
+        return size
+
+    def _flush(self) -> None:
+        if self._small:
+            self.parts.append(bytes(self._small))
+            self._small.clear()
+
+    def take(self) -> IpcMessage:
+        """Return what was written since the last take() as one message."""
+        self._flush()
+        message = IpcMessage(tuple(self.parts), self.nbytes)
+        self.parts, self.nbytes = [], 0
+        return message
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class BatchEncoder:
-    """Encodes the batches of one result as standalone IPC messages."""
+    """Encodes the batches of one result as standalone IPC messages, without copying their bodies."""
 
     def __init__(self, schema: pa.Schema, compression: str = "none") -> None:
         if compression not in COMPRESSIONS:
             raise ValueError(f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
         self.schema = schema
         self.codec = COMPRESSIONS[compression]
-        self._options = pa.ipc.IpcWriteOptions(compression=self.codec)
         self._schema_message = schema.serialize()
+        # Dictionary columns would make the stream writer emit dictionary messages in between;
+        # dstp results have none, but should one appear it is serialized whole (one copy).
+        self._whole = any(pa.types.is_dictionary(f.type) for f in schema)
+        self._sink = _PartsSink()
+        self._writer = pa.ipc.new_stream(self._sink, schema, options=pa.ipc.IpcWriteOptions(compression=self.codec))
+        # The writer sends the schema with the first batch: send it now, with an empty batch, and drop both.
+        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
+        self._sink.take()
 
     def schema_message(self) -> pa.Buffer:
         """Return the IPC schema message."""
         return self._schema_message
 
-    def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
-        """Return ``batch`` as one IPC record-batch message (a view, not a copy, when uncompressed)."""
-        if self.codec is None:
-            return batch.serialize()
-        # Arrow exposes body compression only through its stream writer: write
-        # schema + batch, then slice the batch message out (zero-copy).
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self.schema, options=self._options) as writer:
-            writer.write_batch(batch)
-        stream = sink.getvalue()
-        head = self._schema_message.size
-        return stream.slice(head, stream.size - head - 8)  # 8 bytes: end-of-stream marker
+    def encode(self, batch: pa.RecordBatch) -> IpcMessage:
+        """Return ``batch`` as one IPC record-batch message: its metadata, then its body buffers (not copied)."""
+        if self._whole:
+            whole = batch.serialize()
+            return IpcMessage((whole,), whole.size)
+        self._writer.write_batch(batch)
+        return self._sink.take()
 
 
 class BatchDecoder:
@@ -54,20 +129,27 @@ class BatchDecoder:
     def __init__(self, schema: pa.Schema | None = None) -> None:
         self.schema = schema
 
-    def decode_schema(self, message: pa.Buffer | bytes) -> pa.Schema:
-        """Return the schema in an IPC schema message."""
+    def decode_schema(self, message: Any) -> pa.Schema:
+        """Return the schema in an IPC schema message (a buffer, bytes or a memoryview)."""
         try:
-            self.schema = pa.ipc.read_schema(pa.py_buffer(message) if isinstance(message, (bytes, bytearray, memoryview)) else message)
+            self.schema = pa.ipc.read_schema(_buffer(message))
         except (pa.ArrowInvalid, OSError) as exc:
             raise IntegrityError(f"the result schema could not be decoded: {exc}") from exc
         return self.schema
 
-    def decode(self, message: pa.Buffer | bytes) -> pa.RecordBatch:
-        """Return the record batch in an IPC message."""
+    def decode(self, message: Any) -> pa.RecordBatch:
+        """Return the record batch in an IPC message (zero-copy: the batch's buffers point into it)."""
         if self.schema is None:
             raise IntegrityError("a record batch arrived before the result schema")
         try:
-            buf = pa.py_buffer(message) if isinstance(message, (bytes, bytearray, memoryview)) else message
-            return pa.ipc.read_record_batch(pa.ipc.read_message(buf), self.schema)
+            return pa.ipc.read_record_batch(pa.ipc.read_message(_buffer(message)), self.schema)
         except (pa.ArrowInvalid, OSError) as exc:
             raise IntegrityError(f"a record batch could not be decoded: {exc}") from exc
+
+
+def _buffer(message: Any) -> pa.Buffer:
+    if isinstance(message, pa.Buffer):
+        return message
+    if isinstance(message, IpcMessage):
+        return message.to_buffer()
+    return pa.py_buffer(message)

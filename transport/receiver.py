@@ -29,6 +29,7 @@ from dstp.errors import (
     TransportError,
     error_from_status,
 )
+from dstp.transport.codec import TransferSummary
 from dstp.transport.frames import (
     Conn,
     Kind,
@@ -89,7 +90,6 @@ class StripedReceiver:
         max_reconnects: int = 5,
         stall_timeout: float = 60.0,
         ack_every_bytes: int = 8 * 2**20,
-        fault: Callable[[int, Conn, int, str], None] | None = None,
     ) -> None:
         self.ticket = ticket
         self.streams = max(1, streams)
@@ -98,11 +98,9 @@ class StripedReceiver:
         self.max_reconnects = max_reconnects
         self.stall_timeout = stall_timeout
         self.ack_every_bytes = ack_every_bytes
-        #: Test hook: called by a stripe's reader with (stripe, conn, frames so far, phase), phase
-        #: "header" after a DATA frame's header (its payload still on the wire) and "frame" after it.
-        self.fault = fault
         self.stats = ReceiverStats()
-        self.summary: dict[str, Any] | None = None
+        #: The server's account of the transfer, from its END frame (None until it arrives).
+        self.end: TransferSummary | None = None
         self._cond = threading.Condition()
         self._pending: dict[int, Any] = {}
         self._next = 0
@@ -160,10 +158,9 @@ class StripedReceiver:
 
     def _read_stripe(self, stripe: int, conn: Conn) -> None:
         failures = 0
-        frames = 0
         while True:
             try:
-                self._read_frames(stripe, conn, frames_before=frames)
+                self._read_frames(stripe, conn)
                 return  # clean end: transfer complete
             except _Fatal:
                 return
@@ -207,8 +204,7 @@ class StripedReceiver:
         self._fail(last or TransportError(f"stripe {stripe} could not reconnect"))
         return None
 
-    def _read_frames(self, stripe: int, conn: Conn, frames_before: int) -> None:
-        frames = frames_before
+    def _read_frames(self, stripe: int, conn: Conn) -> None:
         while True:
             header = recv_header(conn)
             if header is None:
@@ -235,8 +231,6 @@ class StripedReceiver:
                 if self._end_seq is not None and seq > self._end_seq:
                     self._fail(ProtocolError(f"message {seq} arrived after the END of the transfer"))
                     raise _Fatal()
-            if self.fault is not None and header.kind == Kind.DATA:
-                self.fault(stripe, conn, frames, "header")
             target = None
             if header.kind == Kind.DATA and self.sink is not None:
                 target = self.sink.buffer_for(seq, header.offset, header.length)
@@ -244,14 +238,13 @@ class StripedReceiver:
             item: Any = payload
             if header.kind == Kind.DATA and self.sink is not None:
                 item = self.sink.received(seq, header.offset, payload, crc)
-            frames += 1
             with self._cond:
                 if header.kind == Kind.END:
                     if self._end_seq is not None or any(s > seq for s in self._pending):
                         self._fail(ProtocolError("END frame arrived out of place"))
                         raise _Fatal()
                     self._end_seq = seq
-                    self.summary = _json(payload)
+                    self.end = TransferSummary.from_end_payload(_json(payload))
                     self._pending[seq] = _END
                 else:
                     self._pending[seq] = (header.offset, item, header.length)
@@ -260,8 +253,6 @@ class StripedReceiver:
                 self.stats.per_stripe_bytes[stripe] = self.stats.per_stripe_bytes.get(stripe, 0) + header.length
                 self._last_frame = time.monotonic()
                 self._cond.notify_all()
-            if self.fault is not None:
-                self.fault(stripe, conn, frames, "frame")
 
     def _fail(self, error: DstpError) -> None:
         with self._cond:
@@ -308,6 +299,14 @@ class StripedReceiver:
                 yield seq, offset, payload
         finally:
             self.close()
+
+    def summary(self) -> TransferSummary:
+        """Return the server's account of the transfer with what this side saw (after ``messages()`` ends)."""
+        stats = self.stats
+        return (self.end or TransferSummary()).replace(
+            wire_bytes=stats.bytes, reconnects=stats.reconnects, corrupted_frames=stats.corrupted,
+            streams=self.streams, per_stripe_bytes=dict(stats.per_stripe_bytes), transfer_seconds=stats.seconds,
+        )
 
     def _ack(self, upto: int) -> None:
         with self._cond:

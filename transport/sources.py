@@ -1,60 +1,98 @@
 """What a data channel sends: the messages of a query result or of a file.
 
-A source yields ``(payload, offset)`` pairs, payloads being zero-copy views
-(Arrow buffers, slices of a memory-mapped file), and knows its summary once
-exhausted. Channels number the messages and frame them; sources never see a
-socket.
+A source yields ``(payload, offset)`` pairs, payloads being zero-copy: a
+query's IPC messages as their parts (:class:`dstp.transport.ipc.IpcMessage`:
+metadata and the batch's own buffers), a file's blocks as slices of one
+memory map. Once exhausted it knows its :class:`TransferSummary`. Channels
+number the messages and frame them; sources never see a socket.
+
+Sources are made by the service (``DstpService.open_source``), which redeems
+a ticket and takes a transfer slot; closing a source gives the slot back.
+Each carries what the channel needs to know about its ticket: a label for
+logs, the ticket's expiry (a transfer cannot be resumed after it) and the
+congestion control negotiated for the channel's sockets.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Protocol, Sequence
 
-from dstp.transport.ipc import BatchEncoder
+import pyarrow as pa
 
-__all__ = ["FileSource", "MessageSource", "QuerySource", "DEFAULT_BLOCK"]
+from dstp.transport.codec import TransferSummary, query_transfer_summary
+from dstp.transport.ipc import BatchEncoder, IpcMessage
+
+__all__ = ["DEFAULT_BLOCK", "FileSource", "MessageSource", "QueryRun", "QuerySource"]
 
 DEFAULT_BLOCK = 4 * 2**20
 
 
 class MessageSource(Protocol):
-    """The messages of one transfer."""
+    """The messages of one transfer, and what its ticket allows."""
+
+    #: What is sent, for logs: the query's or the file's id.
+    label: str
+    #: When the ticket expired or expires (wall-clock seconds): no resume after it.
+    expires_at: float
+    #: TCP congestion control negotiated for the channel's sockets; "" for the kernel default.
+    congestion_control: str
 
     def messages(self) -> Iterator[tuple[Any, int]]:
         """Yield (payload, offset) for each message, in order."""
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TransferSummary:
         """Return what was sent (valid after ``messages`` is exhausted)."""
 
     def cancel(self) -> None:
         """Stop producing (the transfer was abandoned)."""
 
     def close(self) -> None:
-        """Release resources once no payload is referenced any more."""
+        """Release resources (and the transfer slot) once no payload is referenced any more."""
+
+
+class QueryRun(Protocol):
+    """A running query as a source needs it (dstp.service.Execution)."""
+
+    query_id: str
+
+    @property
+    def cancel(self) -> threading.Event: ...
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    @property
+    def summary(self) -> Any: ...
+
+    def batches(self) -> Iterator[pa.RecordBatch]: ...
+
+    def close(self) -> None: ...
 
 
 class QuerySource:
     """A query result as Arrow IPC messages: the schema, then one message per batch."""
 
-    def __init__(self, execution: Any, compression: str = "none") -> None:
+    def __init__(self, execution: QueryRun, compression: str = "none", *, expires_at: float = math.inf,
+                 congestion_control: str = "") -> None:
         self.execution = execution
         self.encoder = BatchEncoder(execution.schema, compression)
+        self.label = execution.query_id
+        self.expires_at = expires_at
+        self.congestion_control = congestion_control
 
     def messages(self) -> Iterator[tuple[Any, int]]:
-        yield self.encoder.schema_message(), 0
+        schema = self.encoder.schema_message()
+        yield IpcMessage((schema,), schema.size), 0
         for batch in self.execution.batches():
             yield self.encoder.encode(batch), 0
 
-    def summary(self) -> dict[str, Any]:
-        s = self.execution.summary
-        return {
-            "rows": s.rows, "bytes": s.bytes, "batches": s.batches, "truncated": s.truncated,
-            "truncated_reason": s.truncated_reason, "server_seconds": s.seconds,
-            "hyperslabs_read": s.stats.hyperslabs, "elements_read": s.stats.elements, "bytes_read": s.stats.bytes,
-        }
+    def summary(self) -> TransferSummary:
+        return query_transfer_summary(self.execution.summary)
 
     def cancel(self) -> None:
         self.execution.cancel.set()
@@ -72,14 +110,22 @@ class FileSource:
         ranges: Sequence[tuple[int, int]],
         block_size: int = DEFAULT_BLOCK,
         on_close: Callable[[], None] | None = None,
+        *,
+        label: str = "",
+        expires_at: float = math.inf,
+        congestion_control: str = "",
+        cancel: threading.Event | None = None,
     ) -> None:
         self.path = path
         self.on_close = on_close
         self.ranges = list(ranges)
         self.block_size = max(4096, block_size)
+        self.label = label or path.name
+        self.expires_at = expires_at
+        self.congestion_control = congestion_control
+        self._cancel = cancel or threading.Event()
         self._sent = 0
         self._blocks = 0
-        self._cancelled = False
         self._map: mmap.mmap | None = None
         self._file: BinaryIO | None = None
 
@@ -94,18 +140,18 @@ class FileSource:
         for start, length in self.ranges:
             stop = min(size, start + length)
             for offset in range(start, stop, self.block_size):
-                if self._cancelled:
+                if self._cancel.is_set():
                     return
                 end = min(stop, offset + self.block_size)
                 self._sent += end - offset
                 self._blocks += 1
                 yield view[offset:end], offset
 
-    def summary(self) -> dict[str, Any]:
-        return {"bytes": self._sent, "blocks": self._blocks}
+    def summary(self) -> TransferSummary:
+        return TransferSummary(content="file", bytes=self._sent, blocks=self._blocks)
 
     def cancel(self) -> None:
-        self._cancelled = True
+        self._cancel.set()
 
     def close(self) -> None:
         mapped, self._map = self._map, None

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dstp.errors import TransportError, TransportUnavailableError
+from dstp.transport.channels import StripedChannel
 
 __all__ = [
     "KernelLimits",
+    "TcpChannel",
     "TcpConn",
     "TcpListener",
     "allowed_congestion_controls",
@@ -35,6 +37,11 @@ __all__ = [
 ]
 
 _PROC = Path("/proc/sys/net")
+try:
+    #: Most buffers one sendmsg takes (an IPC message of a wide result has many).
+    IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (OSError, ValueError):
+    IOV_MAX = 1024
 
 
 def _read(path: Path, default: str = "") -> str:
@@ -132,23 +139,21 @@ class TcpConn:
         self._closed = False
 
     def send_parts(self, parts: list[memoryview | bytes]) -> None:
-        views = [memoryview(p) for p in parts]
-        total = sum(v.nbytes for v in views)
+        """Send ``parts`` with sendmsg, at most IOV_MAX buffers a call, without copying them."""
+        views = [v for v in (memoryview(p) for p in parts) if v.nbytes]
+        first = 0
         try:
-            sent = self.sock.sendmsg(views)
-            while sent < total:
+            while first < len(views):
+                sent = self.sock.sendmsg(views[first:first + IOV_MAX])
                 # drop what went out, keep sending the rest (still without copying)
-                skip = sent
-                rest = []
-                for v in views:
-                    if skip >= v.nbytes:
-                        skip -= v.nbytes
-                        continue
-                    rest.append(v[skip:])
-                    skip = 0
-                views = rest
-                total -= sent
-                sent = self.sock.sendmsg(views)
+                while sent:
+                    size = views[first].nbytes
+                    if sent >= size:
+                        sent -= size
+                        first += 1
+                    else:
+                        views[first] = views[first][sent:]
+                        sent = 0
         except OSError as exc:
             raise TransportError(f"data connection lost while sending: {exc.strerror or exc}") from exc
 
@@ -274,3 +279,17 @@ class TcpListener:
         except OSError:
             pass
         self.sock.close()
+
+
+class TcpChannel(StripedChannel):
+    """Striped TCP: each stripe its own connection to ``host:port`` (buffers set before connecting)."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 10.0, buffer_bytes: int = 0,
+                 **receiver_options: object) -> None:
+        super().__init__(**receiver_options)
+        self.host, self.port = host, port
+        self.timeout = timeout
+        self.buffer_bytes = buffer_bytes
+
+    def connect(self, stripe: int) -> TcpConn:
+        return connect(self.host, self.port, timeout=self.timeout, buffer_bytes=self.buffer_bytes)

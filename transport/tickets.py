@@ -79,12 +79,14 @@ class TicketStore:
                 raise TicketError(
                     f"this ticket is for the {entry.ticket.kind} channel, not {kind}"
                 )
-            for sibling in self._groups.pop(entry.group, []):
-                self._entries.pop(sibling, None)
-        if self.clock() > entry.ticket.expires_at:
+            late = self.clock() - entry.ticket.expires_at
+            if late <= 0:
+                for sibling in self._groups.pop(entry.group, []):
+                    self._entries.pop(sibling, None)
+        if late > 0:
+            # Kept, not voided: every stripe presenting it hears "expired", not "unknown".
             raise TicketExpiredError(
-                f"the ticket expired {self.clock() - entry.ticket.expires_at:.0f} s ago "
-                f"(tickets live {self.ttl_s:g} s); run the query again"
+                f"the ticket expired {late:.0f} s ago (tickets live {self.ttl_s:g} s); run the query again"
             )
         return entry.ticket, entry.payload
 

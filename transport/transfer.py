@@ -76,8 +76,6 @@ class Transfer:
         self._all_dead_since: float | None = None
         self.sent_bytes = 0
         self.resumes = 0
-        #: Test hook: (sequence, payload) -> bytes to put on the wire instead, or None.
-        self.tamper: Callable[[int, Any], bytes | None] | None = None
         self._producer = threading.Thread(target=self._produce, name=f"dstp-produce-{label}", daemon=True)
 
     # -- production ---------------------------------------------------------------------
@@ -90,7 +88,7 @@ class Transfer:
         iterator = self.source.messages()
         try:
             for payload, offset in iterator:
-                size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+                size = payload.nbytes if isinstance(payload, memoryview) else len(payload)  # IPC messages too
                 with self._cond:
                     while (not self._done and self._unacked_bytes
                            and self._unacked_bytes + size > self.window_bytes):
@@ -105,7 +103,7 @@ class Transfer:
             with self._cond:
                 live = list(self._live.items())
             paths: dict[str, Any] = {str(s): getattr(conn, "path_stats", dict)() for s, (_, conn) in live}
-            end = control_payload({"messages": seq, **self.source.summary(), "paths": paths})
+            end = control_payload(self.source.summary().replace(messages=seq, paths=paths).end_payload())
             with self._cond:
                 self._messages[seq] = _Message(Kind.END, end, 0, len(end))
                 self._end_seq = seq
@@ -192,8 +190,7 @@ class Transfer:
                 msg = self._messages.get(seq)
                 if msg is None:
                     continue
-                wire = self.tamper(seq, msg.payload) if self.tamper is not None else None
-                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload, wire=wire)
+                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload)
                 self.sent_bytes += msg.size
         except TransportError as exc:
             log.info("transfer %s: stripe %d broke while sending: %s", self.label, stripe, exc)

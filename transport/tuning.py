@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import platformdirs
 
@@ -81,9 +81,11 @@ class ChannelRecord:
     updated: float
 
 
-def path_loss(summary: dict[str, Any]) -> float:
-    """Return the retransmitted fraction of segments the server's stripes reported, 0 if unknown."""
-    paths = summary.get("paths") or {}
+def path_loss(paths: Mapping[str, Mapping[str, float]]) -> float:
+    """Return the retransmitted fraction of segments the server's stripes reported, 0 if unknown.
+
+    ``paths`` is a transfer's ``TransferSummary.paths``: per stripe, what the server's socket measured.
+    """
     sent = sum(float(p.get("segments", 0)) for p in paths.values())
     lost = sum(float(p.get("retransmits", 0)) for p in paths.values())
     return lost / sent if sent > 0 else 0.0

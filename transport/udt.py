@@ -3,7 +3,8 @@
 Only the connection differs: :class:`UdtConn` and :class:`UdtChannelListener`
 adapt :mod:`dstp.transport.udt_socket` (the pybind11 extension over the
 reference UDT4 library) to the channel's ``Conn``/``Listener`` protocols, so
-``DataChannelServer``, ``Transfer`` and ``StripedReceiver`` run unchanged.
+``DataChannelServer``, ``Transfer`` and ``StripedReceiver`` run unchanged;
+:class:`UdtChannel` is the client's ``DataChannel``.
 
 Tuning: UDT_MSS counts the whole IP packet, so it is set to the path MTU (the
 route's MTU from the kernel, capped at 9000); buffers are twice the
@@ -21,9 +22,10 @@ from typing import Any
 
 from dstp.errors import TransportError
 from dstp.transport import udt_socket
+from dstp.transport.channels import StripedChannel
 from dstp.transport.udt_socket import UdtOptions, available, tuned_options, unavailable_reason
 
-__all__ = ["UdtChannelListener", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
+__all__ = ["UdtChannel", "UdtChannelListener", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
 
 MAX_MSS = 9000
 
@@ -130,3 +132,17 @@ def dial(host: str, port: int, *, rtt_s: float, rate_bps: float = 1e9, timeout: 
     connection = udt_socket.connect(host, port, options=UdtOptions.from_tuned(tuned, linger_s=10),
                                     timeout=timeout)
     return UdtConn(connection)
+
+
+class UdtChannel(StripedChannel):
+    """UDT to ``host:port``, tuned for a path of ``rtt_s`` seconds (one stripe: UDT paces itself)."""
+
+    def __init__(self, host: str, port: int, *, rtt_s: float, timeout: float = 10.0,
+                 **receiver_options: object) -> None:
+        super().__init__(**receiver_options)
+        self.host, self.port = host, port
+        self.rtt_s = rtt_s
+        self.timeout = timeout
+
+    def connect(self, stripe: int) -> UdtConn:
+        return dial(self.host, self.port, rtt_s=self.rtt_s, timeout=self.timeout)

@@ -1,6 +1,17 @@
-"""The dstp Python client (installed as ``dstp.client``; ``dstp.connect`` is the entry point)."""
+"""The dstp Python client (installed as ``dstp.client``; ``dstp.connect`` is the entry point).
 
-from dstp.client._client import Client, Progress, QueryInfo, QueryStream, connect
+    Client          the rpcs, a channel policy, the wire codec (``_client``, ``_rpc``, ``_policy``)
+    QueryStream     a query's batches as they arrive, then its TransferSummary (``_stream``)
+    ChannelPolicy   which data channel, how many stripes, learned per server (``_policy``)
+    to_xarray       records back onto their grid (``_xarray``)
+"""
+
+from dstp.client._client import Client, connect
+from dstp.client._policy import ChannelChoice, ChannelPolicy
+from dstp.client._stream import Progress, QueryStream
 from dstp.client._xarray import to_xarray
+from dstp.transport.channels import DataChannel
+from dstp.transport.codec import ChannelOffer, QueryInfo, TransferSummary
 
-__all__ = ["Client", "Progress", "QueryInfo", "QueryStream", "connect", "to_xarray"]
+__all__ = ["ChannelChoice", "ChannelOffer", "ChannelPolicy", "Client", "DataChannel", "Progress", "QueryInfo",
+           "QueryStream", "TransferSummary", "connect", "to_xarray"]

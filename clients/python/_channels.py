@@ -1,34 +1,32 @@
-"""Fetching a planned result over each data channel, as a stream of RecordBatches."""
+"""Receiving a planned result as RecordBatches: from the gRPC stream or from a data channel."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import grpc
-
 from dstp.errors import IntegrityError
-from dstp.transport.frames import Conn
+from dstp.proto import dstp_pb2 as pb
+from dstp.transport import codec
+from dstp.transport.codec import TransferSummary
 from dstp.transport.receiver import StripedReceiver
 
 if TYPE_CHECKING:  # pyarrow loads on the first query, so `dstp get` starts faster
     import pyarrow as pa
 
-__all__ = ["endpoint_address", "fetch_grpc", "fetch_stripes"]
+__all__ = ["receive_grpc", "receive_stripes"]
+
+#: Called with (rows, bytes, batches) after each batch.
+Report = Callable[[int, int, int], None]
 
 
-def endpoint_address(endpoint: str, control_target: str) -> tuple[str, int]:
-    """Return (host, port) of an offer's endpoint; a wildcard host means the control host."""
-    host, _, port = endpoint.rpartition(":")
-    host = host.strip("[]")
-    if host in ("", "0.0.0.0", "::"):
-        host = control_target.rpartition(":")[0].strip("[]") or "127.0.0.1"
-    return host, int(port)
+def receive_grpc(call: Any, schema: pa.Schema, report: Report,
+                 on_summary: Callable[[TransferSummary], None]) -> Iterator[pa.RecordBatch]:
+    """Yield the batches of an open Fetch (or Run, past its plan) call; raises grpc.RpcError for the caller.
 
-
-def fetch_grpc(call: Any, schema: pa.Schema, report: Callable[[int, int, int], None],
-               on_summary: Callable[[dict[str, Any]], None]) -> Iterator[pa.RecordBatch]:
-    """Yield the batches of an open Fetch (or Run, past its plan) call; raises grpc.RpcError for the caller."""
+    The call's responses are IPC messages (views of the received bytes) and,
+    last, a FetchResponse with the summary.
+    """
     from dstp.transport.ipc import BatchDecoder
 
     decoder = BatchDecoder(schema)
@@ -36,26 +34,23 @@ def fetch_grpc(call: Any, schema: pa.Schema, report: Callable[[int, int, int], N
     schema_seen = False
     try:
         for msg in call:
-            if msg.HasField("summary"):
-                s = msg.summary
-                if s.rows != rows:
-                    raise IntegrityError(f"the server sent {s.rows} rows but {rows} arrived")
-                on_summary({
-                    "rows": s.rows, "bytes": s.bytes, "batches": s.batches, "truncated": s.truncated,
-                    "truncated_reason": s.truncated_reason, "server_seconds": s.seconds,
-                    "hyperslabs_read": s.hyperslabs_read, "elements_read": s.elements_read,
-                    "bytes_read": s.bytes_read, "wire_bytes": nbytes,
-                })
+            if isinstance(msg, pb.FetchResponse):
+                if not msg.HasField("summary"):
+                    raise IntegrityError("the result stream carried a message other than records and a summary")
+                summary = codec.transfer_summary_from_pb(msg.summary)
+                if summary.rows != rows:
+                    raise IntegrityError(f"the server sent {summary.rows} rows but {rows} arrived")
+                on_summary(summary.replace(wire_bytes=nbytes))
                 return
             if not schema_seen:
-                if not decoder.decode_schema(msg.ipc_message).equals(schema):
+                if not decoder.decode_schema(msg).equals(schema):
                     raise IntegrityError("the fetched schema differs from the planned one")
                 decoder.schema = schema  # keep the plan's field metadata (units, calendars)
                 schema_seen = True
                 continue
-            batch = decoder.decode(msg.ipc_message)
+            batch = decoder.decode(msg)
             rows += batch.num_rows
-            nbytes += len(msg.ipc_message)
+            nbytes += msg.nbytes
             batches += 1
             report(rows, nbytes, batches)
             yield batch
@@ -64,14 +59,11 @@ def fetch_grpc(call: Any, schema: pa.Schema, report: Callable[[int, int, int], N
     raise IntegrityError("the result stream ended without its summary; the transfer is incomplete")
 
 
-def fetch_stripes(ticket: bytes, streams: int, dial: Callable[[int], Conn], schema: pa.Schema,
-                  report: Callable[[int, int, int], None], on_summary: Callable[[dict[str, Any]], None],
-                  fault: Any = None) -> Iterator[pa.RecordBatch]:
-    """Yield the batches of a striped (TCP or UDT) ticket, reassembled in order."""
+def receive_stripes(receiver: StripedReceiver, schema: pa.Schema, report: Report,
+                    on_summary: Callable[[TransferSummary], None]) -> Iterator[pa.RecordBatch]:
+    """Yield the batches of an opened data-channel transfer (TCP, UDT, in memory), reassembled in order."""
     from dstp.transport.ipc import BatchDecoder
 
-    receiver = StripedReceiver(ticket, streams, dial, fault=fault)
-    receiver.start()
     decoder = BatchDecoder(schema)
     rows = batches = 0
     started = time.perf_counter()
@@ -89,11 +81,7 @@ def fetch_stripes(ticket: bytes, streams: int, dial: Callable[[int], Conn], sche
             yield batch
     finally:
         receiver.close()
-    summary = dict(receiver.summary or {})
-    if summary.get("rows", rows) != rows:
-        raise IntegrityError(f"the server sent {summary.get('rows')} rows but {rows} arrived")
-    summary.update({"wire_bytes": receiver.stats.bytes, "reconnects": receiver.stats.reconnects,
-                    "corrupted_frames": receiver.stats.corrupted, "streams": streams,
-                    "per_stripe_bytes": dict(receiver.stats.per_stripe_bytes),
-                    "transfer_seconds": time.perf_counter() - started})
+    summary = receiver.summary().replace(transfer_seconds=time.perf_counter() - started)
+    if receiver.end is not None and summary.rows != rows:
+        raise IntegrityError(f"the server sent {summary.rows} rows but {rows} arrived")
     on_summary(summary)

@@ -4,42 +4,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import grpc
-
+from dstp.client._policy import ChannelPolicy
+from dstp.client._rpc import Rpc
+from dstp.client._stream import Progress, ProgressCallback
 from dstp.errors import IntegrityError
-from dstp.proto import dstp_pb2 as pb
+from dstp.transport import codec
+from dstp.transport.codec import TransferSummary
 from dstp.transport.files import FileSink, RemoteFile
-from dstp.transport.receiver import StripedReceiver
-
-if TYPE_CHECKING:
-    from dstp.client._client import Client, ProgressCallback
 
 __all__ = ["download"]
 
-_KIND = {"grpc": pb.GRPC_STREAM, "striped": pb.STRIPED_TCP, "udt": pb.UDT}
-_KIND_NAME = {v: k for k, v in _KIND.items()}
-AUTO_STRIPED_MIN_BYTES = 8 * 2**20
-
-
-def _open(client: "Client", dataset: str, name: str, offset: int, length: int,
-          missing: list[tuple[int, int]], kinds: list[str], streams: int, cc: str) -> pb.OpenFileResponse:
-    from dstp.client._client import _raise
-
-    request = pb.OpenFileRequest(
-        dataset=dataset, file=name, range=pb.ByteRange(offset=offset, length=length),
-        missing=[pb.ByteRange(offset=o, length=n) for o, n in missing],
-        channels=[_KIND[k] for k in kinds], streams=streams, congestion_control=cc,
-    )
-    try:
-        return client._stub.OpenFile(request, timeout=client.timeout)
-    except grpc.RpcError as exc:
-        raise _raise(exc, client.target) from None
-
 
 def download(
-    client: "Client",
+    rpc: Rpc,
+    policy: ChannelPolicy,
     dataset: str,
     name: str,
     out: Path,
@@ -49,7 +29,7 @@ def download(
     transport: str = "auto",
     streams: int = 0,
     congestion_control: str = "",
-    progress: "ProgressCallback | None" = None,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Download bytes [offset, offset+length) of a published file into ``out``; return a summary.
 
@@ -59,26 +39,24 @@ def download(
     are checked against the server's CRC-32C of the range, and only then
     renamed to ``out``: ``out`` never holds an incomplete download.
     """
-    from dstp.client._client import Progress
-
-    choice = client._choose(transport, streams, congestion_control)
+    choice = policy.choose(transport, streams, congestion_control)
     kinds = ["grpc", "striped", "udt"] if transport == "auto" else [choice.transport]
     out = Path(out)
-    reply = _open(client, dataset, name, offset, length, [], kinds, choice.streams, choice.congestion_control)
+    reply = rpc.open_file(dataset, name, offset, length, [], kinds, choice.streams, choice.congestion_control)
     remote = RemoteFile(dataset, name, reply.size, reply.mtime_ns, reply.range.offset, reply.range.length, reply.crc32c)
     sink = FileSink(out, remote)
     resumed = sink.load_state()  # what an earlier attempt left, if the server's file is the same
     missing = sink.missing()
     if resumed and missing != [(remote.offset, remote.length)]:
-        reply = _open(client, dataset, name, remote.offset, remote.length, missing, kinds, choice.streams,
-                      choice.congestion_control)
+        reply = rpc.open_file(dataset, name, remote.offset, remote.length, missing, kinds, choice.streams,
+                              choice.congestion_control)
         if (reply.size, reply.mtime_ns, reply.crc32c) != (remote.size, remote.mtime_ns, remote.crc32c):
             raise IntegrityError(f"{name} changed on the server while resuming; start the download again")
     want = sum(n for _, n in missing)
-    offers = {_KIND_NAME[o.kind]: o for o in reply.offers}
-    kind = choice.transport
+    offers = {o.kind: o for o in (codec.offer_from_pb(m) for m in reply.offers)}
     if transport == "auto":
-        kind = client._pick(set(offers), want, AUTO_STRIPED_MIN_BYTES, choice, "file")
+        choice = policy.pick(choice, offers, want, "file")
+    kind = choice.transport
     offer = offers[kind]
     started = time.perf_counter()
     granted = max(1, offer.streams)
@@ -88,37 +66,30 @@ def download(
         if progress is not None:
             progress(Progress(0, received, time.perf_counter() - started, 0, kind, granted, -1))
 
-    end_summary: dict[str, Any] = {}
+    summary = TransferSummary(content="file")
     sink.open()
     try:
         if not missing:
             pass
         elif kind == "grpc":
-            from dstp.client._client import _raise
-
-            try:
-                for chunk in client._stub.FetchFile(pb.FetchRequest(ticket=offer.ticket)):
-                    sink.write(chunk.offset, chunk.data)
-                    received += len(chunk.data)
-                    report()
-            except grpc.RpcError as exc:
-                raise _raise(exc, client.target) from None
+            for chunk_offset, data in rpc.fetch_file(offer.ticket):
+                sink.write(chunk_offset, data)
+                received += data.nbytes
+                report()
         else:
-            receiver = StripedReceiver(offer.ticket, granted, client._dialer(kind, offer, choice), sink=sink,
-                                       fault=client._fault)
-            receiver.start()
-            for _, _, block in receiver.messages():
+            transfer = policy.open(choice, offer, rpc.target).open(offer.ticket, granted, sink=sink)
+            for _, _, block in transfer.messages():
                 sink.block_done(block)
                 received += block.length
                 report()
-            end_summary = receiver.summary or {}
+            summary = transfer.summary()
         sink.finish()
     except BaseException:
         sink.save_state(force=True)
         sink.close()
         raise
     seconds = time.perf_counter() - started
-    client._learn(kind, choice, received, seconds, end_summary)
+    policy.learn(choice, received, seconds, summary)
     return {
         "file": name, "dataset": dataset, "out": str(out), "bytes": received, "size": remote.length,
         "resumed_from": remote.length - want, "seconds": seconds, "transport": kind, "streams": granted,

@@ -30,7 +30,7 @@ from dstp.errors import TruncatedResultError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from dstp.client._client import QueryStream
+    from dstp.client._stream import QueryStream
 
 __all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "partial_name", "save_result",
            "write_netcdf"]
@@ -211,7 +211,7 @@ def save_result(stream: QueryStream, out: str | os.PathLike[str], *, allow_trunc
     format has room: Parquet file metadata and a netCDF global attribute
     ``dstp_truncated``.
     """
-    from dstp.client._client import truncation_message
+    from dstp.client._stream import truncation_message
 
     out = Path(out)
     kind = check_file_format(out, stream.schema)

@@ -61,19 +61,6 @@ class PreparedQuery:
     def estimated_rows(self) -> int:
         return self.plan.estimated_rows()
 
-    def estimated_bytes(self) -> int:
-        """Return an estimate of the Arrow bytes of the result, or -1 when rows are unknown."""
-        rows = self.estimated_rows()
-        if rows < 0:
-            return -1
-        width = 0
-        for f in self.schema:
-            try:
-                width += max(1, f.type.bit_width // 8)
-            except ValueError:  # variable width (ISO time strings)
-                width += 24
-        return rows * max(1, width)
-
 
 @dataclass(slots=True)
 class QuerySummary:

@@ -155,6 +155,11 @@ class ValidatedQuery:
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.alias for o in self.outputs)
 
+    @property
+    def dataset_ids(self) -> tuple[str, ...]:
+        """Return the ids of every catalog dataset the query reads (access checks go through this)."""
+        return (self.dataset.id,)
+
 
 def _empty(value: Any) -> bool:
     if value is None or value is False or (isinstance(value, list) and not value):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 
 def test_first_batch_arrives_before_the_scan_ends(server, client) -> None:
     stream = client.query_batches("select time, lev, lat, lon, temperature, humidity, cloud from ccm3")
@@ -22,8 +20,6 @@ def test_abandoned_stream_stops_the_scan(server, client) -> None:
     stream = client.query_batches("select temperature from ccm3")
     next(iter(stream))
     stream.close()
-    deadline = time.monotonic() + 5
-    while server.service.running() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not server.service.running(), "the server kept scanning for a client that left"
+    assert server.service.wait_idle(timeout=10) and not server.service.running(), \
+        "the server kept scanning for a client that left"
     assert client.query("select temperature from ccm3 limit 1").num_rows == 1

@@ -1,4 +1,4 @@
-"""A server with its data channels enabled, for the transport tests."""
+"""A server with its data channels enabled, and a catalog for in-process channels, for the transport tests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Iterator
 import pytest
 
 import dstp
+from dstp.catalog.registry import Catalog
 from dstp.server import DstpServer
 from dstp.settings import Settings
 from dstp.transport.tuning import AutoTuner
@@ -26,3 +27,12 @@ def data_client(data_server: DstpServer, tmp_path: Path) -> Iterator[dstp.Client
     tuner = AutoTuner(tmp_path / "tuning.json")
     with dstp.Client(data_server.endpoints.grpc, tuner=tuner) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def catalog(catalog_root: Path) -> Iterator[Catalog]:
+    """The test catalog, scanned once, for tests that run the service in process (no server)."""
+    scanned = Catalog.scan(catalog_root)
+    yield scanned
+    scanned.close()
+

@@ -80,6 +80,10 @@ class Proxy:
 
     def close(self) -> None:
         self._stop = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        except OSError:
+            pass
         self.listener.close()
         for s in self._socks:
             s.close()

@@ -1,267 +1,320 @@
-"""One conformance suite for every data channel: same records as the gRPC stream, and the same faults."""
+"""One conformance suite for every data channel: in memory, striped TCP and UDT.
+
+Each class builds the same thing around a different connection: the service
+in process (catalog, tickets, queries; no gRPC server), a channel server on a
+listener — in-process pipes, a TCP port, a UDT port — handed the service's
+``open_source``, and the client end of the channel. Every class then runs the
+same tests: the records equal a direct run of the query, and the same faults
+(injected through public seams: a fault-injecting channel on the client, a
+fault-injecting listener on the server, a clock for expiry) are survived or
+refused the same way.
+"""
 
 from __future__ import annotations
 
 import os
-import socket
-import time
+import threading
 from pathlib import Path
+from typing import Any, Iterator
 
+import pyarrow as pa
 import pytest
 
 import dstp
-from dstp.server import DstpServer
+from clock import Clock
+from dstp.catalog.registry import Catalog
+from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport import tcp
+from dstp.transport.channel_server import DataChannelServer, Listener
+from dstp.transport.channels import DataChannel
+from dstp.transport.codec import TransferSummary
+from dstp.transport.files import FileSink, RemoteFile
 from dstp.transport.frames import Kind, control_payload, recv_frame, send_frame
-from dstp.transport.tcp import TcpConn
-from proxy import Fault, Proxy
+from dstp.transport.ipc import BatchDecoder
+from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
+from dstp.transport.receiver import StripedReceiver
+from dstp.transport.tcp import TcpChannel, TcpListener
+from faults import Fault, FaultyChannel, FaultyListener, SendFault
 from query_cases import CASES
 
 QUERIES = [c[0] for c in CASES]
 BIG = "select time, lev, lat, lon, temperature, humidity, cloud from ccm3"
+SMALL = "select temperature from ccm3 limit 10"
+FILE = "ccm3_1990-01.nc"
+SETTINGS = dict(batch_rows=2048, window_bytes=2 * 2**20, block_bytes=256 * 1024)
 
 
-def _channel(server: DstpServer, kind: str = "striped"):
-    return next(x for x in server._extras if getattr(x, "kind", "") == kind)
+class Harness:
+    """The service in process, a channel server on ``listener``, and the channel's client end."""
+
+    def __init__(self, catalog: Catalog, kind: str, listener: Any, channel: DataChannel) -> None:
+        self.clock = Clock()
+        self.kind = kind
+        self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **SETTINGS), clock=self.clock)
+        self.listener = FaultyListener(listener)
+        self.server = DataChannelServer(kind, self.listener, self.service.open_source, window_bytes=2 * 2**20,
+                                        resume_timeout=10.0, clock=self.clock)
+        self.service.register_channel(ChannelInfo(kind, self.server.endpoint, max_streams=64))
+        self.channel = channel
+        self._references: dict[str, pa.Table] = {}
+        self.server.start()
+
+    def ticket(self, sql: str, streams: int, compression: str) -> tuple[bytes, int, pa.Schema]:
+        """Return a ticket of ``sql`` for this channel, the streams granted and the result schema."""
+        handle = self.service.query(sql, [self.kind], streams=streams, compression=compression)
+        offer = handle.offers[0]
+        return offer.ticket.token, offer.streams, handle.schema
+
+    def reference(self, sql: str) -> pa.Table:
+        """Return the records of ``sql`` from a direct run (no channel)."""
+        if sql not in self._references:
+            execution = self.service.run(sql)
+            self._references[sql] = pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
+        return self._references[sql]
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def receive(channel: DataChannel, ticket: bytes, streams: int, schema: pa.Schema) -> tuple[pa.Table, TransferSummary]:
+    """Return the records a channel delivers for ``ticket``, decoded, and the transfer's summary."""
+    transfer = channel.open(ticket, streams)
+    decoder = BatchDecoder()
+    batches = []
+    for sequence, _, payload in transfer.messages():
+        if sequence == 0:
+            decoder.decode_schema(payload)
+        else:
+            batches.append(decoder.decode(payload))
+    assert decoder.schema is not None
+    assert decoder.schema.equals(schema, check_metadata=True)
+    return pa.Table.from_batches(batches, schema=decoder.schema), transfer.summary()
 
 
 class ChannelConformance:
-    """Inherited by one class per channel configuration."""
+    """Inherited by one class per channel and configuration."""
 
-    transport = "striped"
+    kind = "striped"
     streams = 1
     compression = "none"
 
-    def query(self, client: dstp.Client, sql: str):
-        stream = client.query_batches(sql, transport=self.transport, streams=self.streams,
-                                      compression=self.compression)
-        table = stream.read_all()
-        return table, stream.summary
+    @classmethod
+    def make_listener(cls) -> Listener:
+        raise NotImplementedError
+
+    @classmethod
+    def make_channel(cls, listener: Any) -> DataChannel:
+        raise NotImplementedError
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def harness(cls, catalog: Catalog) -> Iterator[Harness]:
+        listener = cls.make_listener()
+        harness = Harness(catalog, cls.kind, listener, cls.make_channel(listener))
+        yield harness
+        harness.stop()
+
+    @pytest.fixture(autouse=True)
+    def _server_fault_reset(self, harness: Harness) -> Iterator[None]:
+        yield
+        harness.listener.fault = None
+
+    def receive(self, harness: Harness, sql: str, channel: DataChannel | None = None
+                ) -> tuple[pa.Table, TransferSummary]:
+        ticket, streams, schema = harness.ticket(sql, self.streams, self.compression)
+        return receive(channel or harness.channel, ticket, streams, schema)
+
+    # -- records ------------------------------------------------------------------------
 
     @pytest.mark.parametrize("sql", QUERIES, ids=[q[:60] for q in QUERIES])
-    def test_same_records_as_the_grpc_stream(self, data_client, sql) -> None:
-        reference = data_client.query(sql, transport="grpc")
-        table, summary = self.query(data_client, sql)
+    def test_same_records_as_a_direct_run(self, harness: Harness, sql: str) -> None:
+        table, summary = self.receive(harness, sql)
+        reference = harness.reference(sql)
         assert table.equals(reference), sql
         assert table.schema.equals(reference.schema, check_metadata=True)
-        assert summary["rows"] == reference.num_rows
+        assert summary.rows == reference.num_rows and summary.messages == summary.batches + 1
 
-    def test_many_batches_are_dealt_across_stripes(self, data_client) -> None:
-        table, summary = self.query(data_client, BIG)
-        assert table.equals(data_client.query(BIG, transport="grpc"))
+    def test_many_batches_are_dealt_across_stripes(self, harness: Harness) -> None:
+        table, summary = self.receive(harness, BIG)
+        assert table.equals(harness.reference(BIG))
+        assert summary.batches > 10
         if self.streams > 1:
-            assert len([b for b in summary["per_stripe_bytes"].values() if b]) == self.streams
+            assert len([b for b in summary.per_stripe_bytes.values() if b]) == self.streams
 
-    def test_client_side_stripe_killed_mid_transfer(self, data_client) -> None:
-        fired = []
+    def test_file_blocks_arrive_in_place(self, harness: Harness, catalog_root: Path, tmp_path: Path) -> None:
+        handle = harness.service.open_file("ccm3", FILE, channels=[self.kind], streams=self.streams)
+        offer, request = handle.offers[0], handle.request
+        out = tmp_path / FILE
+        sink = FileSink(out, RemoteFile("ccm3", FILE, request.size, request.mtime_ns, request.offset,
+                                        request.length, request.crc32c))
+        sink.open()
+        transfer = harness.channel.open(offer.ticket.token, offer.streams, sink=sink)
+        for _, _, block in transfer.messages():
+            sink.block_done(block)
+        sink.finish()  # checks the CRC-32C of the whole file
+        assert out.read_bytes() == (catalog_root / "ccm3" / FILE).read_bytes()
+        summary = transfer.summary()
+        assert summary.content == "file" and summary.bytes == request.size
+        assert summary.blocks == -(-request.size // SETTINGS["block_bytes"])
 
-        def kill(stripe, conn, frames, phase):
-            # mid-frame: the message is half received, so only a resume can complete the result
-            if stripe == self.streams - 1 and frames == 3 and phase == "header" and not fired:
-                fired.append(stripe)
-                conn.abort()
+    # -- faults -------------------------------------------------------------------------
 
-        data_client._fault = kill
-        table, summary = self.query(data_client, BIG)
-        assert fired and summary["reconnects"] >= 1
-        assert table.equals(data_client.query(BIG, transport="grpc"))
+    def test_client_side_stripe_killed_mid_transfer(self, harness: Harness) -> None:
+        fault = Fault(stripe=self.streams - 1, abort_at=50_000)
+        table, summary = self.receive(harness, BIG, FaultyChannel(harness.channel, fault))
+        assert fault.fired == ["abort"] and summary.reconnects >= 1
+        assert table.equals(harness.reference(BIG))
 
-    def test_server_side_stripe_killed_mid_transfer(self, data_server, data_client) -> None:
-        channel = _channel(data_server, self.transport)
-        fired = []
+    def test_server_side_stripe_killed_mid_transfer(self, harness: Harness) -> None:
+        # The server is about to send message 6 on some stripe: that stripe is reset first, so the
+        # message belongs to a dead connection and only a resume can deliver it.
+        harness.listener.fault = fault = SendFault(6, "abort")
+        table, summary = self.receive(harness, BIG)
+        assert len(fault.fired) == 1 and summary.reconnects >= 1
+        assert table.equals(harness.reference(BIG))
 
-        def kill_before_sending(seq, payload):
-            # The server is about to send message 6 on some stripe: reset that stripe first, so the
-            # message is owned by a dead connection and only a resume can deliver it.
-            if seq == 6 and not fired:
-                transfer = list(channel._transfers.values())[-1]  # this query's: the newest
-                stripe = transfer._owner.get(seq)
-                live = transfer._live.get(stripe) if stripe is not None else None
-                if live is not None:
-                    fired.append(stripe)
-                    live[1].abort()
-            return None
-
-        channel.tamper = kill_before_sending
-        try:
-            table, summary = self.query(data_client, BIG)
-        finally:
-            channel.tamper = None
-        assert fired and summary["reconnects"] >= 1
-        assert table.equals(data_client.query(BIG, transport="grpc"))
-
-    def test_corrupted_payload_is_detected_and_fetched_again(self, data_server, data_client) -> None:
-        channel = _channel(data_server, self.transport)
-        spoiled = []
-
-        def tamper(seq, payload):
-            if seq == 3 and not spoiled:
-                spoiled.append(seq)
-                wire = bytearray(memoryview(payload).cast("B"))
-                wire[len(wire) // 2] ^= 0x01
-                return bytes(wire)
-            return None
-
-        channel.tamper = tamper
-        try:
-            table, summary = self.query(data_client, BIG)
-        finally:
-            channel.tamper = None
-        assert spoiled and summary["corrupted_frames"] == 1 and summary["reconnects"] >= 1
-        assert table.equals(data_client.query(BIG, transport="grpc"))
+    def test_corrupted_payload_is_detected_and_fetched_again(self, harness: Harness) -> None:
+        harness.listener.fault = fault = SendFault(3, "corrupt")
+        table, summary = self.receive(harness, BIG)
+        assert len(fault.fired) == 1 and summary.corrupted_frames == 1 and summary.reconnects >= 1
+        assert table.equals(harness.reference(BIG))
 
     @pytest.mark.parametrize("position", [5, 40, 100_000])  # header, first payload bytes, deep inside
-    def test_flipped_byte_is_detected_and_fetched_again(self, data_client, monkeypatch, position) -> None:
-        table, summary, proxy = self._through_proxy(data_client, monkeypatch, Fault(flip_at=position))
-        assert proxy.flipped == 1
-        assert summary["reconnects"] >= 1
-        assert table.equals(data_client.query(BIG, transport="grpc"))
+    def test_flipped_byte_is_detected_and_fetched_again(self, harness: Harness, position: int) -> None:
+        fault = Fault(flip_at=position)
+        table, summary = self.receive(harness, BIG, FaultyChannel(harness.channel, fault))
+        assert fault.fired == ["flip"] and summary.reconnects >= 1
+        assert table.equals(harness.reference(BIG))
 
-    def test_truncated_stream_resumes(self, data_client, monkeypatch) -> None:
-        table, summary, proxy = self._through_proxy(data_client, monkeypatch, Fault(cut_at=50_000))
-        assert proxy.cut == 1 and summary["reconnects"] >= 1
-        assert table.equals(data_client.query(BIG, transport="grpc"))
+    def test_truncated_stream_resumes(self, harness: Harness) -> None:
+        fault = Fault(cut_at=50_000)
+        table, summary = self.receive(harness, BIG, FaultyChannel(harness.channel, fault))
+        assert fault.fired == ["cut"] and summary.reconnects >= 1
+        assert table.equals(harness.reference(BIG))
 
-    def test_always_truncated_stream_fails_clearly(self, data_client, monkeypatch) -> None:
-        started = time.monotonic()
+    def test_always_truncated_stream_fails_clearly(self, harness: Harness) -> None:
+        fault = Fault(every_connection=True, cut_at=30_000)
         with pytest.raises(dstp.TransportError, match="giving up|reconnect|closed"):
-            self._through_proxy(data_client, monkeypatch, Fault(cut_at=30_000, every_connection=True))
-        assert time.monotonic() - started < 30
+            self.receive(harness, BIG, FaultyChannel(harness.channel, fault))
+        assert len(fault.fired) > 1  # it resumed, and kept being cut
 
-    def _through_proxy(self, client, monkeypatch, fault: Fault):
-        real = tcp.connect
-        proxies: list[Proxy] = []
+    # -- tickets and strangers ----------------------------------------------------------
 
-        def via_proxy(host, port, **kwargs):
-            if not proxies:
-                proxies.append(Proxy((host, port), fault))
-            return real("127.0.0.1", proxies[0].port, **kwargs)
-
-        monkeypatch.setattr(tcp, "connect", via_proxy)
-        try:
-            table, summary = self.query(client, BIG)
-        finally:
-            for p in proxies:
-                p.close()
-        return table, summary, proxies[0]
-
-    def _dial(self, client, offer):
-        from dstp.client._client import _Choice
-
-        return client._dialer(self.transport, offer, _Choice(self.transport, self.streams, "", None, 0.0, "test"))
-
-    def test_ticket_is_single_use(self, data_client) -> None:
-        info = data_client.plan("select temperature from ccm3 limit 10", transport=self.transport,
-                                streams=self.streams)
-        offer = info.offer(self.transport)
-        from dstp.client._channels import fetch_stripes
-
-        def run():
-            return list(fetch_stripes(offer.ticket, max(1, offer.streams), self._dial(data_client, offer),
-                                      info.schema, lambda *a: None, lambda s: None))
-
-        assert sum(b.num_rows for b in run()) == 10
+    def test_ticket_is_single_use(self, harness: Harness) -> None:
+        ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
+        table, _ = receive(harness.channel, ticket, streams, schema)
+        assert table.num_rows == 10
         with pytest.raises(dstp.TicketError, match="already used|unknown"):
-            run()
+            receive(harness.channel, ticket, streams, schema)
 
-    def test_wrong_ticket(self, data_client) -> None:
-        info = data_client.plan("select temperature from ccm3 limit 10", transport=self.transport)
-        offer = info.offer(self.transport)
-        forged = offer.ticket[:-4] + os.urandom(4)
-        from dstp.client._channels import fetch_stripes
-
+    def test_forged_ticket(self, harness: Harness) -> None:
+        ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
         with pytest.raises(dstp.TicketError):
-            list(fetch_stripes(forged, 1, self._dial(data_client, offer), info.schema,
-                               lambda *a: None, lambda s: None))
+            receive(harness.channel, ticket[:-4] + os.urandom(4), 1, schema)
+
+    def test_expired_ticket(self, harness: Harness) -> None:
+        ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
+        harness.clock.advance(harness.service.settings.ticket_ttl_s + 1)
+        with pytest.raises(dstp.TicketExpiredError):
+            receive(harness.channel, ticket, streams, schema)
+
+    @pytest.mark.parametrize("junk", [bytes(range(256)) * 20,
+                                      b"GET / HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\n\r\n",
+                                      b"DSTP" + bytes(60)], ids=["bytes", "http", "bad-version"])
+    def test_junk_gets_an_error_and_the_channel_goes_on(self, harness: Harness, junk: bytes) -> None:
+        conn = harness.channel.connect(0)
+        try:
+            conn.send_parts([junk])
+            frame = recv_frame(conn)
+        finally:
+            conn.close()
+        assert frame is not None and frame.kind == Kind.ERROR
+        assert frame.json()["code"] == "protocol_error"
+        ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
+        assert receive(harness.channel, ticket, streams, schema)[0].num_rows == 10
+
+    def test_silence_gets_an_error_after_the_hello_timeout(self, harness: Harness) -> None:
+        listener = self.make_listener()
+        server = DataChannelServer(self.kind, listener, harness.service.open_source, hello_timeout=0.2)
+        server.start()
+        conn = self.make_channel(listener).connect(0)
+        try:
+            frame = recv_frame(conn)  # we say nothing; the server gives up
+        finally:
+            conn.close()
+            server.stop()
+        assert frame is not None and frame.kind == Kind.ERROR and "HELLO" in frame.json()["message"]
+
+
+class TestMemoryOneStream(ChannelConformance):
+    @classmethod
+    def make_listener(cls) -> MemoryListener:
+        return MemoryListener()
+
+    @classmethod
+    def make_channel(cls, listener: MemoryListener) -> MemoryChannel:
+        return MemoryChannel(listener)
+
+
+class TestMemoryFourStreamsLz4(TestMemoryOneStream):
+    streams = 4
+    compression = "lz4"
 
 
 class TestStripedOneStream(ChannelConformance):
-    streams = 1
+    @classmethod
+    def make_listener(cls) -> TcpListener:
+        return TcpListener("127.0.0.1", 0)
+
+    @classmethod
+    def make_channel(cls, listener: TcpListener) -> TcpChannel:
+        host, port = listener.endpoint.rsplit(":", 1)
+        return TcpChannel(host, int(port))
 
 
-class TestStripedFourStreamsLz4(ChannelConformance):
+class TestStripedFourStreamsLz4(TestStripedOneStream):
     streams = 4
     compression = "lz4"
 
 
 class TestUdt(ChannelConformance):
-    transport = "udt"
-    streams = 1
+    kind = "udt"
 
-    # The byte-flipping and truncating proxies speak TCP; on UDT the same faults are
-    # injected at the sender instead (test_corrupted_payload_is_detected_and_fetched_again
-    # and test_server_side_stripe_killed_mid_transfer).
-    test_flipped_byte_is_detected_and_fetched_again = None  # type: ignore[assignment]
-    test_truncated_stream_resumes = None  # type: ignore[assignment]
-    test_always_truncated_stream_fails_clearly = None  # type: ignore[assignment]
+    @classmethod
+    def make_listener(cls) -> Any:
+        from dstp.transport import udt
 
+        assert udt.available(), f"the UDT channel is {udt.unavailable_reason()}"
+        return udt.UdtChannelListener("127.0.0.1", 0)
 
-def test_random_bytes_on_the_data_port_get_an_error_and_the_server_goes_on(data_server, data_client) -> None:
-    host, port = _channel(data_server).endpoint.rsplit(":", 1)
-    for junk in (os.urandom(5000), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"DSTP" + os.urandom(60)):
-        with socket.create_connection((host, int(port)), timeout=10) as s:
-            s.sendall(junk)
-            s.shutdown(socket.SHUT_WR)
-            frame = recv_frame(TcpConn(s))
-            assert frame is not None and frame.kind == Kind.ERROR
-            assert frame.json()["code"] in {"protocol_error", "integrity_error", "transport_error"}
-    assert data_client.query("select temperature from ccm3 limit 5", transport="striped", streams=2).num_rows == 5
+    @classmethod
+    def make_channel(cls, listener: Any) -> DataChannel:
+        from dstp.transport import udt
+
+        host, port = listener.endpoint.rsplit(":", 1)
+        return udt.UdtChannel(host, int(port), rtt_s=0.001)
 
 
-def test_hello_timeout(catalog_root: Path) -> None:
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1)
-    with DstpServer(settings) as srv:
-        channel = _channel(srv)
-        channel.hello_timeout = 0.3
-        host, port = channel.endpoint.rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=10) as s:
-            frame = recv_frame(TcpConn(s))  # we say nothing; the server gives up
-            assert frame.kind == Kind.ERROR and "HELLO" in frame.json()["message"]
+# ---------------------------------------------------------------------- a hostile server
 
 
-def test_expired_ticket(catalog_root: Path) -> None:
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, ticket_ttl_s=0.2)
-    with DstpServer(settings) as srv, dstp.connect(srv.endpoints.grpc) as c:
-        info = c.plan("select temperature from ccm3 limit 3", transport="striped")
-        offer = info.offer("striped")
-        time.sleep(0.4)
-        host, port = offer.endpoint.rsplit(":", 1)
-        from dstp.client._channels import fetch_stripes
+def _hostile(script: list[tuple[Kind, int, bytes]]) -> StripedReceiver:
+    """Return a started receiver whose one stripe talks to a server sending ``script`` after the HELLO."""
+    def dial(stripe: int) -> Any:
+        client, server = pipe()
 
-        with pytest.raises(dstp.TicketExpiredError):
-            list(fetch_stripes(offer.ticket, 1, lambda s: tcp.connect(host, int(port)), info.schema,
-                               lambda *a: None, lambda s: None))
+        def play() -> None:
+            recv_frame(server)  # the HELLO
+            for kind, sequence, payload in script:
+                send_frame(server, kind, 0, sequence, 0, payload)
+            server.close()
 
+        threading.Thread(target=play, daemon=True).start()
+        return client
 
-class _HostileServer:
-    """Speaks the frame protocol but sends what a correct server never would."""
-
-    def __init__(self, script) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.script = script
-        import threading
-
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            sock, _ = self.listener.accept()
-        except OSError:
-            return
-        conn = TcpConn(sock)
-        try:
-            recv_frame(conn)  # HELLO
-            for kind, seq, payload in self.script:
-                send_frame(conn, kind, 0, seq, 0, payload)
-            time.sleep(0.5)
-        except Exception:
-            pass
-        finally:
-            conn.close()
-            self.listener.close()
+    receiver = StripedReceiver(b"DT1" + bytes(24), 1, dial, max_reconnects=0, stall_timeout=5)
+    receiver.start()
+    return receiver
 
 
 @pytest.mark.parametrize(
@@ -272,26 +325,12 @@ class _HostileServer:
          "after the END"),
         ([(Kind.ERROR, 0, control_payload({"code": "ticket_expired", "status": "PERMISSION_DENIED",
                                            "message": "expired"}))], dstp.TicketExpiredError, "expired"),
+        ([(Kind.DATA, 0, b"a"), (Kind.END, 2, control_payload({}))], dstp.TransportError, "closed"),  # a gap
     ],
+    ids=["duplicate", "data-after-end", "error-frame", "gap-at-the-end"],
 )
-def test_receiver_rejects_a_hostile_server(script, error, words) -> None:
-    from dstp.transport.receiver import StripedReceiver
-
-    server = _HostileServer(script)
-    receiver = StripedReceiver(b"DT1" + bytes(24), 1, lambda s: tcp.connect("127.0.0.1", server.port),
-                               max_reconnects=0, stall_timeout=5)
-    receiver.start()
+def test_receiver_rejects_a_hostile_server(script: list[tuple[Kind, int, bytes]], error: type, words: str) -> None:
+    receiver = _hostile(script)
     with pytest.raises(error, match=words):
         for _ in receiver.messages():
             pass
-
-
-def test_gap_at_the_end_is_not_a_result() -> None:
-    from dstp.transport.receiver import StripedReceiver
-
-    server = _HostileServer([(Kind.DATA, 0, b"a"), (Kind.END, 2, control_payload({}))])
-    receiver = StripedReceiver(b"DT1" + bytes(24), 1, lambda s: tcp.connect("127.0.0.1", server.port),
-                               max_reconnects=0, stall_timeout=2)
-    receiver.start()
-    with pytest.raises(dstp.TransportError):
-        list(receiver.messages())

@@ -126,6 +126,6 @@ def test_a_clean_fast_path_never_probes_udt(tmp_path: Path) -> None:
 def test_path_loss_from_the_servers_stripes() -> None:
     from dstp.transport.tuning import path_loss
 
-    summary = {"paths": {"0": {"retransmits": 3, "segments": 1000}, "1": {"retransmits": 1, "segments": 1000}}}
-    assert path_loss(summary) == 0.002
+    paths = {"0": {"retransmits": 3, "segments": 1000}, "1": {"retransmits": 1, "segments": 1000}}
+    assert path_loss(paths) == 0.002
     assert path_loss({}) == 0.0

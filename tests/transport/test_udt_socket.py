@@ -332,22 +332,18 @@ def test_tuned_options_formula() -> None:
 
 
 @pytest.mark.timeout(20)
-def test_connect_to_dead_port_fails_in_bounded_time() -> None:
+def test_connect_to_dead_port_times_out() -> None:
     port = dead_port()
-    t0 = time.monotonic()
     with pytest.raises(TransportError) as info:
         udt_socket.connect(HOST, port, timeout=0.5)
-    assert time.monotonic() - t0 < 1.5
+    # ETIMEOUT: our timeout ended the attempt, not libudt's own handshake window (ENOSERVER, below)
     assert getattr(info.value, "udt_code") == _udt.ERROR_CODES["ETIMEOUT"]
     assert isinstance(info.value.__cause__, _udt.UdtTimeout)
-    # libudt's own blocking connect gives up after its fixed 3 s handshake window.
+    # libudt's own blocking connect gives up after its fixed handshake window (3 s; docs/udt.md).
     s = _udt.UdtSocket()
-    t0 = time.monotonic()
     with pytest.raises(_udt.UdtConnectError) as raw:
         s.connect(HOST, port)
-    elapsed = time.monotonic() - t0
     s.close()
-    assert 2.0 < elapsed < 5.0
     assert raw.value.code == _udt.ERROR_CODES["ENOSERVER"]
     assert isinstance(raw.value, ConnectionError) and isinstance(raw.value, OSError)
 
@@ -355,10 +351,8 @@ def test_connect_to_dead_port_fails_in_bounded_time() -> None:
 @pytest.mark.timeout(20)
 def test_accept_timeout() -> None:
     with udt_socket.listen(HOST, 0) as lst:
-        t0 = time.monotonic()
         with pytest.raises(TransportError, match="timed out"):
             lst.accept(timeout=0.2)
-        assert time.monotonic() - t0 < 1.0
 
 
 @pytest.mark.timeout(20)
@@ -371,12 +365,10 @@ def test_peer_close_mid_recv_raises_connection_lost(
     blocked.start()
     time.sleep(0.2)
     assert blocked.is_alive()  # got the data, now blocked in the second recv
-    t0 = time.monotonic()
     cli.close()
     # UDT has no half-close and no EOF: buffered data is delivered, then recv raises.
     with pytest.raises(TransportError, match="lost") as info:
         blocked.join_result(10.0)
-    assert time.monotonic() - t0 < 2.0
     assert getattr(info.value, "udt_code") == _udt.ERROR_CODES["ECONNLOST"]
     assert isinstance(info.value.__cause__, _udt.UdtConnectionLost)
 
@@ -421,10 +413,8 @@ def test_destructor_closes_the_connection() -> None:
     del client  # never closed: the destructor must close it (without blocking)
     gc.collect()
     assert server.recv(10) == b"bye"
-    t0 = time.monotonic()
     with pytest.raises(_udt.UdtConnectionLost):
         server.recv(10)
-    assert time.monotonic() - t0 < 5.0
     server.close()
     lst.close()
 

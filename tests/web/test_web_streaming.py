@@ -14,7 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from dstp.http_app import start_http_server
+from dstp.http.app import start_http_server
 from dstp.server import DstpServer
 from dstp.service import DstpService
 
@@ -24,24 +24,21 @@ BIG = "select * from ccm3"  # 196,608 rows, 48 batches of 4,096 in the test serv
 def _running(server: DstpServer, query_id: str):  # type: ignore[no-untyped-def]
     """Return the server-side execution of ``query_id`` while it runs (None once it is over)."""
     assert server.service is not None
-    return server.service._running.get(query_id)
+    return server.service.execution(query_id)
 
 
-def _wait_until_finished(server: DstpServer, query_id: str, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while _running(server, query_id) is not None:
-        assert time.monotonic() < deadline, f"query {query_id} still runs"
-        time.sleep(0.02)
+def _wait_until_finished(server: DstpServer, query_id: str, seconds: float = 10.0) -> None:
+    assert server.service is not None
+    assert server.service.wait_idle(seconds), f"query {query_id} still holds its slot"
+    assert _running(server, query_id) is None, f"query {query_id} still runs"
 
 
 @pytest.mark.parametrize("fmt", ["csv", "ndjson"])  # (Arrow is streamed the same way, but too fast to catch)
 def test_first_bytes_leave_before_the_query_ends(web_server, http, fmt) -> None:
-    started = time.perf_counter()
     with http.stream("GET", "/query", params={"sql": BIG, "format": fmt}) as r:
         assert r.status_code == 200
         chunks = r.iter_raw()
         first = next(chunks)
-        ttfb = time.perf_counter() - started
         assert first
         execution = _running(web_server, r.headers["x-dstp-query-id"])
         assert execution is not None, "the query finished before its first bytes arrived"
@@ -49,9 +46,7 @@ def test_first_bytes_leave_before_the_query_ends(web_server, http, fmt) -> None:
         # files may all have been read already; the result is produced batch by batch).
         assert execution.summary.rows < 196_608
         size = len(first) + sum(len(chunk) for chunk in chunks)
-    total = time.perf_counter() - started
     assert size > 1_000_000
-    print(f"{fmt}: first bytes after {ttfb * 1000:.0f} ms, all {size} bytes after {total * 1000:.0f} ms")
 
 
 def test_client_disconnect_cancels_the_query_and_frees_its_slot(web_server, http) -> None:
@@ -156,9 +151,7 @@ def test_http_server_stops_quickly_even_with_a_stream_open(web_server) -> None:
         with c.stream("GET", "/query", params={"sql": BIG, "format": "csv"}) as r:
             next(r.iter_raw())
             query_id = r.headers["x-dstp-query-id"]
-            started = time.monotonic()
-            server.stop()
-            assert time.monotonic() - started < 3.0
+            server.stop()  # returns although the stream is open (a hang fails on the test's timeout)
     _wait_until_finished(web_server, query_id)
     with pytest.raises(OSError):
         socket.create_connection((host, int(port)), timeout=1).close()
@@ -179,10 +172,7 @@ def test_no_descriptor_or_slot_leaks_over_many_requests(web_server, http) -> Non
         assert http.get("/query", params={"sql": "select nosuch from ccm3"}).status_code == 400
         with http.stream("GET", "/query", params={"sql": BIG}) as r:
             next(r.iter_raw())  # abandoned after one chunk
-    time.sleep(0.3)
-    assert _fds() - before <= 2
     assert web_server.service is not None
-    deadline = time.monotonic() + 5
-    while web_server.service._running:
-        assert time.monotonic() < deadline, "queries still hold slots"
-        time.sleep(0.05)
+    assert web_server.service.wait_idle(10), "queries still hold slots"
+    assert not web_server.service.running()
+    assert _fds() - before <= 2

@@ -60,7 +60,8 @@ def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit:
                     stream.close()
     except DstpError as err:
         return _error(err)
-    summary = {k: v for k, v in (stream.summary or {}).items() if isinstance(v, (bool, int, float, str))}
+    summary = {k: v for k, v in (stream.summary.as_dict() if stream.summary else {}).items()
+               if isinstance(v, (bool, int, float, str))}
     summary.update({"rows": rows, "transport": stream.transport, "seconds": time.perf_counter() - started,
                     "choice": stream.choice})
     return summary

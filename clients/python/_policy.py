@@ -1,0 +1,178 @@
+"""Channel policy: which data channel a transfer takes, how many stripes, learned per server.
+
+One policy serves queries and downloads alike:
+
+    choice = policy.choose("auto", streams=0, congestion_control="")   # before asking the server
+    choice = policy.pick(choice, offered_kinds, upper_bytes, "result")   # auto: from the offers and the size
+    channel = policy.open(choice, offer)                                 # the DataChannel to receive on
+    policy.learn(choice, nbytes, seconds, summary)                       # what the transfer achieved
+
+``auto`` takes the gRPC stream when the transfer is known to be small, and
+otherwise striped TCP with the stream count, buffers and congestion control
+the auto-tuner (GridCopy's rule, :mod:`dstp.transport.tuning`) learned for this
+server — or UDT where it measured faster. The path's round-trip time comes
+from Pings, cached for :data:`RTT_MAX_AGE_S`.
+
+``wrap_channel`` is the public seam for what goes between the client and a
+data channel (a fault-injecting channel in tests, a proxy, a byte counter):
+it receives each channel the policy opens and returns the one to use.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Collection
+
+from dstp.errors import TransportUnavailableError
+from dstp.transport.channels import DataChannel
+from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
+from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
+
+__all__ = ["GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy"]
+
+#: What ``transport=`` accepts.
+TRANSPORTS = ("grpc", "striped", "udt", "auto")
+
+#: ``auto`` sends a transfer known to be smaller than this over the gRPC stream, by what it is.
+#: A query result on gRPC costs one round trip (Run) where a data channel costs three
+#: (Query, connect, HELLO), so results stay on gRPC longer; a file over gRPC is one stream of
+#: 2 MiB chunks, which stripes overtake sooner (docs/transport.md, "Auto-tuning").
+GRPC_MAX_BYTES = {"result": 32 * 2**20, "file": 8 * 2**20}
+
+#: How long a measured round-trip time is trusted before the client pings again. Three Pings
+#: cost 0.33 s on a 110 ms path, more than a small query; a path's RTT rarely moves in minutes,
+#: and a moved path still shows in the throughput the tuner records.
+RTT_MAX_AGE_S = 300.0
+
+#: Congestion controls the tuner may ask the server for.
+TUNER_CONGESTION_CONTROLS = ("bbr", "cubic", "reno")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelChoice:
+    """The data path chosen for one transfer, and why (``dstp query -v`` prints the reason)."""
+
+    transport: str
+    streams: int
+    congestion_control: str
+    plan: StripePlan | None
+    rtt_s: float
+    reason: str
+
+
+class ChannelPolicy:
+    """How one client moves data to and from one server (``key`` names it in the tuner's cache)."""
+
+    def __init__(
+        self,
+        key: str,
+        ping: Callable[[], float],
+        tuner: AutoTuner | None = None,
+        *,
+        timeout: float = 30.0,
+        wrap_channel: Callable[[DataChannel], DataChannel] | None = None,
+    ) -> None:
+        self.key = key
+        self.tuner = tuner or AutoTuner()
+        self.timeout = timeout
+        self.wrap_channel = wrap_channel
+        self._ping = ping
+        #: (monotonic time, seconds) of the Ping round trips measured lately.
+        self._rtt_samples: list[tuple[float, float]] = []
+
+    # -- round-trip time ----------------------------------------------------------------
+
+    def observe_rtt(self, seconds: float) -> None:
+        """Remember one measured round trip."""
+        now = time.monotonic()
+        self._rtt_samples = [(t, v) for t, v in self._rtt_samples[-15:] if now - t < RTT_MAX_AGE_S]
+        self._rtt_samples.append((now, seconds))
+
+    def rtt(self) -> float:
+        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3).
+
+        Three samples, because the first Ping on a new connection also pays
+        for the TCP and HTTP/2 set-up.
+        """
+        now = time.monotonic()
+        recent = [v for t, v in self._rtt_samples if now - t < RTT_MAX_AGE_S]
+        for _ in range(3 - len(recent)):
+            seconds = self._ping()
+            self.observe_rtt(seconds)
+            recent.append(seconds)
+        return min(recent)
+
+    # -- choosing -----------------------------------------------------------------------
+
+    def choose(self, transport: str, streams: int = 0, congestion_control: str = "") -> ChannelChoice:
+        """Return the path to ask the server for; ``auto`` is settled later by :meth:`pick`."""
+        if transport not in TRANSPORTS:
+            raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
+        if transport == "grpc":
+            return ChannelChoice("grpc", 0, congestion_control, None, 0.0, "asked for grpc")
+        if transport == "udt":
+            return ChannelChoice("udt", 1, "", None, 0.0, "asked for udt")
+        if streams and transport == "striped":
+            return ChannelChoice("striped", streams, congestion_control, None, 0.0, f"asked for {streams} streams")
+        rtt = self.rtt()
+        plan = self.tuner.plan(self.key, rtt, allowed_cc=TUNER_CONGESTION_CONTROLS)
+        if congestion_control:
+            plan = StripePlan(plan.streams, plan.buffer_bytes, congestion_control, plan.reason)
+        return ChannelChoice("striped", plan.streams, plan.congestion_control, plan, rtt,
+                             f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
+
+    def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, what: str) -> ChannelChoice:
+        """Return ``choice`` settled on an offered channel for a transfer of at most ``upper_bytes``.
+
+        gRPC when the transfer is small (under ``GRPC_MAX_BYTES[what]``; unknown
+        counts as large) or no data channel is offered; else what the tuner
+        measured best on this server. ``what`` is "result" or "file".
+        """
+        from dstp.transport import udt
+
+        data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt.available())]
+        if 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
+            size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
+            return replace(choice, transport="grpc", reason=f"auto: grpc ({what} {size})")
+        kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
+        detail = f" × {choice.streams} ({choice.reason})" if kind == "striped" else ""
+        size = f"up to {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
+        return replace(choice, transport=kind, reason=f"auto: {why}{detail}; {what} {size}")
+
+    # -- opening ------------------------------------------------------------------------
+
+    def open(self, choice: ChannelChoice, offer: ChannelOffer, control_target: str) -> DataChannel:
+        """Return the data channel to receive ``offer`` on (wrapped by ``wrap_channel`` if set)."""
+        host, port = reachable_address(offer.endpoint, control_target.rpartition(":")[0] or "127.0.0.1")
+        channel: DataChannel
+        if offer.kind == "udt":
+            from dstp.transport import udt
+
+            if not udt.available():
+                raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
+            channel = udt.UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout)
+        elif offer.kind == "striped":
+            from dstp.transport.tcp import TcpChannel
+
+            buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
+            channel = TcpChannel(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
+        else:
+            raise TransportUnavailableError(f"{offer.kind or 'this'} offer is not a data channel")
+        return self.wrap_channel(channel) if self.wrap_channel is not None else channel
+
+    # -- learning -----------------------------------------------------------------------
+
+    def learn(self, choice: ChannelChoice, nbytes: int, seconds: float, summary: TransferSummary) -> None:
+        """Teach the auto-tuner what a data-channel transfer achieved."""
+        kind = choice.transport
+        if kind not in ("striped", "udt"):
+            return
+        rtt = choice.rtt_s or 0.0
+        self.tuner.observe(self.key, kind, nbytes, seconds, rtt, path_loss(summary.paths))
+        if kind == "striped" and choice.plan is not None:
+            plan = choice.plan
+            granted = summary.streams or plan.streams
+            if granted < plan.streams:  # the server capped the count: learn what was really used
+                plan = StripePlan(granted, plan.buffer_bytes, plan.congestion_control, plan.reason)
+            self.tuner.record(self.key, plan, nbytes, seconds, rtt)

@@ -1,0 +1,164 @@
+"""The control plane's calls: one method per rpc, every gRPC failure turned into a dstp error.
+
+Requests and answers go through the wire codec (:mod:`dstp.transport.codec`);
+the streams that carry data (Fetch, Run, FetchFile) are opened with the
+codec's parsers, so an IPC message or a file block arrives as a view of the
+bytes gRPC received, not as a protobuf copy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator, Sequence
+
+import grpc
+
+from dstp.errors import DstpError, IntegrityError, TransportError, error_from_status
+from dstp.metadata import DatasetDetails, DatasetSummary
+from dstp.proto import dstp_pb2 as pb
+from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.transport import codec
+from dstp.transport.codec import QueryInfo
+
+__all__ = ["Rpc", "rpc_error"]
+
+_SERVICE = "/" + pb.DESCRIPTOR.services_by_name["Dstp"].full_name
+
+
+def rpc_error(exc: grpc.RpcError, target: str) -> DstpError:
+    """Return the dstp error a failed rpc stands for (its code, message, and the query position if any)."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
+    meta: dict[str, str] = {}
+    if hasattr(exc, "trailing_metadata"):
+        items: Any = exc.trailing_metadata() or ()
+        meta = {str(k): v.decode() if isinstance(v, bytes) else str(v) for k, v in items}
+    if code == grpc.StatusCode.UNAVAILABLE and "dstp-error-code" not in meta:
+        return TransportError(f"cannot reach the dstp server at {target}: {details}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and "dstp-error-code" not in meta:
+        return error_from_status("DEADLINE_EXCEEDED", f"no answer from {target} in time: {details}")
+    err = error_from_status(code.name, details, meta.get("dstp-error-code"))
+    if "dstp-error-line" in meta:
+        err.line = int(meta["dstp-error-line"])  # type: ignore[attr-defined]
+        err.column = int(meta["dstp-error-column"])  # type: ignore[attr-defined]
+    return err
+
+
+class Rpc:
+    """The rpcs of one dstp server."""
+
+    def __init__(self, target: str, *, timeout: float = 30.0, max_message_bytes: int = 64 * 2**20) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self._stub = pb_grpc.DstpStub(self._channel)
+        self._fetch = self._channel.unary_stream(
+            f"{_SERVICE}/Fetch", request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=codec.parse_fetch_response)
+        self._run = self._channel.unary_stream(
+            f"{_SERVICE}/Run", request_serializer=pb.QueryRequest.SerializeToString,
+            response_deserializer=codec.parse_fetch_response)
+        self._fetch_file = self._channel.unary_stream(
+            f"{_SERVICE}/FetchFile", request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=codec.parse_file_chunk)
+
+    def error(self, exc: grpc.RpcError) -> DstpError:
+        return rpc_error(exc, self.target)
+
+    def datasets(self) -> list[DatasetSummary]:
+        try:
+            reply = self._stub.ListDatasets(pb.ListDatasetsRequest(), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return [codec.summary_from_pb(m) for m in reply.datasets]
+
+    def describe(self, dataset_id: str) -> DatasetDetails:
+        try:
+            reply = self._stub.Describe(pb.DescribeRequest(id=dataset_id), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return codec.details_from_pb(reply)
+
+    def ping(self, payload: bytes = b"") -> float:
+        """Return the round-trip time of one Ping, in seconds."""
+        started = time.perf_counter()
+        try:
+            self._stub.Ping(pb.PingRequest(payload=payload), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return time.perf_counter() - started
+
+    def query(self, sql: str, channels: Sequence[str], *, streams: int = 0, compression: str = "none",
+              congestion_control: str = "") -> QueryInfo:
+        """Return the server's plan of ``sql`` and its offers for ``channels``."""
+        request = pb.QueryRequest(
+            sql=sql, channels=[codec.channel_kind_pb(k) for k in channels], streams=streams,
+            compression=codec.compression_pb(compression), congestion_control=congestion_control,
+        )
+        try:
+            reply = self._stub.Query(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return codec.query_info_from_pb(reply)
+
+    def run(self, sql: str, compression: str = "none") -> tuple[QueryInfo, Any]:
+        """Start a Run call (plan and records in one round trip); return the plan and the open call."""
+        call: Any = self._run(pb.QueryRequest(sql=sql, channels=[codec.channel_kind_pb("grpc")],
+                                         compression=codec.compression_pb(compression)))
+        # The stream has no deadline (a result may take minutes); its plan must come within the timeout.
+        late = threading.Event()
+
+        def give_up() -> None:
+            late.set()
+            call.cancel()
+
+        timer = threading.Timer(self.timeout, give_up)
+        timer.start()
+        try:
+            first = next(call)
+        except grpc.RpcError as exc:
+            if late.is_set():
+                raise TransportError(f"the server at {self.target} did not answer within {self.timeout:g} s") from None
+            raise self.error(exc) from None
+        except StopIteration:
+            raise IntegrityError("the server ended the Run stream before sending the plan") from None
+        finally:
+            timer.cancel()
+        if not isinstance(first, pb.FetchResponse) or not first.HasField("plan"):
+            call.cancel()
+            raise IntegrityError("the Run stream did not start with the plan")
+        return codec.query_info_from_pb(first.plan), call
+
+    def fetch(self, ticket: bytes) -> Any:
+        """Return the open Fetch call of a gRPC ticket (iterate it: IPC message views, then a FetchResponse)."""
+        return self._fetch(pb.FetchRequest(ticket=ticket))
+
+    def open_file(self, dataset: str, name: str, offset: int, length: int, missing: Sequence[tuple[int, int]],
+                  channels: Sequence[str], streams: int, congestion_control: str) -> pb.OpenFileResponse:
+        request = pb.OpenFileRequest(
+            dataset=dataset, file=name, range=pb.ByteRange(offset=offset, length=length),
+            missing=[pb.ByteRange(offset=o, length=n) for o, n in missing],
+            channels=[codec.channel_kind_pb(k) for k in channels], streams=streams,
+            congestion_control=congestion_control,
+        )
+        try:
+            return self._stub.OpenFile(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+
+    def fetch_file(self, ticket: bytes) -> Iterator[tuple[int, memoryview]]:
+        """Yield (offset, data) of a FetchFile stream, the data a view of what arrived."""
+        try:
+            yield from self._fetch_file(pb.FetchRequest(ticket=ticket))
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+
+    def close(self) -> None:
+        self._channel.close()

@@ -1,0 +1,37 @@
+"""The dstp service: catalog, queries, files and tickets, without any wire protocol.
+
+Every adapter (gRPC, HTTP, the data channels) calls this one object, so
+limits, errors and tickets behave the same whichever way a request arrives.
+
+    service.query(sql, channels=[...])       -> QueryHandle (schema, sizes, offers with tickets)
+    service.open_file(dataset, file, …)      -> FileHandle (size, CRC-32C, offers with tickets)
+    service.open_source(ticket, kind, cancel) -> MessageSource: the one way a ticket becomes data
+    service.run(sql, cancel)                 -> Execution, at once and without a ticket (HTTP, gRPC Run)
+
+It is split along its seams: ``queries`` (plan, run, the Execution),
+``files`` (checked, checksummed bulk requests), ``offers`` (channels and
+tickets) and ``admission`` (transfer slots and what is running).
+"""
+
+from dstp.service._service import DstpService
+from dstp.service.admission import Admission
+from dstp.service.files import FileHandle, FileRequest, Files
+from dstp.service.offers import CHANNELS, ChannelInfo, Grant, Offer, Offers
+from dstp.service.queries import Execution, Queries, QueryHandle, row_bytes
+
+__all__ = [
+    "CHANNELS",
+    "Admission",
+    "ChannelInfo",
+    "DstpService",
+    "Execution",
+    "FileHandle",
+    "FileRequest",
+    "Files",
+    "Grant",
+    "Offer",
+    "Offers",
+    "Queries",
+    "QueryHandle",
+    "row_bytes",
+]

@@ -1,0 +1,56 @@
+"""The client end of a data channel: open a ticket's transfer, receive its messages, close.
+
+    channel = TcpChannel(host, port)           # or UdtChannel(host, port, rtt_s=…), MemoryChannel(listener)
+    transfer = channel.open(ticket, streams=4)  # connected, HELLO sent on every stripe
+    for sequence, offset, payload in transfer.messages():   # in order; ACKs as it goes
+        ...                                                 # (a sink takes file blocks in place)
+    transfer.summary()                          # the server's account and what arrived
+    transfer.close()                            # early: stops the transfer (messages() ends it too)
+
+Every implementation runs the same frames, HELLO/ACK/resume protocol and
+receiver (:mod:`dstp.transport.frames`, :mod:`dstp.transport.receiver`); what
+differs is only ``connect`` — how one stripe's connection is made: a TCP
+socket (:class:`~dstp.transport.tcp.TcpChannel`), a UDT socket
+(:class:`~dstp.transport.udt.UdtChannel`) or a pair of in-process pipes
+(:class:`~dstp.transport.memory.MemoryChannel`). A channel that wraps
+another's connections — to inject faults, count bytes, go through a proxy —
+subclasses :class:`StripedChannel` and overrides ``connect``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from dstp.transport.frames import Conn
+from dstp.transport.receiver import MessageSink, StripedReceiver
+
+__all__ = ["DataChannel", "StripedChannel"]
+
+
+class DataChannel(Protocol):
+    """Where a ticket's messages come from on the client side."""
+
+    def connect(self, stripe: int) -> Conn:
+        """Return a new connection for ``stripe`` (its HELLO not yet sent)."""
+
+    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None) -> StripedReceiver:
+        """Return the started transfer of ``ticket`` over ``streams`` stripes."""
+
+
+class StripedChannel:
+    """A data channel made of stripes: ``open`` over ``connect``, which subclasses provide.
+
+    ``receiver_options`` go to every transfer's :class:`StripedReceiver`
+    (``max_reconnects``, ``stall_timeout``, ``ack_every_bytes``).
+    """
+
+    def __init__(self, **receiver_options: Any) -> None:
+        self.receiver_options = receiver_options
+
+    def connect(self, stripe: int) -> Conn:
+        raise NotImplementedError
+
+    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None) -> StripedReceiver:
+        receiver = StripedReceiver(ticket, streams, self.connect, sink=sink, **self.receiver_options)
+        receiver.start()
+        return receiver
