@@ -208,12 +208,26 @@ def cmd_describe(args: argparse.Namespace) -> int:
         attrs.add_row(a.name, a.units, " × ".join(a.dimensions), a.arrow_type + (" (packed)" if a.packed else ""),
                       a.description)
     con.print(attrs)
+    other = [c for c in d.coordinates if c.role not in ("dimension", "")]
+    if other:
+        coords = Table("coordinate", "role", "dimensions", "units", "type", "note", box=None,
+                       title="other coordinates (auxiliary, scalar, bounds, derived)")
+        for c in other:
+            coords.add_row(c.name, c.role, " × ".join(c.dimensions) or "(scalar)", c.units, c.arrow_type, c.note)
+        con.print(coords)
+    for m in d.grid_mappings:
+        con.print(f"grid mapping [bold]{m.name}[/bold]: {m.grid_mapping_name} — {m.proj or m.problem}")
+    feature = dict(d.global_attributes).get("dstp:feature_type")
+    if feature:
+        layout = dict(d.global_attributes).get("dstp:layout", "")
+        con.print(f"feature type: {feature}" + (f"; {layout}" if layout else ""))
     if d.correlation_keys:
         con.print("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
-    files = Table("file", "size", "format", "from", "to", box=None, title="files")
+    files = Table("file", "size", "format", d.aggregate_dimension or "", "", box=None, title="files")
     for f in d.files:
-        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, f.first or str(f.start),
-                      f.last or str(f.start + f.count - 1))
+        first = f.first or (str(f.start) if f.count else "")
+        last = f.last or (str(f.start + f.count - 1) if f.count else "")
+        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, first, last)
     con.print(files)
     for a in d.attributes:
         if a.missing_from:
