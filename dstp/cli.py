@@ -285,6 +285,13 @@ def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    """Ctrl-C: unwind once. Later SIGINTs are ignored, so the cleanup that removes partial files (and
+    a SIGINT a C++ library re-raises after handling it itself) cannot cut it short or kill the process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _time_units(client: Any, schema: Any) -> dict[str, str]:
     """Return the dataset's units of the result's time coordinates (netCDF keeps them)."""
     dataset = (schema.metadata or {}).get(b"dstp:dataset", b"").decode()
@@ -572,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dstp command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread() and args.func is not cmd_serve:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         return int(args.func(args) or 0)
     except DstpError as exc:
