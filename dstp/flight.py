@@ -1,0 +1,312 @@
+"""The Arrow Flight adapter: a stock ``pyarrow.flight`` or Flight SQL client queries dstp with no dstp code.
+
+Thin like :mod:`dstp.grpc_app`: each Flight method translates to the one
+service API and back.
+
+    ListFlights                        the catalog: one FlightInfo per dataset (path descriptor [id],
+                                       the schema of ``select *``, its record count), no endpoints
+    GetFlightInfo(cmd = SQL)           service.query(sql): the plan's schema, sizes, and one endpoint whose
+                                       ticket is the service's own ticket (channel "grpc": a gRPC stream)
+    GetFlightInfo(path = [id])         the same for ``select * from id``
+    GetSchema(cmd | path)              service.prepare(sql).schema, no ticket issued
+    DoGet(ticket)                      service.open_source(ticket): the records as they are produced
+
+A command is the SQL text, or a Flight SQL ``Any`` (:mod:`dstp._flight_sql`):
+``CommandStatementQuery`` and prepared statements (whose handle is the SQL),
+and the metadata commands ``CommandGetCatalogs``, ``CommandGetDbSchemas``,
+``CommandGetTables``, ``CommandGetTableTypes``, ``CommandGetSqlInfo``, so
+ADBC's Flight SQL driver connects. Datasets are tables of catalog ``dstp``,
+schema ``main``.
+
+A Flight ticket is the dstp ticket followed by its fetch proof (an HMAC with
+the offer's key, transport/tickets.py): like every Flight ticket it is a
+bearer capability, single-use and expiring, and when the caller
+authenticated it is bound to that principal too. Identity arrives through
+Flight server middleware (``authorization: Bearer <token>``), never parsed
+below. Errors become Flight errors carrying the dstp code
+(``[dstp:unknown_column] …``); a result cut at a server limit ends with
+an error after its last batch, as the gRPC client raises TruncatedResultError.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from dstp import __version__
+from dstp import _flight_sql as sql_
+from dstp.auth import ANONYMOUS, Principal
+from dstp.auth.tls import TlsMaterial
+from dstp.errors import DstpError, QueryError, ServerError, TicketError
+from dstp.service import DstpService
+from dstp.transport.sources import QuerySource
+from dstp.transport.tickets import TICKET_LENGTH, check_proof, fetch_proof
+
+__all__ = ["DstpFlightServer", "flight_error", "start_flight_server"]
+
+log = logging.getLogger("dstp.flight")
+
+#: Tickets of metadata commands (no records to plan): the prefix, then the command's Any bytes.
+META_TICKET = b"dstp-flight-sql-meta:"
+AUTH_MIDDLEWARE = "dstp-auth"
+
+
+def flight_error(exc: BaseException) -> Exception:
+    """Return the Flight error a dstp error (or a surprise) becomes; the message starts with its code."""
+    if not isinstance(exc, DstpError):
+        incident = uuid.uuid4().hex[:12]
+        log.error("incident %s: unexpected error", incident, exc_info=exc)
+        exc = ServerError(f"unexpected server error (incident {incident}); the server log has the details")
+    message = f"[dstp:{exc.code}] {exc.message}"
+    status = exc.grpc_status
+    if status == "UNAUTHENTICATED":
+        return fl.FlightUnauthenticatedError(message)
+    if status == "PERMISSION_DENIED":
+        return fl.FlightUnauthorizedError(message)
+    if status in ("UNAVAILABLE", "RESOURCE_EXHAUSTED"):
+        return fl.FlightUnavailableError(message)
+    if status == "DEADLINE_EXCEEDED":
+        return fl.FlightTimedOutError(message)
+    if status == "CANCELLED":
+        return fl.FlightCancelledError(message)
+    if status == "INTERNAL":
+        return fl.FlightInternalError(message)
+    # Flight has no error class for INVALID_ARGUMENT or NOT_FOUND (pyarrow's ArrowInvalid would carry the
+    # server's Python traceback to the client): the code travels in the message instead.
+    return fl.FlightServerError(message)
+
+
+class _Identity(fl.ServerMiddleware):  # type: ignore[misc]
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+
+
+class _IdentityFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
+    """Reads ``authorization`` from each call's headers and turns it into a Principal (or refuses the call)."""
+
+    def __init__(self, authenticate: Callable[[str | None], Principal]) -> None:
+        self.authenticate = authenticate
+
+    def start_call(self, info: Any, headers: dict[str, list[str]]) -> _Identity:
+        values = headers.get("authorization") or headers.get("Authorization") or []
+        try:
+            return _Identity(self.authenticate(values[0] if values else None))
+        except DstpError as exc:
+            raise flight_error(exc) from None
+
+
+class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
+    """The Flight (and Flight SQL) face of a :class:`DstpService`."""
+
+    def __init__(self, service: DstpService, location: str, *,
+                 authenticate: Callable[[str | None], Principal] | None = None, **kwargs: Any) -> None:
+        middleware = {AUTH_MIDDLEWARE: _IdentityFactory(authenticate)} if authenticate is not None else {}
+        super().__init__(location, middleware=middleware, **kwargs)
+        self.service = service
+
+    # -- who is asking ------------------------------------------------------------------------
+
+    def _principal(self, context: fl.ServerCallContext) -> Principal:
+        identity = context.get_middleware(AUTH_MIDDLEWARE)
+        return identity.principal if identity is not None else ANONYMOUS
+
+    # -- the catalog ------------------------------------------------------------------------------
+
+    def _select_all(self, dataset_id: str) -> str:
+        return f'select * from "{dataset_id}"'
+
+    def list_flights(self, context: fl.ServerCallContext, criteria: bytes) -> Iterator[fl.FlightInfo]:
+        try:
+            principal = self._principal(context)
+            for summary in self.service.datasets(principal):
+                prepared = self.service.prepare(self._select_all(summary.id), principal)
+                yield fl.FlightInfo(prepared.schema, fl.FlightDescriptor.for_path(summary.id), [],
+                                    summary.default_grid_rows, -1)
+        except Exception as exc:  # noqa: BLE001 - every failure leaves as a Flight error
+            raise flight_error(exc) from None
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _command(self, descriptor: fl.FlightDescriptor) -> tuple[str, Any]:
+        """Return (kind, payload): ("sql", text) or ("meta", (name, message))."""
+        if descriptor.descriptor_type == fl.DescriptorType.PATH:
+            parts = [p.decode() if isinstance(p, bytes) else p for p in descriptor.path]
+            if len(parts) != 1:
+                raise QueryError("a path descriptor names one dataset: FlightDescriptor.for_path('ccm3')")
+            return "sql", self._select_all(parts[0])
+        command = descriptor.command
+        found = sql_.unpack(command)
+        if found is None:
+            try:
+                return "sql", command.decode("utf-8")
+            except UnicodeDecodeError:
+                raise QueryError("a command descriptor holds the query as UTF-8 text "
+                                 "(or a Flight SQL CommandStatementQuery)") from None
+        name, message = found
+        if name == "CommandStatementQuery":
+            return "sql", message.query
+        if name == "CommandPreparedStatementQuery":
+            return "sql", message.prepared_statement_handle.decode("utf-8")
+        if name in ("CommandGetCatalogs", "CommandGetDbSchemas", "CommandGetTables", "CommandGetTableTypes",
+                    "CommandGetSqlInfo"):
+            return "meta", (name, message)
+        raise QueryError(f"Flight SQL {name} is not supported by dstp (read-only SQL over published datasets: "
+                         "statements, prepared statements, catalogs, schemas, tables, table types, SQL info)")
+
+    def _meta_table(self, name: str, message: Any, principal: Principal) -> pa.Table:
+        if name == "CommandGetCatalogs":
+            return sql_.catalogs_table()
+        if name == "CommandGetDbSchemas":
+            return sql_.schemas_table(message.catalog, message.db_schema_filter_pattern)
+        if name == "CommandGetTableTypes":
+            return sql_.table_types_table()
+        if name == "CommandGetSqlInfo":
+            return sql_.sql_info_table(__version__, message.info)
+        datasets = [(s.id, self.service.prepare(self._select_all(s.id), principal).schema)
+                    for s in self.service.datasets(principal)]
+        return sql_.tables_table(message, datasets)
+
+    def get_flight_info(self, context: fl.ServerCallContext, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        try:
+            principal = self._principal(context)
+            kind, payload = self._command(descriptor)
+            if kind == "meta":
+                name, message = payload
+                table = self._meta_table(name, message, principal)
+                ticket = fl.Ticket(META_TICKET + descriptor.command)
+                return fl.FlightInfo(table.schema, descriptor, [fl.FlightEndpoint(ticket, [])], table.num_rows, -1)
+            handle = self.service.query(payload, ["grpc"], principal=principal)
+            offer = handle.offers[0]
+            token = offer.ticket.token
+            ticket = fl.Ticket(token + fetch_proof(offer.ticket.key, token))
+            # No location: "fetch it from the server you asked" (the Flight convention), so a server
+            # listening on 0.0.0.0 or behind a proxy hands out nothing unreachable.
+            return fl.FlightInfo(handle.schema, descriptor, [fl.FlightEndpoint(ticket, [])],
+                                 handle.estimated_rows, handle.estimated_bytes)
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+
+    def get_schema(self, context: fl.ServerCallContext, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
+        try:
+            principal = self._principal(context)
+            kind, payload = self._command(descriptor)
+            if kind == "meta":
+                name, message = payload
+                return fl.SchemaResult(self._meta_table(name, message, principal).schema)
+            return fl.SchemaResult(self.service.prepare(payload, principal).schema)
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+
+    # -- data -------------------------------------------------------------------------------------
+
+    def do_get(self, context: fl.ServerCallContext, ticket: fl.Ticket) -> fl.FlightDataStream:
+        try:
+            principal = self._principal(context)
+            data = ticket.ticket
+            if data.startswith(META_TICKET):
+                found = sql_.unpack(data[len(META_TICKET):])
+                if found is None or found[1] is None:
+                    raise TicketError("this Flight ticket is damaged; ask GetFlightInfo for a new one")
+                return fl.RecordBatchStream(self._meta_table(found[0], found[1], principal))
+            token, proof = data[:TICKET_LENGTH], data[TICKET_LENGTH:]
+            cancel = threading.Event()
+            source = self.service.open_source(
+                token, "grpc", cancel, principal=principal,
+                proof=lambda key: check_proof(fetch_proof(key, token), proof))
+            if not isinstance(source, QuerySource):
+                source.close()
+                raise TicketError("this ticket is for a file; fetch files with `dstp get`")
+            return fl.GeneratorStream(source.execution.schema, _batches(source, context, cancel))
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+
+    # -- Flight SQL prepared statements (the handle is the SQL text) ------------------------------
+
+    def list_actions(self, context: fl.ServerCallContext) -> list[tuple[str, str]]:
+        return [("CreatePreparedStatement", "Validate a query; the handle is its text (Flight SQL)"),
+                ("ClosePreparedStatement", "Forget a prepared statement (nothing is held)")]
+
+    def do_action(self, context: fl.ServerCallContext, action: fl.Action) -> Iterator[bytes]:
+        try:
+            found = sql_.unpack(action.body.to_pybytes())
+            if action.type == "CreatePreparedStatement" and found and found[0] == "ActionCreatePreparedStatementRequest":
+                query = found[1].query
+                schema = self.service.prepare(query, self._principal(context)).schema
+                yield sql_.pack("ActionCreatePreparedStatementResult", prepared_statement_handle=query.encode(),
+                                dataset_schema=schema.serialize().to_pybytes())
+                return
+            if action.type == "ClosePreparedStatement":
+                return
+            raise QueryError(f"the Flight action {action.type!r} is not supported by dstp; "
+                             "actions are CreatePreparedStatement and ClosePreparedStatement")
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+
+
+def _batches(source: QuerySource, context: fl.ServerCallContext, cancel: threading.Event) -> Iterator[pa.RecordBatch]:
+    """Yield a query's batches as produced; stop the query if the client goes; flag a cut result."""
+    execution = source.execution
+    try:
+        for batch in execution.batches():
+            if context.is_cancelled():
+                cancel.set()
+                execution.cancel.set()
+                return
+            yield batch
+        summary = source.summary()
+        log.info("flight query %s sent %d rows, %d bytes", source.label, summary.rows, summary.bytes)
+        if summary.truncated:
+            from dstp.errors import TruncatedResultError
+
+            raise flight_error(TruncatedResultError(
+                f"the result is incomplete: the server stopped it after {summary.rows:,} records "
+                f"({summary.truncated_reason}); narrow the query (WHERE on coordinates, stride(), LIMIT)"))
+    except (fl.FlightError, pa.ArrowException):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise flight_error(exc) from None
+    finally:
+        source.close()
+
+
+class FlightServer:
+    """A started Flight server on its own thread; ``endpoint`` is ``host:port``, ``location`` its URI."""
+
+    def __init__(self, server: DstpFlightServer, host: str, scheme: str = "grpc+tcp") -> None:
+        self.server = server
+        self.endpoint = f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
+        self.location = f"{scheme}://{self.endpoint}"
+        self._thread = threading.Thread(target=server.serve, name=f"dstp-flight-{self.endpoint}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        self.server.shutdown()
+        self._thread.join(5)
+
+    def __repr__(self) -> str:
+        return f"FlightServer({self.endpoint!r})"
+
+
+def start_flight_server(service: DstpService, host: str, port: int, *,
+                        authenticate: Callable[[str | None], Principal] | None = None,
+                        tls: TlsMaterial | None = None) -> FlightServer:
+    """Return a Flight server for ``service`` listening on ``host``:``port`` (0 picks a free port).
+
+    With ``tls`` it speaks ``grpc+tls`` with the server's certificate, like the gRPC control plane.
+    """
+    scheme = "grpc+tls" if tls is not None else "grpc+tcp"
+    extra: dict[str, Any] = {"tls_certificates": [(tls.cert_pem, tls.key_pem)]} if tls is not None else {}
+    try:
+        server = DstpFlightServer(service, f"{scheme}://{host}:{port}", authenticate=authenticate, **extra)
+    except (OSError, pa.ArrowException) as exc:
+        raise OSError(f"cannot listen on {host}:{port} (the Flight endpoint; is another server using it? "
+                      f"use --flight-port): {exc}") from None
+    flight = FlightServer(server, host, scheme)
+    log.info("dstp serving Arrow Flight on %s", flight.location)
+    return flight

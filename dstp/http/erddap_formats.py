@@ -1,0 +1,380 @@
+"""What the ERDDAP facade sends: its tables as ERDDAP writes them, its metadata documents, its errors.
+
+Every data answer is an :class:`ErddapTable` (names, ERDDAP types, units,
+columns) made from the query's Arrow result, then written as
+
+* ``.csv`` — names, then units, then rows; missing numbers ``NaN``; times ``2000-01-16T00:00:00Z``;
+* ``.csvp`` — one header line ``name (units)``, then rows (erddapy's ``to_pandas`` default);
+* ``.json`` — ``{"table": {"columnNames", "columnTypes", "columnUnits", "rows"}}``, missing as ``null``;
+* ``.htmlTable`` — an HTML page with one table;
+* ``.nc`` — netCDF-4: griddap on its axes (times in the dataset's own units and calendar, so xarray
+  decodes them as it would the files), tabledap one ``row`` dimension; ``.ncCF`` the same with
+  ``featureType = "point"`` on an ``obs`` dimension (erddapy's ``to_xarray`` for tabledap);
+* ``.parquet`` — the Arrow result as Parquet, schema metadata (units, calendars) kept.
+
+Errors are ERDDAP's plain-text body, ``Error {\\n    code=404;\\n    message="Not Found: …";\\n}``.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dstp.catalog.netcdf4_ import NETCDF_LOCK
+from dstp.http.erddap import ERDDAP_TIME_UNITS, ErddapDataset, epoch_seconds, erddap_type, render_time
+
+__all__ = ["ErddapTable", "error_body", "from_arrow", "grid_netcdf", "table_netcdf", "render", "MEDIA_TYPES",
+           "das", "dds", "ncml"]
+
+MEDIA_TYPES = {
+    "csv": "text/csv; charset=ISO-8859-1", "csvp": "text/csv; charset=ISO-8859-1",
+    "json": "application/json; charset=UTF-8", "htmlTable": "text/html; charset=UTF-8",
+    "html": "text/html; charset=UTF-8", "nc": "application/x-netcdf", "ncCF": "application/x-netcdf",
+    "parquet": "application/vnd.apache.parquet", "das": "text/plain; charset=ISO-8859-1",
+    "dds": "text/plain; charset=ISO-8859-1", "ncml": "application/xml", "txt": "text/plain; charset=UTF-8",
+}
+
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
+            413: "Payload Too Large", 429: "Too Many Requests", 499: "Client Closed Request",
+            500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def error_body(status: int, message: str) -> str:
+    """Return ERDDAP's error body for an HTTP status."""
+    text = f"{_REASONS.get(status, 'Error')}: {message}".replace("\\", "\\\\").replace('"', '\\"')
+    return f'Error {{\n    code={status};\n    message="{text}";\n}}\n'
+
+
+@dataclass(frozen=True, slots=True)
+class ErddapTable:
+    """A table as ERDDAP describes it: names, ERDDAP types, units, and the columns' values."""
+
+    names: list[str]
+    types: list[str]
+    units: list[str]
+    columns: list[list[Any]]
+    #: A catalog table (info, search): ERDDAP writes no units line for it.
+    metadata: bool = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+
+def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
+    """Return an Arrow result as an ErddapTable (times as ISO text in UTC, units from the dataset)."""
+    names, types, units, columns = [], [], [], []
+    infos = ds.columns if ds is not None else {}
+    for f, col in zip(table.schema, table.columns):
+        info = infos.get(f.name)
+        is_time = pa.types.is_timestamp(f.type) or (info is not None and " since " in info.units)
+        names.append(f.name)
+        if is_time:
+            types.append("String")
+            units.append("UTC")
+            columns.append([render_time(v) if v is not None else None for v in col.to_pylist()])
+            continue
+        arrow = str(f.type)
+        types.append(erddap_type(arrow))
+        meta = f.metadata or {}
+        units.append(meta.get(b"units", b"").decode() or (info.units if info is not None else ""))
+        columns.append(col.to_pylist())
+    return ErddapTable(names, types, units, columns)
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "NaN"
+    if isinstance(value, str):
+        return '"' + value.replace('"', '""') + '"' if any(c in value for c in ',"\n') else value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _json_cell(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render(t: ErddapTable, fmt: str, title: str = "") -> bytes:
+    """Return ``t`` as ERDDAP's csv, csvp, json or htmlTable."""
+    if fmt in ("csv", "csvp"):
+        out = io.StringIO()
+        if fmt == "csv" and not t.metadata:
+            out.write(",".join(t.names) + "\n" + ",".join(t.units) + "\n")
+        else:
+            out.write(",".join(f"{n} ({u})" if u else n for n, u in zip(t.names, t.units)) + "\n")
+        for row in zip(*t.columns):
+            out.write(",".join(_csv_cell(v) for v in row) + "\n")
+        return out.getvalue().encode("latin-1", "replace")
+    if fmt == "json":
+        rows = [[_json_cell(v) for v in row] for row in zip(*t.columns)]
+        document = {"table": {"columnNames": t.names, "columnTypes": t.types, "columnUnits": t.units, "rows": rows}}
+        return json.dumps(document, allow_nan=False).encode()
+    if fmt in ("htmlTable", "html"):
+        head = "".join(f"<th>{html.escape(n)}</th>" for n in t.names)
+        unit_row = "".join(f"<th>{html.escape(u)}</th>" for u in t.units)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_csv_cell(v))}</td>" for v in row) + "</tr>\n"
+                       for row in zip(*t.columns))
+        page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"UTF-8\"><title>{html.escape(title)}</title></head>"
+                f"<body><table class=\"erd commonBGColor nowrap\">\n<tr>{head}</tr>\n<tr>{unit_row}</tr>\n{body}"
+                "</table></body></html>\n")
+        return page.encode()
+    raise ValueError(fmt)
+
+
+def parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+# -- netCDF -------------------------------------------------------------------------------------------------
+
+def _nc_bytes(write: Any) -> bytes:
+    import netCDF4
+
+    with tempfile.TemporaryDirectory(prefix="dstp-erddap-") as folder:
+        path = Path(folder) / "out.nc"
+        with NETCDF_LOCK:
+            with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+                write(nc)
+        return path.read_bytes()
+
+
+def _attrs_of(ds: ErddapDataset, name: str) -> dict[str, str]:
+    info = ds.columns.get(name)
+    if info is None:
+        return {}
+    attrs = {k: v for k, v in info.cf if k not in ("_FillValue", "missing_value", "scale_factor", "add_offset",
+                                                   "calendar", "units", "coordinates", "grid_mapping", "bounds")}
+    if info.units:
+        attrs["units"] = info.units
+    if info.description and "long_name" not in attrs:
+        attrs["long_name"] = info.description
+    return attrs
+
+
+def _time_numbers(column: pa.ChunkedArray, units: str, calendar: str) -> np.ndarray:
+    """Return times in ``units`` on ``calendar`` (NaN where missing)."""
+    import cftime
+
+    values = column.to_pylist()
+    out = np.full(len(values), np.nan)
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if present:
+        dates = [cftime.datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
+                                 calendar=calendar) if not isinstance(v, str) else
+                 _iso_cftime(v, calendar) for _, v in present]
+        out[[i for i, _ in present]] = np.asarray(cftime.date2num(dates, units, calendar), dtype="float64")
+    return out
+
+
+def _iso_cftime(text: str, calendar: str) -> Any:
+    from dstp.http.erddap import _cftime
+
+    return _cftime(text, calendar)
+
+
+def _write_column(nc: Any, ds: ErddapDataset, name: str, dims: tuple[str, ...], column: pa.ChunkedArray,
+                  shape: tuple[int, ...], time_units: str, calendar: str) -> None:
+    info = ds.columns.get(name)
+    attrs = _attrs_of(ds, name)
+    if pa.types.is_timestamp(column.type) or (info is not None and " since " in info.units):
+        cal = calendar or "standard"
+        var = nc.createVariable(name, "f8", dims)
+        var[:] = _time_numbers(column, time_units, cal).reshape(shape)
+        attrs.update({"units": time_units, "calendar": cal})
+    elif pa.types.is_string(column.type):
+        var = nc.createVariable(name, str, dims)
+        var[:] = np.asarray([v if v is not None else "" for v in column.to_pylist()], dtype=object).reshape(shape)
+    else:
+        values = column.to_numpy()
+        if values.dtype.kind in "iub" and column.null_count:
+            values = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        kind = values.dtype
+        fill = np.array(np.nan, kind) if kind.kind == "f" else None
+        var = nc.createVariable(name, kind, dims, fill_value=fill)
+        var[:] = values.reshape(shape)
+    var.setncatts(attrs)
+
+
+def grid_netcdf(table: pa.Table, ds: ErddapDataset, dims: Sequence[str], shape: Sequence[int],
+                axis_columns: Sequence[str], sql: str) -> bytes:
+    """Return a griddap result as netCDF-4 on its axes (records in C order over ``dims``)."""
+    def write(nc: Any) -> None:
+        _globals(nc, ds, sql)
+        by_dim = {d.name: d for d in ds.details.dimensions}
+        for dim, n in zip(dims, shape):
+            nc.createDimension(dim, n)
+        for i, (dim, col) in enumerate(zip(dims, axis_columns)):
+            # An axis's values: one per index, taken from the records (C order: axis i varies with stride).
+            inner = int(np.prod(shape[i + 1:]))
+            column = table.column(col).take(pa.array(np.arange(shape[i]) * inner)) if table.num_rows else \
+                table.column(col)
+            d = by_dim[dim]
+            _write_column(nc, ds, col, (dim,), column, (shape[i],), d.units or ERDDAP_TIME_UNITS, d.calendar)
+            nc.variables[col].setncattr("axis", d.axis) if d.axis in ("X", "Y", "Z", "T") else None
+        time_dim = next((d for d in ds.details.dimensions if d.calendar), None)
+        for col in table.column_names:
+            if col in axis_columns:
+                continue
+            _write_column(nc, ds, col, tuple(dims), table.column(col), tuple(shape),
+                          time_dim.units if time_dim else ERDDAP_TIME_UNITS, time_dim.calendar if time_dim else "")
+    return _nc_bytes(write)
+
+
+def table_netcdf(table: pa.Table, ds: ErddapDataset, sql: str, *, cf: bool) -> bytes:
+    """Return a tabledap result as netCDF-4 with one dimension (``row``; ``obs`` and featureType point for ncCF)."""
+    dim = "obs" if cf else "row"
+
+    def write(nc: Any) -> None:
+        _globals(nc, ds, sql)
+        if cf:
+            nc.setncattr("featureType", "point")
+            nc.setncattr("cdm_data_type", "Point")
+        nc.createDimension(dim, table.num_rows)
+        for col in table.column_names:
+            calendar = ds.calendar_of(col)
+            units = ERDDAP_TIME_UNITS if calendar in ("", "standard", "gregorian", "proleptic_gregorian") else \
+                f"seconds since 1970-01-01T00:00:00"
+            _write_column(nc, ds, col, (dim,), table.column(col), (table.num_rows,), units, calendar)
+    return _nc_bytes(write)
+
+
+def _globals(nc: Any, ds: ErddapDataset, sql: str) -> None:
+    for k, v in ds.details.global_attributes:
+        if not k.startswith("dstp:"):
+            nc.setncattr(k, v)
+    nc.setncattr("Conventions", "CF-1.8, ACDD-1.3")
+    nc.setncattr("history", f"dstp ERDDAP facade: {sql}")
+
+
+# -- metadata documents ------------------------------------------------------------------------------------
+
+def _das_type(erddap: str) -> str:
+    return {"double": "Float64", "float": "Float32", "int": "Int32", "short": "Int16", "byte": "Byte",
+            "long": "Float64", "String": "String"}.get(erddap, "String")
+
+
+def _axis_attrs(ds: ErddapDataset, dim: Any) -> list[tuple[str, str, str]]:
+    """Return (DAS type, name, value) of an axis's attributes, with actual_range."""
+    values = ds.axis_values.get(dim.name)
+    out: list[tuple[str, str, str]] = []
+    if values is not None and len(values):
+        if dim.calendar:
+            numbers = epoch_seconds(values, dim.calendar)
+            if dim.calendar not in ("", "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day"):
+                import cftime
+
+                dates = cftime.num2date(numbers, ERDDAP_TIME_UNITS, dim.calendar)
+                numbers = np.asarray(cftime.date2num(dates, dim.units, dim.calendar), dtype="float64")
+                out.append(("String", "units", dim.units))
+                out.append(("String", "calendar", dim.calendar))
+            else:
+                out.append(("String", "units", ERDDAP_TIME_UNITS))
+            out.append(("String", "_CoordinateAxisType", "Time"))
+            out.append(("Float64", "actual_range", f"{float(numbers.min())!r} {float(numbers.max())!r}"))
+        else:
+            numbers = values.astype("float64")
+            out.append(("Float64", "actual_range", f"{float(numbers.min())!r} {float(numbers.max())!r}"))
+            if dim.units:
+                out.append(("String", "units", dim.units))
+    info = ds.columns.get(dim.coordinate)
+    if info is not None:
+        out += [("String", k, v) for k, v in info.cf if k not in ("units", "calendar")]
+    if dim.axis in ("X", "Y", "Z", "T"):
+        out.append(("String", "axis", dim.axis))
+    return out
+
+
+def _variable_attrs(ds: ErddapDataset, name: str) -> list[tuple[str, str, str]]:
+    return [("String", k, v) for k, v in _attrs_of(ds, name).items()]
+
+
+def das(ds: ErddapDataset, grid: bool) -> str:
+    """Return the OPeNDAP DAS of a griddap or tabledap dataset."""
+    lines = ["Attributes {"]
+    blocks: list[tuple[str, list[tuple[str, str, str]]]] = []
+    if grid:
+        blocks += [(d.coordinate, _axis_attrs(ds, d)) for d in ds.axes]
+        blocks += [(v.name, _variable_attrs(ds, v.name)) for v in ds.grid_variables]
+    else:
+        lines.append(" s {")
+        by_coord = {d.coordinate: d for d in ds.details.dimensions if d.coordinate}
+        blocks += [(n, _axis_attrs(ds, by_coord[n]) if n in by_coord else _variable_attrs(ds, n)) for n in ds.columns]
+    indent = "  " if grid else "    "
+    for name, attrs in blocks:
+        lines.append(f"{indent}{name} {{")
+        for kind, key, value in attrs:
+            shown = f'"{value}"' if kind == "String" else value.replace(" ", ", ")
+            lines.append(f"{indent}  {kind} {key} {shown};")
+        lines.append(f"{indent}}}")
+    if not grid:
+        lines.append(" }")
+    lines.append("  NC_GLOBAL {")
+    for k, v in ds.details.global_attributes:
+        lines.append(f'    String {k} "{v}";')
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def dds(ds: ErddapDataset, grid: bool) -> str:
+    """Return the OPeNDAP DDS of a griddap or tabledap dataset."""
+    lines = ["Dataset {"]
+    if grid:
+        shape = "".join(f"[{d.name} = {d.size}]" for d in ds.axes)
+        for d in ds.axes:
+            info = ds.columns[d.coordinate]
+            lines.append(f"  {_das_type(erddap_type(info.arrow_type))} {d.coordinate}[{d.name} = {d.size}];")
+        for v in ds.grid_variables:
+            lines += ["  GRID {", "    ARRAY:", f"      {_das_type(erddap_type(v.arrow_type))} {v.name}{shape};",
+                      "    MAPS:"]
+            lines += [f"      {_das_type(erddap_type(ds.columns[d.coordinate].arrow_type))} {d.coordinate}"
+                      f"[{d.name} = {d.size}];" for d in ds.axes]
+            lines.append(f"  }} {v.name};")
+    else:
+        lines.append("  Sequence {")
+        lines += [f"    {_das_type(erddap_type(c.arrow_type))} {c.name};" for c in ds.columns.values()]
+        lines.append("  } s;")
+    lines.append(f"}} {ds.id};")
+    return "\n".join(lines) + "\n"
+
+
+def ncml(ds: ErddapDataset, location: str) -> str:
+    """Return the NcML of a griddap dataset (what erddapy reads to learn axes, ranges and variables)."""
+    from xml.sax.saxutils import quoteattr
+
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<netcdf xmlns="https://www.unidata.ucar.edu/namespaces/netcdf/ncml-2.2" location={quoteattr(location)}>']
+    out += [f"  <attribute name={quoteattr(k)} value={quoteattr(v)} />" for k, v in ds.details.global_attributes]
+    out += [f"  <dimension name={quoteattr(d.name)} length=\"{d.size}\" />" for d in ds.axes]
+    for d in ds.axes:
+        info = ds.columns[d.coordinate]
+        out.append(f'  <variable name={quoteattr(d.coordinate)} shape={quoteattr(d.name)} '
+                   f'type="{"double" if d.calendar else erddap_type(info.arrow_type)}">')
+        for kind, key, value in _axis_attrs(ds, d):
+            typ = ' type="double"' if kind == "Float64" else ""
+            out.append(f"    <attribute name={quoteattr(key)}{typ} value={quoteattr(value)} />")
+        out.append("  </variable>")
+    shape = " ".join(d.name for d in ds.axes)
+    for v in ds.grid_variables:
+        out.append(f'  <variable name={quoteattr(v.name)} shape="{shape}" type="{erddap_type(v.arrow_type)}">')
+        out += [f"    <attribute name={quoteattr(k)} value={quoteattr(val)} />"
+                for k, val in _attrs_of(ds, v.name).items()]
+        out.append("  </variable>")
+    out.append("</netcdf>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,332 @@
+"""Routes of the facades: ERDDAP (``/erddap/…``), STAC (``/stac/…``) and the API docs page (``/docs``).
+
+One ``APIRouter``, included by :func:`dstp.http.app.create_app` in one line.
+Like the app's own routes each one only translates: the ERDDAP grammar
+(:mod:`dstp.http.erddap`) and STAC models (:mod:`dstp.http.stac`) turn a
+request into service calls — ``service.run(sql, …, principal)`` for data,
+``service.datasets``/``describe`` for metadata — with the principal the
+app's middleware established (``principal_of``), so access policy, limits
+and errors are the service's. ERDDAP answers its errors in ERDDAP's own
+plain-text shape (``Error { code=…; message="…"; }``) with the dstp status.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import anyio
+import numpy as np
+import pyarrow as pa
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+
+from dstp.auth import Principal
+from dstp.errors import DatasetNotFoundError, DstpError, LimitExceededError, QueryError
+from dstp.hyperslabs import kept_rows
+from dstp.http import erddap_formats as fmt
+from dstp.http import stac
+from dstp.http.erddap import ALL_DATASETS, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
+from dstp.http.erddap_meta import all_datasets, info_table, search_table
+from dstp.http.error_responses import incident
+from dstp.service import DstpService
+from dstp.settings import Settings
+
+__all__ = ["facade_router", "MAX_ASSEMBLED_BYTES"]
+
+#: Largest result (Arrow bytes) an ERDDAP answer assembles before it is sent (ERDDAP too writes whole files).
+MAX_ASSEMBLED_BYTES = 512 * 2**20
+
+GRID_FORMATS = ("csv", "csvp", "json", "htmlTable", "nc", "parquet", "das", "dds", "ncml", "html")
+TABLE_FORMATS = ("csv", "csvp", "json", "htmlTable", "nc", "ncCF", "parquet", "das", "dds", "html")
+LIST_FORMATS = ("csv", "csvp", "json", "htmlTable", "html")
+ERDDAP_VERSION = "2.23"
+
+DATASET_EXT = Path(..., description="Dataset id and format, e.g. ccm3.csv, ccm3.nc, ccm3.das",
+                   examples=["ccm3.csv"])
+
+
+def _erddap_error(exc: BaseException) -> PlainTextResponse:
+    err = exc if isinstance(exc, DstpError) else incident(exc)
+    return PlainTextResponse(fmt.error_body(err.http_status, err.message), status_code=err.http_status)
+
+
+def _split(name: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    dataset, dot, ext = name.rpartition(".")
+    if not dot or not dataset:
+        raise QueryError(f"{name!r} names no format: write <datasetID>.<format>, format one of {', '.join(allowed)}")
+    if ext not in allowed:
+        raise QueryError(f"format .{ext} is not supported here; use one of {', '.join('.' + a for a in allowed)}")
+    return dataset, ext
+
+
+class _Facade:
+    """The ERDDAP and STAC faces of one service: dataset views, cached axis values."""
+
+    def __init__(self, service: DstpService, settings: Settings, principal_of: Callable[[Request], Principal]):
+        self.service = service
+        self.settings = settings
+        self.principal_of = principal_of
+        self._lock = threading.Lock()
+        self._axes: dict[str, dict[str, np.ndarray]] = {}
+
+    def dataset(self, dataset_id: str, principal: Principal) -> ErddapDataset:
+        """Return the ERDDAP view of a dataset (DatasetNotFoundError as for any unknown one)."""
+        details = self.service.describe(dataset_id, principal)
+        ds = ErddapDataset(details)
+        with self._lock:
+            cached = self._axes.get(dataset_id)
+        if cached is None:
+            cached = {}
+            for d in ds.axes:
+                table = self.table(f'select "{d.coordinate}" from "{dataset_id}"', principal)
+                values = np.asarray(table.column(0).to_numpy(zero_copy_only=False))
+                cached[d.name] = values.astype("datetime64[us]") if values.dtype.kind == "M" else values
+            with self._lock:
+                self._axes[dataset_id] = cached
+        ds.axis_values = cached
+        return ds
+
+    def table(self, sql: str, principal: Principal, cancel: threading.Event | None = None) -> pa.Table:
+        """Return the whole result of ``sql`` run by the service (413 past MAX_ASSEMBLED_BYTES or a server limit)."""
+        execution = self.service.run(sql, cancel, principal)
+        try:
+            batches, size = [], 0
+            for batch in execution.batches():
+                size += batch.nbytes
+                if size > MAX_ASSEMBLED_BYTES:
+                    raise LimitExceededError(f"the request needs more than {MAX_ASSEMBLED_BYTES // 2**20} MiB; "
+                                   "ask for a smaller subset (fewer variables, a narrower range or a stride)")
+                batches.append(batch)
+            if execution.summary.truncated:
+                raise LimitExceededError(f"the result is larger than this server sends ({execution.summary.truncated_reason});"
+                               " ask for a smaller subset")
+            return pa.Table.from_batches(batches, schema=execution.schema)
+        finally:
+            execution.close()
+
+    def base(self, request: Request) -> str:
+        return str(request.base_url).rstrip("/")
+
+    def links(self, request: Request) -> stac.Links:
+        from dstp.transport.codec import reachable_endpoint
+
+        host = request.url.hostname or self.settings.host
+        grpc = self.service.channels.get("grpc")
+        flight = self.service.channels.get("flight")
+        target = reachable_endpoint(grpc.endpoint, host) if grpc is not None and grpc.endpoint else \
+            f"{host}:{self.settings.port}"
+        return stac.Links(self.base(request), target,
+                          reachable_endpoint(flight.endpoint, host) if flight is not None else "")
+
+
+def _send(body: bytes | str, ext: str, name: str) -> Response:
+    headers = {}
+    if ext in ("nc", "ncCF", "parquet"):
+        headers["Content-Disposition"] = f'attachment; filename="{name}.{"nc" if ext == "ncCF" else ext}"'
+    return Response(body, media_type=fmt.MEDIA_TYPES.get(ext, "text/plain"), headers=headers)
+
+
+def facade_router(service: DstpService, settings: Settings,
+                  principal_of: Callable[[Request], Principal]) -> APIRouter:
+    """Return the router of the ERDDAP and STAC facades and of ``/docs``."""
+    facade = _Facade(service, settings, principal_of)
+    router = APIRouter()
+
+    async def in_thread(work: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(work)
+
+    # -- ERDDAP ---------------------------------------------------------------------------------
+
+    @router.get("/erddap", include_in_schema=False)
+    @router.get("/erddap/index.html", response_class=HTMLResponse, tags=["ERDDAP"],
+                summary="ERDDAP facade: what it offers")
+    def erddap_home(request: Request) -> Response:
+        base = f"{facade.base(request)}/erddap"
+        items = "".join(f'<li><a href="{base}/{p}">{p}</a></li>' for p in (
+            "info/index.html", "search/index.html?searchFor=temperature", "tabledap/allDatasets.htmlTable",
+            "griddap/index.html", "tabledap/index.html"))
+        return HTMLResponse(f"<!DOCTYPE html><html><head><meta charset='UTF-8'><title>dstp ERDDAP facade</title>"
+                            f"</head><body><h1>ERDDAP-compatible access to dstp</h1><ul>{items}</ul>"
+                            "<p>See docs/erddap.md.</p></body></html>")
+
+    @router.get("/erddap/version", response_class=PlainTextResponse, tags=["ERDDAP"],
+                summary="The ERDDAP version whose URL grammar this facade follows")
+    def erddap_version() -> str:
+        return f"ERDDAP_version={ERDDAP_VERSION}\n"
+
+    def grid_answer(request: Request, name: str) -> Response:
+        principal = principal_of(request)
+        dataset_id, ext = _split(name, GRID_FORMATS)
+        if dataset_id == "index":
+            return list_answer(request, ext, "griddap")
+        ds = facade.dataset(dataset_id, principal)
+        if not ds.axes:
+            raise DatasetNotFoundError(f"{dataset_id} is not a griddap dataset (station, profile or trajectory "
+                                       f"data is a table): use tabledap/{dataset_id}.{ext}")
+        if ext == "das":
+            return _send(fmt.das(ds, grid=True), ext, dataset_id)
+        if ext == "dds":
+            return _send(fmt.dds(ds, grid=True), ext, dataset_id)
+        if ext == "ncml":
+            return _send(fmt.ncml(ds, f"{facade.base(request)}/erddap/griddap/{dataset_id}"), ext, dataset_id)
+        if ext == "html":
+            return _send(fmt.render(fmt.from_arrow(pa.table({"variable": [v.name for v in ds.grid_variables]})),
+                                    "htmlTable", f"griddap {dataset_id}"), ext, dataset_id)
+        grid = parse_griddap(request.url.query, ds)
+        slab, columns = griddap_slab(grid, ds)
+        table = facade.table(slab.sql, principal)
+        keep = kept_rows(slab)
+        if keep is not None:
+            table = table.take(pa.array(keep))
+        shape = [len(range(n)[k]) for n, k in zip(slab.read_shape, slab.keep)]
+        if ext == "nc":
+            return _send(fmt.grid_netcdf(table, ds, slab.grid, shape, columns[:len(slab.grid)], slab.sql), ext,
+                         dataset_id)
+        if ext == "parquet":
+            return _send(fmt.parquet(table), ext, dataset_id)
+        return _send(fmt.render(fmt.from_arrow(table, ds), ext, dataset_id), ext, dataset_id)
+
+    def table_answer(request: Request, name: str) -> Response:
+        principal = principal_of(request)
+        dataset_id, ext = _split(name, TABLE_FORMATS)
+        if dataset_id == "index":
+            return list_answer(request, ext, "tabledap")
+        if dataset_id == ALL_DATASETS:
+            if ext not in LIST_FORMATS:
+                raise QueryError(f"allDatasets answers {', '.join('.' + f for f in LIST_FORMATS)}")
+            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+            listing = all_datasets(details, facade.base(request), request.url.query)
+            return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, ALL_DATASETS), ext, ALL_DATASETS)
+        ds = facade.dataset(dataset_id, principal)
+        if ext == "das":
+            return _send(fmt.das(ds, grid=False), ext, dataset_id)
+        if ext == "dds":
+            return _send(fmt.dds(ds, grid=False), ext, dataset_id)
+        if ext == "html":
+            return _send(fmt.render(fmt.from_arrow(pa.table({"variable": list(ds.columns)})), "htmlTable",
+                                    f"tabledap {dataset_id}"), ext, dataset_id)
+        request_ = parse_tabledap(request.url.query, ds)
+        table = facade.table(request_.sql, principal)
+        if ext in ("nc", "ncCF"):
+            return _send(fmt.table_netcdf(table, ds, request_.sql, cf=ext == "ncCF"), ext, dataset_id)
+        if ext == "parquet":
+            return _send(fmt.parquet(table), ext, dataset_id)
+        return _send(fmt.render(fmt.from_arrow(table, ds), ext, dataset_id), ext, dataset_id)
+
+    def list_answer(request: Request, ext: str, protocol: str) -> Response:
+        if ext not in LIST_FORMATS:
+            raise QueryError(f"dataset lists answer {', '.join('.' + f for f in LIST_FORMATS)}")
+        principal = principal_of(request)
+        details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+        listing = search_table(details, facade.base(request), "", protocol)
+        return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "datasets"), ext, "datasets")
+
+    @router.get("/erddap/griddap/{name}", tags=["ERDDAP"], response_class=Response,
+                summary="ERDDAP griddap: a hyperslab by index or value, e.g. ccm3.csv?temperature[(1990-07-16):1:(last)][0][(30):1:(50)][0:4:63]",
+                description="Formats: " + ", ".join("." + f for f in GRID_FORMATS) + ". The query string "
+                "is var[start:stride:stop][…] per axis (index, last, last-n or (value)); see docs/erddap.md.")
+    async def griddap(request: Request, name: str = DATASET_EXT) -> Response:
+        try:
+            return await in_thread(lambda: grid_answer(request, name))
+        except Exception as exc:  # noqa: BLE001 - ERDDAP clients read ERDDAP's error shape
+            return _erddap_error(exc)
+
+    @router.get("/erddap/tabledap/{name}", tags=["ERDDAP"], response_class=Response,
+                summary="ERDDAP tabledap: records as a table, e.g. ccm3.csvp?time,lat,temperature&lat>=60&orderBy(\"time\")",
+                description="Formats: " + ", ".join("." + f for f in TABLE_FORMATS) + ". allDatasets lists "
+                "the catalog. Constraints = != < <= > >=, distinct(), orderBy(), orderByDescending().")
+    async def tabledap(request: Request, name: str = DATASET_EXT) -> Response:
+        try:
+            return await in_thread(lambda: table_answer(request, name))
+        except Exception as exc:  # noqa: BLE001
+            return _erddap_error(exc)
+
+    @router.get("/erddap/info/{dataset_id}/index.{ext}", tags=["ERDDAP"], response_class=Response,
+                summary="ERDDAP info: a dataset's variables and attributes (Row Type, Variable Name, …)")
+    async def info(request: Request, dataset_id: str, ext: str) -> Response:
+        def answer() -> Response:
+            if ext not in LIST_FORMATS:
+                raise QueryError(f"info answers {', '.join('.' + f for f in LIST_FORMATS)}")
+            ds = facade.dataset(dataset_id, principal_of(request))
+            return _send(fmt.render(info_table(ds), "htmlTable" if ext == "html" else ext, dataset_id), ext,
+                         dataset_id)
+        try:
+            return await in_thread(answer)
+        except Exception as exc:  # noqa: BLE001
+            return _erddap_error(exc)
+
+    @router.get("/erddap/info/index.{ext}", tags=["ERDDAP"], response_class=Response,
+                summary="ERDDAP: every dataset, with links")
+    async def info_index(request: Request, ext: str) -> Response:
+        try:
+            return await in_thread(lambda: list_answer(request, ext, ""))
+        except Exception as exc:  # noqa: BLE001
+            return _erddap_error(exc)
+
+    @router.get("/erddap/search/{page}.{ext}", tags=["ERDDAP"], response_class=Response,
+                summary="ERDDAP search: index.EXT?searchFor=words, advanced.EXT?searchFor=…&protocol=griddap")
+    async def search(request: Request, page: str, ext: str,
+                     searchFor: str = Query("", description="Words that must all match (ids, titles, "
+                                            "attributes, standard names…)", examples=["temperature"]),
+                     protocol: str = Query("(ANY)", description="griddap, tabledap or (ANY)")) -> Response:
+        def answer() -> Response:
+            if page not in ("index", "advanced") or ext not in LIST_FORMATS:
+                raise QueryError("search is /erddap/search/index.<fmt> or advanced.<fmt>, fmt csv, json, htmlTable")
+            principal = principal_of(request)
+            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+            found = search_table(details, facade.base(request), searchFor.strip().strip('"'),
+                                 "" if protocol == "(ANY)" else protocol)
+            if not found.rows:
+                raise DatasetNotFoundError("Your query produced no matching results. (nRows = 0)")
+            return _send(fmt.render(found, "htmlTable" if ext == "html" else ext, "search"), ext, "search")
+        try:
+            return await in_thread(answer)
+        except Exception as exc:  # noqa: BLE001
+            return _erddap_error(exc)
+
+    # -- STAC -------------------------------------------------------------------------------------
+
+    def visible(request: Request) -> list[str]:
+        return [s.id for s in service.datasets(principal_of(request))]
+
+    @router.get("/stac", tags=["STAC"], summary="STAC API landing page: a Catalog of the datasets")
+    def stac_landing(request: Request) -> JSONResponse:
+        return JSONResponse(stac.landing(visible(request), facade.links(request)))
+
+    @router.get("/stac/conformance", tags=["STAC"], summary="STAC API conformance classes")
+    def stac_conformance() -> JSONResponse:
+        return JSONResponse(stac.conformance())
+
+    @router.get("/stac/collections", tags=["STAC"],
+                summary="Every dataset as a STAC Collection (datacube extension)")
+    def stac_collections(request: Request) -> JSONResponse:
+        principal, links = principal_of(request), facade.links(request)
+        return JSONResponse(stac.collections([stac.collection(service.describe(i, principal), links)
+                                              for i in visible(request)], links))
+
+    @router.get("/stac/collections/{dataset_id}", tags=["STAC"], summary="One dataset as a STAC Collection")
+    def stac_collection(request: Request, dataset_id: str = Path(..., examples=["ccm3"])) -> JSONResponse:
+        return JSONResponse(stac.collection(service.describe(dataset_id, principal_of(request)),
+                                            facade.links(request)))
+
+    @router.get("/stac/collections/{dataset_id}/items", tags=["STAC"],
+                summary="A collection's items: none (dstp serves data cubes; see the collection's assets)")
+    def stac_items(request: Request, dataset_id: str) -> JSONResponse:
+        service.describe(dataset_id, principal_of(request))
+        return JSONResponse(stac.items(dataset_id, facade.links(request)), media_type="application/geo+json")
+
+    # -- the API's docs, offline --------------------------------------------------------------
+
+    @router.get("/docs", response_class=HTMLResponse, tags=["API"],
+                summary="This API's description with copy-paste examples (no CDN: works offline)")
+    def docs(request: Request) -> HTMLResponse:
+        from dstp.http.api_docs import docs_page
+
+        return HTMLResponse(docs_page(request.app.openapi(), facade.base(request)))
+
+    @router.get("/redoc", include_in_schema=False)
+    def redoc() -> RedirectResponse:
+        return RedirectResponse("/docs")
+
+    return router

@@ -1,0 +1,240 @@
+"""The xarray backend (engine="dstp") against xarray opening the same files itself.
+
+The oracle is xarray with its own netCDF4 engine on the published files,
+concatenated along the aggregation dimension; dstp's names (``T`` is
+``temperature``) come from the oracle's published mapping. The server's read
+counters (the FetchSummary of every backend query, gathered by
+``record_reads``) show that a selection reads only its hyperslab.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import netCDF4
+import numpy as np
+import pytest
+import xarray as xr
+
+import dstp
+import oracle
+from dstp.catalog.publish import publish
+from dstp.client._backend import record_reads
+from dstp.server import DstpServer
+from dstp.settings import Settings
+
+ROTATED = {"grid_mapping_name": "rotated_latitude_longitude",
+           "grid_north_pole_latitude": 39.25, "grid_north_pole_longitude": -162.0}
+NAMES = {**oracle.DATASETS, "rotpole": {"folder": "rotpole", "glob": "rotpole.nc", "agg": None, "rename": {}}}
+
+
+def _rotpole(folder: Path) -> None:
+    """A CORDEX-like rotated-pole file: tas(time, rlat, rlon) with 2-D lat/lon auxiliary coordinates."""
+    import pyproj
+
+    folder.mkdir()
+    rlon, rlat = np.linspace(-12, 12, 24), np.linspace(-10, 10, 20)
+    gx, gy = np.meshgrid(rlon, rlat)
+    lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_cf(ROTATED), "EPSG:4326",
+                                           always_xy=True).transform(gx, gy)
+    with netCDF4.Dataset(folder / "rotpole.nc", "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("rlat", len(rlat))
+        nc.createDimension("rlon", len(rlon))
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar, t.standard_name = "hours since 2001-01-01", "proleptic_gregorian", "time"
+        t[:] = [0, 6, 12, 18]
+        for name, values, std in (("rlon", rlon, "grid_longitude"), ("rlat", rlat, "grid_latitude")):
+            v = nc.createVariable(name, "f8", (name,))
+            v.standard_name, v.units = std, "degrees"
+            v[:] = values
+        gm = nc.createVariable("rotated_pole", "i4", ())
+        for k, v in ROTATED.items():
+            gm.setncattr(k, v)
+        for name, values, std, units in (("lat", lat, "latitude", "degrees_north"),
+                                         ("lon", lon, "longitude", "degrees_east")):
+            v = nc.createVariable(name, "f8", ("rlat", "rlon"))
+            v.standard_name, v.units = std, units
+            v[:] = values
+        tas = nc.createVariable("tas", "f4", ("time", "rlat", "rlon"), fill_value=np.float32(1e20))
+        tas.units, tas.standard_name, tas.coordinates, tas.grid_mapping = "K", "air_temperature", "lat lon", \
+            "rotated_pole"
+        values = (270 + np.arange(4 * 20 * 24).reshape(4, 20, 24) % 37).astype(np.float32)
+        values[1, 3:5, 7] = 1e20
+        tas[:] = values
+    publish([folder / "rotpole.nc"], "rotpole")
+
+
+@pytest.fixture(scope="module")
+def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    here = tmp_path_factory.mktemp("backend")
+    for name in ("ccm3", "ocean", "station", "axes"):
+        shutil.copytree(catalog_root / name, here / name)
+    _rotpole(here / "rotpole")
+    return here
+
+
+@pytest.fixture(scope="module")
+def url(root: Path) -> Iterator[str]:
+    settings = Settings(catalog_root=root, port=0, http_port=-1, data_port=-1, udt_port=-1, batch_rows=4096)
+    with DstpServer(settings) as srv:
+        assert srv.endpoints is not None
+        yield f"dstp://{srv.endpoints.grpc}"
+
+
+def local(root: Path, dataset: str, **kwargs: object) -> xr.Dataset:
+    """Return the dataset as xarray opens its files (default decoding), concatenated, with dstp's names."""
+    spec = NAMES[dataset]
+    files = sorted((root / spec["folder"]).glob(spec["glob"]))
+    parts = []
+    for f in files:
+        with xr.open_dataset(f, **kwargs) as part:  # type: ignore[arg-type]
+            parts.append(part.load())
+    ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim=spec["agg"], data_vars="minimal",
+                                                     coords="minimal", compat="override")
+    if spec["agg"]:
+        ds = ds.sortby(spec["agg"])
+    return ds.rename(spec["rename"])
+
+
+def same(got: xr.DataArray | xr.Variable, want: xr.DataArray | xr.Variable, what: str) -> None:
+    g, w = np.asarray(got.values), np.asarray(want.values)
+    assert g.shape == w.shape, (what, g.shape, w.shape)
+    if w.dtype.kind == "f":
+        np.testing.assert_array_equal(g.astype("f8"), w.astype("f8"), err_msg=what)
+    else:
+        assert g.tolist() == w.tolist(), what
+
+
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "station", "rotpole"])
+def test_the_dataset_opens_as_the_files_do(url: str, root: Path, dataset: str) -> None:
+    want = local(root, dataset)
+    got = xr.open_dataset(f"{url}/{dataset}", engine="dstp")
+    for dim, size in want.sizes.items():
+        if dim in got.dims or dim not in ("nbnd", "bnds"):
+            assert got.sizes[dim] == size, dim
+    for name, var in want.data_vars.items():
+        if name in ("time_bnds", "crs", "rotated_pole") or var.dtype.kind == "O":
+            continue
+        assert name in got.data_vars, name
+        assert got[name].dims == var.dims, name
+        assert got[name].dtype == var.dtype, name
+        same(got[name], var, name)
+        for key, value in var.attrs.items():
+            assert str(got[name].attrs.get(key)) == str(value), (name, key)
+    for name, coord in want.coords.items():
+        assert name in got.coords, name
+        same(got[name], coord, name)
+    time = next((c for c in want.coords if want[c].attrs.get("standard_name") == "time"
+                 or "calendar" in want[c].encoding), None)
+    if time is not None:
+        assert got[time].encoding["units"] == want[time].encoding["units"]
+        assert got[time].encoding.get("calendar", "standard") == want[time].encoding.get("calendar", "standard")
+        assert got[time].dtype == want[time].dtype  # datetime64 on the standard calendar, cftime otherwise
+    for key, value in want.attrs.items():
+        assert str(got.attrs[key]) == str(value), key
+
+
+def test_auxiliary_coordinates_and_the_grid_mapping_travel(url: str, root: Path) -> None:
+    got = xr.open_dataset(f"{url}/rotpole", engine="dstp")
+    assert {"lat", "lon"} <= set(got.coords) and got.lat.dims == ("rlat", "rlon")
+    assert got.tas.attrs["grid_mapping"] == "rotated_pole"
+    assert got.rotated_pole.attrs["grid_north_pole_latitude"] == 39.25
+    import pyproj
+
+    want = pyproj.CRS.from_cf(ROTATED)
+    assert pyproj.CRS(got.rotated_pole.attrs["crs_wkt"]).equals(want, ignore_axis_order=True)
+    cf = {k: v for k, v in got.rotated_pole.attrs.items() if k != "crs_wkt"}
+    assert pyproj.CRS.from_cf(cf).equals(want, ignore_axis_order=True)
+
+
+def test_undecoded_times_are_the_files_numbers(url: str, root: Path) -> None:
+    want = local(root, "ocean", decode_times=False)
+    got = xr.open_dataset(f"{url}/ocean", engine="dstp", decode_times=False)
+    same(got.time, want.time, "time")
+    assert got.time.attrs["units"] == want.time.attrs["units"]
+    assert got.time.attrs["calendar"] == want.time.attrs["calendar"]
+
+
+def test_sel_reads_only_the_slab(url: str, root: Path) -> None:
+    want = local(root, "ccm3").temperature.sel(time=slice("1990-06-01", "1990-08-31"), lat=slice(30, 50))
+    ds = xr.open_dataset(f"{url}/ccm3", engine="dstp")
+    with record_reads() as log:
+        got = ds.temperature.sel(time=slice("1990-06-01", "1990-08-31"), lat=slice(30, 50)).load()
+    same(got, want, "temperature")
+    assert log.queries == 1
+    assert log.elements == want.size == 3 * 8 * 4 * 64, log.sql  # that slab, nothing else
+    assert log.rows == want.size
+    with record_reads() as log:
+        ds.temperature.load()
+    assert log.elements == ds.temperature.size  # the whole variable, for scale
+
+
+@pytest.mark.parametrize("key", [
+    {"time": 3, "lev": slice(1, 7, 2), "lat": slice(5, 30, 3)},       # strides not aligned to 0: read by gcd
+    {"time": slice(None, None, -2), "lat": slice(20, 2, -4), "lon": 7},  # negative steps
+    {"lev": [0, 3, 7], "lon": slice(0, 64, 8)},                          # a list of indices, an aligned stride
+])
+def test_isel_matches_the_files(url: str, root: Path, key: dict) -> None:
+    want = local(root, "ccm3").humidity.isel(key)
+    ds = xr.open_dataset(f"{url}/ccm3", engine="dstp")
+    with record_reads() as log:
+        got = ds.humidity.isel(key).load()
+    same(got, want, "humidity")
+    assert log.queries == 1
+    assert log.elements < 12 * 8 * 32 * 64 // 4, log.sql
+
+
+def test_descending_latitude_and_an_index_only_dimension(url: str, root: Path) -> None:
+    want = local(root, "station")
+    ds = xr.open_dataset(f"{url}/station", engine="dstp")
+    with record_reads() as log:
+        got = ds.t2m.sel(lat=slice(55, 40), lon=slice(-5, 5)).load()
+    same(got, want.t2m.sel(lat=slice(55, 40), lon=slice(-5, 5)), "t2m")
+    assert log.elements == 40 * 4 * 3
+    same(ds.spectrum.isel(band=slice(1, 3)), want.spectrum.isel(band=slice(1, 3)), "spectrum")
+    assert float(ds.height) == 2.0
+    same(ds.lat_bnds, want.lat_bnds.rename(bnds="bnds"), "lat_bnds")
+
+
+def test_dask_chunks_read_each_chunk_once(url: str, root: Path) -> None:
+    want = local(root, "ocean")
+    ds = xr.open_dataset(f"{url}/ocean", engine="dstp", chunks={"time": 4, "lat": 12})
+    assert ds.salinity.chunks == ((4, 4, 4), (6,), (12, 12, 12), (72,))
+    with record_reads() as log:
+        got = ds.salinity.compute()
+    same(got, want.salinity, "salinity")
+    assert log.queries == 9
+    assert log.elements == ds.salinity.size  # chunks never overlap
+    with record_reads() as log:
+        part = ds.temperature.sel(depth=slice(10, 40), lat=slice(60, -60)).isel(time=slice(2, 7)).compute()
+    same(part, want.temperature.sel(depth=slice(10, 40), lat=slice(60, -60)).isel(time=slice(2, 7)), "part")
+    # dask reads by chunk (here time 0-3 and 4-7), trimmed to the selection where its optimizer can.
+    touched_chunks = 8 * 6 * 36 * 72
+    assert part.size <= log.elements <= touched_chunks < ds.temperature.size
+
+
+def test_a_pickled_dataset_reconnects(url: str, root: Path) -> None:
+    ds = xr.open_dataset(f"{url}/ocean", engine="dstp", chunks={"time": 6})
+    again = pickle.loads(pickle.dumps(ds))
+    same(again.sea_surface_height.isel(time=0), local(root, "ocean").sea_surface_height.isel(time=0), "ssh")
+
+
+def test_a_query_opens_as_its_grid(url: str) -> None:
+    sql = "select time, lat, lon, precipitation from ccm3 where lat > 60"
+    got = xr.open_dataset(f"{url}/ccm3", engine="dstp", backend_kwargs={"query": sql})
+    with dstp.connect(url.removeprefix("dstp://")) as c:
+        want = dstp.to_xarray(c.query(sql))
+    xr.testing.assert_identical(got, want)
+
+
+def test_bad_urls_and_datasets_say_what_is_wrong(url: str) -> None:
+    with pytest.raises(ValueError, match="dstp://host:port/<dataset>"):
+        xr.open_dataset("dstp://nohost", engine="dstp")
+    with pytest.raises(dstp.DatasetNotFoundError, match="ccm3"):
+        xr.open_dataset(f"{url}/nosuch", engine="dstp")
+    assert math.isnan(float(xr.open_dataset(f"{url}/ccm3", engine="dstp").humidity[0, -1, 0, 0]))
