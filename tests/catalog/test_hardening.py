@@ -1,0 +1,133 @@
+"""Hostile files: a dimension its file cannot back, a published file swapped for a symlink after start.
+
+Findings of issue 13: a 10⁹-point dimension with no coordinate variable made the server allocate
+7.45 GiB at start (its index coordinate, ``arange``) and serve nothing; a file replaced by a symlink to
+/etc/passwd after the server started was served (bulk download) — the symlink check ran at scan only.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import grpc
+import netCDF4
+import numpy as np
+import pytest
+
+import dstp
+from dstp.catalog.registry import Catalog
+from dstp.proto import dstp_pb2 as pb
+from dstp.proto import dstp_pb2_grpc as pb_grpc
+from dstp.server import DstpServer
+from dstp.settings import Settings
+
+HUGE = 10**9
+
+DESCRIPTOR = """<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="{id}" version="1">
+  <title>{id}</title>
+  <files glob="{glob}"/>
+  <coordinates><coordinate name="x" dimension="x"/></coordinates>
+  <attributes default-grid="x"><attribute name="v" dimensions="x"/></attributes>
+</dataset>
+"""
+
+
+def _dimension_bomb(folder: Path, size: int) -> Path:
+    """A netCDF-4 file of a few kilobytes declaring a ``size``-point dimension, with no coordinate variable."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "bomb.nc"
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("x", size)
+        nc.createVariable("v", "f4", ("x",), zlib=True, chunksizes=(1024,))  # never written: no chunk stored
+    (folder / "bomb.dstp.xml").write_text(DESCRIPTOR.format(id=folder.name, glob="bomb.nc"))
+    return path
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_a_dimension_the_file_cannot_back_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    path = _dimension_bomb(tmp_path / "bomb", HUGE)
+    assert path.stat().st_size < 100_000
+    before = _peak_rss()
+    started = time.monotonic()
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert time.monotonic() - started < 30
+        assert _peak_rss() - before < 2**30  # not the 7.45 GiB of arange(10⁹)
+        assert len(catalog) == 0
+        [problem] = catalog.problems
+        assert "declares 1,000,000,000 points" in problem.message and "bomb.nc" in problem.message
+    finally:
+        catalog.close()
+
+
+def test_an_honest_dimension_of_the_same_file_kind_is_served(tmp_path: Path) -> None:
+    _dimension_bomb(tmp_path / "small", 5000)  # small enough to be believed whatever the file holds
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert catalog.problems == [] and catalog.get("small").dimensions["x"].size == 5000
+    finally:
+        catalog.close()
+
+
+@pytest.fixture()
+def private_ccm3(tmp_path: Path, catalog_root: Path) -> Path:
+    root = tmp_path / "catalog"
+    shutil.copytree(catalog_root / "ccm3", root / "ccm3")
+    return root
+
+
+def _swap_for_symlink(path: Path, target: str) -> None:
+    moved = path.with_suffix(".moved")
+    path.rename(moved)
+    os.symlink(target, path)
+
+
+def test_a_published_file_swapped_for_a_symlink_is_not_served(private_ccm3: Path) -> None:
+    settings = Settings(catalog_root=private_ccm3, port=0, http_port=-1, data_port=-1, udt_port=-1, open_files=1)
+    victim = private_ccm3 / "ccm3" / "ccm3_1990-01.nc"
+    with DstpServer(settings) as srv, dstp.connect(srv.endpoints.grpc) as c:
+        assert c.query("select temperature from ccm3 limit 1").num_rows == 1
+        _swap_for_symlink(victim, "/etc/passwd")
+        # The bulk-file path: opened at OpenFile and again when the ticket is redeemed.
+        with grpc.insecure_channel(srv.endpoints.grpc) as channel, pytest.raises(grpc.RpcError) as info:
+            pb_grpc.DstpStub(channel).OpenFile(pb.OpenFileRequest(dataset="ccm3", file=victim.name))
+        assert dict(info.value.trailing_metadata())["dstp-error-code"] == "bad_data_file"
+        assert "replaced" in info.value.details() and "root:" not in info.value.details()
+        with pytest.raises(dstp.DstpError) as err:
+            c.get("ccm3", victim.name, private_ccm3.parent / "copy.nc")
+        assert "root:" not in str(err.value)
+        assert not (private_ccm3.parent / "copy.nc").exists()
+        # The netCDF path: the file is out of the handle cache (open_files=1) and is reopened by name.
+        c.query("select temperature from ccm3 where time >= '1990-06-01' limit 1")
+        with pytest.raises(dstp.DataFileError, match="replaced|changed"):
+            c.query("select temperature from ccm3")
+        assert c.query("select temperature from ccm3 where time >= '1990-06-01' limit 1").num_rows == 1
+
+
+def test_a_file_replaced_by_another_file_is_refused_too(private_ccm3: Path) -> None:
+    settings = Settings(catalog_root=private_ccm3, port=0, http_port=-1, data_port=-1, udt_port=-1)
+    victim = private_ccm3 / "ccm3" / "ccm3_1990-05.nc"
+    with DstpServer(settings) as srv:
+        copy = victim.with_suffix(".copy")
+        shutil.copy2(victim, copy)
+        copy.replace(victim)  # same bytes, same size and times: another file (inode) all the same
+        with grpc.insecure_channel(srv.endpoints.grpc) as channel, pytest.raises(grpc.RpcError) as info:
+            pb_grpc.DstpStub(channel).OpenFile(pb.OpenFileRequest(dataset="ccm3", file=victim.name))
+        assert "replaced" in info.value.details()
+
+
+def test_bulk_downloads_of_untouched_files_still_work(private_ccm3: Path, tmp_path: Path) -> None:
+    settings = Settings(catalog_root=private_ccm3, port=0, http_port=-1, data_port=-1, udt_port=-1)
+    source = private_ccm3 / "ccm3" / "ccm3_1990-09.nc"
+    with DstpServer(settings) as srv, dstp.connect(srv.endpoints.grpc) as c:
+        c.get("ccm3", source.name, tmp_path / "out.nc")
+    assert (tmp_path / "out.nc").read_bytes() == source.read_bytes()
+    assert np.asarray(netCDF4.Dataset(tmp_path / "out.nc")["T"][0]).size > 0
