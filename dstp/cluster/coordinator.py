@@ -1,0 +1,283 @@
+"""The coordinator: a dstp server whose select-where queries run as partitions on Dask workers.
+
+It keeps everything a single server's control plane does — gRPC, HTTP,
+tokens and access policy, admission, the audit log — and changes one answer:
+``Query`` for a query that can be partitioned (:func:`~.partitions.why_not_partitioned`)
+and a client that accepts the striped channel. That query is planned and
+checked here (the principal's catalog: a hidden dataset is not found), cut
+into one piece per worker, and each piece submitted as a Dask task pinned to
+a worker (``allow_other_workers``: Dask moves it when that worker dies). The
+answer, once every piece has run, lists one partition per piece: the worker,
+its data endpoint, a ticket and key of that worker's, and the rows it holds.
+
+Everything else — LIMIT, aggregates and reductions, joins, sampling, Run (the
+one-round-trip gRPC path), HTTP, Flight, files — the coordinator answers
+itself from its own catalog, as a single server would (docs/scale-out.md says
+why). So does a partitioned query whose total exceeds ``max_result_rows`` or
+``max_result_bytes``: a single server cuts such a result in grid (or ORDER BY)
+order, and running it here is the one way to give exactly that answer.
+
+``Resolve(query, partition)`` re-finds a partition after a failed fetch: a
+fresh ticket from the worker that holds it, or — worker gone, or the result
+no longer held — the piece run again on another worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from dstp.auth import Principal
+from dstp.cluster.partitions import PartitionSpec, order_keys, plan_partitions, why_not_partitioned
+from dstp.cluster.worker import PartitionResult, node_report, reissue, run_partition
+from dstp.errors import DstpError, NotFoundError, TransportError
+from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
+from dstp.proto import dstp_pb2 as pb
+from dstp.query.execute import PreparedQuery
+from dstp.service import DstpService
+from dstp.settings import Settings
+from dstp.transport import codec
+from dstp.transport.codec import ChannelOffer, OrderKeyInfo, PartitionInfo, QueryInfo
+
+__all__ = ["ClusterQuery", "ClusterServicer", "Coordinator"]
+
+log = logging.getLogger("dstp.cluster")
+
+#: Stripes per partition transfer when the client leaves it to the server (partitions already run in parallel).
+DEFAULT_STREAMS = 2
+
+
+@dataclass
+class ClusterQuery:
+    """A partitioned query the coordinator remembers until its tickets expire (for Resolve)."""
+
+    query_id: str
+    sql: str
+    principal: Principal
+    specs: tuple[PartitionSpec, ...]
+    results: list[PartitionResult]
+    compression: str
+    expires_at: float
+    #: Stripes granted per partition transfer.
+    streams: int = 1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Coordinator:
+    """Connects to a Dask cluster (or starts a LocalCluster) and runs partitions there."""
+
+    def __init__(self, settings: Settings, *, address: str = "", local_workers: int = 0, sealed: bool = False,
+                 clock: Any = time.time) -> None:
+        if bool(address) == bool(local_workers):
+            raise ValueError("give the scheduler's address (--cluster tcp://HOST:8786) or a number of local "
+                             "workers (--local-cluster N), not both")
+        self.settings = settings
+        self.address = address
+        self.local_workers = local_workers
+        self.sealed = sealed
+        self.clock = clock
+        self.client: Any = None
+        self.cluster: Any = None
+        self._queries: dict[str, ClusterQuery] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> "Coordinator":
+        """Connect, register the worker plugin (every worker, and each that joins later), wait for one worker."""
+        from distributed import Client, LocalCluster
+
+        from dstp.cluster.plugin import DstpWorkerPlugin
+
+        if self.local_workers:
+            self.cluster = LocalCluster(n_workers=self.local_workers, threads_per_worker=1, processes=True,
+                                        host="127.0.0.1", dashboard_address=None, silence_logs=logging.WARNING)
+            self.client = Client(self.cluster)
+        else:
+            self.client = Client(self.address, timeout=30)
+        try:
+            self.client.register_plugin(DstpWorkerPlugin(self.settings, sealed=self.sealed))
+            self.client.wait_for_workers(1, timeout=60)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("dstp coordinator on Dask scheduler %s with %d workers", self.client.scheduler.address,
+                 len(self.workers()))
+        return self
+
+    @property
+    def scheduler_address(self) -> str:
+        return str(self.client.scheduler.address)
+
+    def workers(self) -> list[str]:
+        """Return the addresses of the live workers, sorted."""
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """Return each worker's node report: its data endpoint, Arrow bytes it sent, partitions it holds."""
+        return dict(self.client.run(node_report, on_error="return"))
+
+    def stop(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001 - closing anyway
+                log.exception("closing the Dask client")
+            self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def _gather(self, futures: list[Any], what: str) -> list[PartitionResult]:
+        """Return the futures' results within the query time limit; typed errors pass, the rest is clear."""
+        from distributed import wait
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+
+        limit = self.settings.query_time_limit_s
+        try:
+            done = wait(futures, timeout=limit)
+            if done.not_done:
+                raise TransportError(f"the cluster did not finish {what} within {limit:g} s "
+                                     f"({len(done.not_done)} of {len(futures)} partitions outstanding); "
+                                     "is any worker alive?")
+            return list(self.client.gather(futures))
+        except DstpError:
+            raise
+        except (KilledWorker, FutureCancelledError) as exc:
+            raise TransportError(f"cluster workers kept dying while running {what} ({exc}); the query did not "
+                                 "complete — run it again") from None
+        finally:
+            for f in futures:
+                f.release()
+
+    def plan(self, service: DstpService, sql: str, principal: Principal, compression: str,
+             streams: int = 0) -> QueryInfo | None:
+        """Run ``sql`` as partitions on the workers and return the answer listing them; None when the
+        coordinator must answer it itself (not partitionable, no worker, or over a result limit)."""
+        prepared = service.prepare(sql, principal)
+        reason = why_not_partitioned(prepared)
+        workers = self.workers()
+        if not reason and not workers:
+            reason = "no cluster worker is alive"
+        if reason:
+            log.info("answered by the coordinator, not partitioned: %s — %s", reason, sql.strip()[:120])
+            return None
+        query_id = service.offers.label("q")
+        label = f"{query_id}-{uuid.uuid4().hex[:8]}"
+        specs = plan_partitions(prepared, len(workers))
+        slot = service.admission.acquire(principal.key, "queries", query_id)
+        try:
+            futures = [self.client.submit(run_partition, f"{label}.p{s.index}", sql, s, compression,
+                                          key=f"dstp-{label}-p{s.index}", workers=[workers[s.index % len(workers)]],
+                                          allow_other_workers=True, pure=False)
+                       for s in specs]
+            results = self._gather(futures, f"query {query_id}")
+        finally:
+            slot.release()
+        rows, nbytes = sum(r.rows for r in results), sum(r.bytes for r in results)
+        s = self.settings
+        if rows > s.max_result_rows or nbytes > s.max_result_bytes or any(r.truncated for r in results):
+            log.info("query %s: %d rows / %d bytes over the result limits; the coordinator answers it", query_id,
+                     rows, nbytes)
+            return None
+        cq = ClusterQuery(query_id, sql, principal, specs, results, compression,
+                          self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS))
+        with self._lock:
+            now = self.clock()
+            for stale in [k for k, q in self._queries.items() if q.expires_at < now]:
+                del self._queries[stale]
+            self._queries[query_id] = cq
+        service.audit.record("query", query_id, principal=principal.name, credential=principal.key,
+                             channel="cluster", datasets=prepared.query.dataset_ids, outcome="ok", rows=rows,
+                             sent=nbytes, seconds=sum(r.seconds for r in results), sql=sql)
+        log.info("query %s partitioned into %d pieces on %d workers: %d rows", query_id, len(specs),
+                 len({r.worker for r in results}), rows)
+        return _answer(prepared, query_id, [self._partition(prepared, r, cq.streams) for r in results])
+
+    def _partition(self, prepared: PreparedQuery, r: PartitionResult, streams: int) -> PartitionInfo:
+        h = prepared.plan.hyperslab
+        first = h.ranges[0][r.start:r.stop]
+        hyperslab = {**h.as_dict(), h.dims[0]: (first.start, first.stop, first.step)}
+        offer = ChannelOffer("striped", r.ticket, r.expires_at_unix_ms, r.endpoint, streams,
+                             r.compression, "", r.key, r.cipher)
+        return PartitionInfo(r.index, r.worker, offer, r.rows, r.bytes, hyperslab)
+
+    def resolve(self, service: DstpService, query_id: str, index: int, principal: Principal) -> PartitionInfo:
+        """Return where partition ``index`` of ``query_id`` can be fetched now, with a fresh ticket."""
+        with self._lock:
+            cq = self._queries.get(query_id)
+        if cq is None or cq.principal.key != principal.key or cq.expires_at < self.clock():
+            raise NotFoundError(f"no partitioned query {query_id!r} of yours is known here (it expired, or the "
+                                "coordinator restarted); run the query again")
+        if not 0 <= index < len(cq.specs):
+            raise NotFoundError(f"query {query_id} has partitions 0 to {len(cq.specs) - 1}, not {index}")
+        spec = cq.specs[index]
+        prepared = service.prepare(cq.sql, principal)
+        with cq.lock:
+            old = cq.results[index]
+            live = self.workers()
+            if old.worker in live:
+                again = self.client.run(reissue, old.label, spec, cq.compression, workers=[old.worker],
+                                        on_error="return").get(old.worker)
+                if isinstance(again, PartitionResult):
+                    cq.results[index] = again
+                    return self._partition(prepared, again, cq.streams)
+            others = [w for w in live if w != old.worker] or live
+            if not others:
+                raise TransportError(f"no cluster worker is alive to run partition {index} of query {query_id} again")
+            log.info("query %s: partition %d lost with %s; running it again", query_id, index, old.worker)
+            future = self.client.submit(run_partition, old.label, cq.sql, spec, cq.compression,
+                                        key=f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", workers=others,
+                                        allow_other_workers=True, pure=False)
+            again = self._gather([future], f"partition {index} of query {query_id}")[0]
+            cq.results[index] = again
+            return self._partition(prepared, again, cq.streams)
+
+    def servicer(self, service: DstpService) -> "ClusterServicer":
+        """Return the gRPC servicer that answers Query with partitions and implements Resolve."""
+        return ClusterServicer(service, self)
+
+
+def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionInfo]) -> QueryInfo:
+    keys = order_keys(prepared) or ()
+    rows = sum(p.rows for p in partitions)
+    return QueryInfo(
+        query_id=query_id, schema=prepared.schema, scan_rows=prepared.scan_rows, estimated_rows=rows,
+        estimated_bytes=sum(p.bytes for p in partitions), grid=tuple(prepared.plan.grid),
+        hyperslab=prepared.plan.hyperslab.as_dict(), offers=(), sample_seed=None, max_rows=rows,
+        max_bytes=sum(p.bytes for p in partitions), partitions=tuple(partitions),
+        order=tuple(OrderKeyInfo(k.column, k.descending, k.nulls_first) for k in keys),
+    )
+
+
+class ClusterServicer(DstpServicer):
+    """The Dstp servicer of a coordinator: partitioned Query answers, and Resolve."""
+
+    def __init__(self, service: DstpService, coordinator: Coordinator) -> None:
+        super().__init__(service)
+        self.coordinator = coordinator
+
+    def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
+        channels = [codec.channel_kind_name(k) for k in request.channels]
+        if not channels or "striped" in channels:
+            with grpc_errors(context):
+                info = self.coordinator.plan(self.service, request.sql, principal_of(context),
+                                             codec.compression_name(request.compression), request.streams)
+                if info is not None:
+                    return codec.query_response_pb(info)
+        return super().Query(request, context)
+
+    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Partition:
+        with grpc_errors(context):
+            found = self.coordinator.resolve(self.service, request.query_id, request.partition,
+                                             principal_of(context))
+            return codec.partition_pb(found)
+        raise AssertionError("unreachable")
+

@@ -1,0 +1,117 @@
+"""A worker SIGKILLed mid-query: the identical result, or a clear error — never a silent gap.
+
+Its own cluster (module scope): these tests kill workers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import dstp
+import oracle
+from dstp.client._partitions import fetch_partitions
+from dstp.server import DstpServer
+from dstp.transport.channels import StripedChannel
+from dstp.transport.tuning import AutoTuner
+
+pytestmark = pytest.mark.timeout(180)
+
+LARGE = "select * from ccm3"  # every grid point: the largest query of the small samples
+
+
+class _KillOnConnect(StripedChannel):
+    """Kills ``victim`` (a real SIGKILL) the moment the client first connects to its data endpoint."""
+
+    def __init__(self, inner, kill) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.inner, self.kill = inner, kill
+
+    def connect(self, stripe: int):  # type: ignore[no-untyped-def]
+        self.kill(f"{self.inner.host}:{self.inner.port}")
+        return self.inner.connect(stripe)
+
+
+def test_worker_killed_while_holding_its_partition_is_refetched_elsewhere(coordinator: DstpServer, dask_cluster,
+                                                                          client, tmp_path) -> None:
+    endpoints = {r["endpoint"]: w for w, r in coordinator.coordinator.reports().items()}
+    victim = sorted(dask_cluster.workers)[0]
+    killed: list[str] = []
+    lock = threading.Lock()
+
+    def kill(endpoint: str) -> None:
+        with lock:
+            if endpoints.get(endpoint) == victim and not killed:
+                dask_cluster.kill(victim)
+                killed.append(victim)
+
+    assert coordinator.endpoints is not None
+    with dstp.Client(coordinator.endpoints.grpc, tuner=AutoTuner(tmp_path / "t.json"),
+                     wrap_channel=lambda ch: _KillOnConnect(ch, kill)) as c:
+        stream = c.query_batches(LARGE, transport="striped", streams=2)
+        got = stream.read_all()
+    assert killed == [victim]
+    want = client.query(LARGE)
+    oracle.assert_same_records(got, want)
+    lost = [p for p in stream.partitions if p.attempts > 1]
+    assert len(lost) == 1 and lost[0].worker != victim  # refetched from the worker that ran it again
+    assert victim not in coordinator.coordinator.workers()
+
+
+def test_worker_killed_while_the_query_runs_yields_the_identical_result(coordinator: DstpServer, dask_cluster,
+                                                                        client) -> None:
+    from distributed import Client
+
+    live = [w for w, p in dask_cluster.workers.items() if p.poll() is None]
+    assert len(live) >= 2
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        assert coordinator.endpoints is not None
+        with dstp.connect(coordinator.endpoints.grpc) as c:
+            try:
+                stream = c.query_batches(LARGE, transport="striped", streams=2)
+                result["table"] = stream.read_all()
+                result["parts"] = stream.partitions
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                result["error"] = exc
+
+    victim = None
+    with Client(dask_cluster.address, timeout=30) as watcher:
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 60
+        # Kill the first worker seen running a partition (or, if they all finished first, one holding one).
+        while victim is None and time.monotonic() < deadline:
+            busy = [w for w, keys in watcher.processing().items() if any(str(k).startswith("dstp-") for k in keys)]
+            if busy:
+                victim = busy[0]
+            elif not thread.is_alive() or "parts" in result:
+                break
+            else:
+                time.sleep(0.005)
+        if victim is None:
+            victim = live[0]
+        dask_cluster.kill(victim)
+        thread.join(timeout=120)
+    assert not thread.is_alive()
+    if "error" in result:  # allowed: a clear, typed error — never a silent gap
+        assert isinstance(result["error"], dstp.errors.DstpError), result["error"]
+        pytest.fail(f"the query failed although workers remained: {result['error']}")
+    oracle.assert_same_records(result["table"], client.query(LARGE))  # type: ignore[arg-type]
+
+
+def test_every_worker_gone_after_planning_is_a_clear_error(coordinator: DstpServer, dask_cluster) -> None:
+    assert coordinator.endpoints is not None
+    with dstp.connect(coordinator.endpoints.grpc) as c:
+        info = c.plan("select temperature from ccm3 where humidity > 10", transport="striped", streams=2)
+        assert info.partitions
+        for w, proc in dask_cluster.workers.items():
+            if proc.poll() is None:
+                dask_cluster.kill(w)
+        # Fetch the planned partitions now that nobody holds them and nobody can run them again.
+        stream = fetch_partitions(c._rpc, c.policy, c.policy.choose("striped", 2), info, c.target)
+        with pytest.raises(dstp.errors.TransportError, match="could not be fetched|no cluster worker"):
+            stream.read_all()
