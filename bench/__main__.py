@@ -20,7 +20,7 @@ import platformdirs
 
 from dstp.samples import ensure_samples
 
-SUITES = ("seed_query", "table4", "bulk", "rotpole")
+SUITES = ("seed_query", "table4", "bulk", "bulk_native", "rotpole", "facades", "tls_cost", "load", "cluster")
 
 
 def samples(quick: bool) -> dict[str, Path]:

@@ -305,8 +305,8 @@ _GET_LINE = re.compile(r"([\d,]+) bytes → .* in ([\d.]+) s \(.* over (\w+) × 
 
 def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, out: Path, cache: Path, *,
              transport: str = "auto", streams: int = 0, congestion: str = "", cap_s: float | None = None,
-             compare_bytes: bool = False, length: int = -1) -> Run:
-    """Return one ``dstp get`` run (a fresh process; its tuning cache under ``cache``)."""
+             compare_bytes: bool = False, length: int = -1, env: dict[str, str] | None = None) -> Run:
+    """Return one ``dstp get`` run (a fresh process; its tuning cache under ``cache``; ``env``: more variables)."""
     remove_output(out)
     argv = [sys.executable, "-m", "dstp.cli", "get", "--server", server.endpoints["grpc"], DATASET, source.name,
             "-o", str(out), "-v", "--no-progress"]
@@ -318,7 +318,7 @@ def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, o
         argv += ["--congestion-control", congestion]
     if length >= 0:
         argv += ["--length", str(length)]
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), **(env or {})}
     cpu0 = server.cpu_seconds()
     done = run_capped(place.client(argv), cap_s=cap_s, env=env)
     server_cpu = server.cpu_seconds() - cpu0
@@ -327,6 +327,9 @@ def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, o
     choice = re.search(r"^choice: (.*)$", done.stderr, re.M)
     if choice:
         detail["choice"] = choice.group(1)
+    path = re.search(r"^data path: (.*)$", done.stderr, re.M)
+    if path:
+        detail["data_path"] = path.group(1)
     try:
         if m and done.returncode == 0 and length < 0:
             detail.update(transport=m.group(3), streams=int(m.group(4)))

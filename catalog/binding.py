@@ -4,8 +4,9 @@
 these, one per kind of column: data variables (:func:`attribute_columns`),
 coordinates labelling a dimension (:func:`coordinate_column`), auxiliary
 coordinates (:func:`auxiliary_column`), one column per vertex of CF bounds
-(:func:`add_bounds`) and lat/lon derived for projected grids
-(:func:`add_geographic`). Each refuses what the files contradict, naming the
+(:func:`add_bounds`), lat/lon derived for projected grids
+(:func:`add_geographic`) and the area weight of ``weighted_avg``
+(:func:`add_weights`). Each refuses what the files contradict, naming the
 file and the variable. Instance variables of ragged arrays become columns on
 the sample dimension (:func:`on_samples`, see :mod:`.dsg`); text times are
 checked value by value (:func:`check_text_times`).
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from dstp.catalog.aggregation import file_decodings
-from dstp.catalog.cf import ISO8601, Decoding, decode_values, decoding_for, merge_decodings, numpy_dtype_of
+from dstp.catalog.cf import ISO8601, LAT_UNITS, Decoding, decode_values, decoding_for, merge_decodings, numpy_dtype_of
 from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.dsg import FeatureLayout
@@ -37,8 +38,10 @@ __all__ = [
     "IN_MEMORY_TEXTS",
     "add_bounds",
     "add_geographic",
+    "add_weights",
     "attribute_columns",
     "auxiliary_column",
+    "check_dimension_sizes",
     "check_ragged_descriptor",
     "check_text_times",
     "coordinate_column",
@@ -51,6 +54,47 @@ __all__ = [
 IN_MEMORY_ELEMENTS = 4 * 2**20
 #: Text columns are Python objects in memory: held only up to this many (station ids, not per observation).
 IN_MEMORY_TEXTS = 256 * 2**10
+#: A dimension of up to this many points is always believed (its coordinate takes at most 32 MiB).
+DIMENSION_ALWAYS_BELIEVED = 4 * 2**20
+#: Beyond that, a file must hold at least one byte per this many points of each of its dimensions.
+DIMENSION_POINTS_PER_FILE_BYTE = 8
+
+
+def check_dimension_sizes(metas: list[FileMeta], dimensions: set[str], sizes: Mapping[str, int]) -> None:
+    """Refuse a dimension whose declared size the files cannot back, before anything of its size is allocated.
+
+    A coordinate is held in memory (an index coordinate is ``arange(size)``): a
+    tiny file declaring a 10⁹-point dimension would have the server allocate
+    gigabytes at start. Real data takes at least about a byte per point even
+    compressed, so a file of ``b`` bytes may declare at most
+    ``DIMENSION_POINTS_PER_FILE_BYTE × b`` points along a dimension (and the
+    dataset, along the aggregated one, that many per byte of all its files);
+    up to ``DIMENSION_ALWAYS_BELIEVED`` points are always accepted.
+    """
+    total = 0
+    for meta in metas:
+        size = _file_bytes(meta)
+        total += size
+        for name in dimensions:
+            points = meta.dimensions.get(name, 0)
+            if points > max(DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE * size):
+                raise DataFileError(_too_large(meta.path.name, name, points, size))
+    for name in dimensions:
+        points = sizes.get(name, 0)
+        if points > max(DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE * total):
+            raise DataFileError(_too_large(f"the files of {metas[0].path.parent.name}", name, points, total))
+
+
+def _file_bytes(meta: FileMeta) -> int:
+    try:
+        return meta.path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _too_large(where: str, name: str, points: int, size: int) -> str:
+    return (f"{where}: dimension {name!r} declares {points:,} points, but {size:,} bytes of file cannot hold "
+            f"data for that many; the file is damaged (or made to exhaust memory) — it is not published")
 
 
 def check_ragged_descriptor(descriptor: Descriptor, layout: FeatureLayout, where: str) -> None:
@@ -383,3 +427,72 @@ def add_geographic(ds: GriddedDataset) -> None:
             spec = AttributeSpec(name, "", ordered, units, spec.description, spec.cf)  # type: ignore[arg-type]
         ds.auxiliaries[name] = AttributeColumn(
             spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="derived", values=values, note=note)
+
+
+#: The name of the weight column (:func:`add_weights`).
+WEIGHT_COLUMN = "area_weight"
+
+
+def _cell_area_variable(ds: GriddedDataset, metas: list[FileMeta]) -> str | None:
+    """Return the variable CF ``cell_measures = "area: <variable>"`` names on the data variables, if in the files."""
+    for column in ds.attributes.values():
+        text = str(column.attrs.get("cell_measures", ""))
+        words = text.replace(":", ": ").split()
+        for key, value in zip(words, words[1:]):
+            if key == "area:" and any(value in m.variables for m in metas):
+                return value
+    return None
+
+
+def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
+    """Add ``area_weight``: the cell area of CF ``cell_measures``, else cos(latitude) where latitude is geographic.
+
+    ``weighted_avg(temperature, area_weight)`` is then an area-weighted mean, as
+    ``xarray``'s ``weighted(np.cos(np.deg2rad(ds.lat))).mean()`` is on a regular
+    latitude-longitude grid. The column has role ``weight``: it is selectable
+    by name and never part of ``select *``.
+    """
+    if WEIGHT_COLUMN in ds.column_names() or ds.layout is not None:  # station data has no cells
+        return
+    sizes = {d.name: d.size for d in ds.dimensions.values()}
+    variable = _cell_area_variable(ds, metas)
+    if variable is not None:
+        holder = next(m for m in metas if variable in m.variables)
+        var = holder.variables[variable]
+        dims = var.value_dimensions
+        if dims and all(d in sizes for d in dims) and ds.descriptor.aggregate not in dims:
+            decodings = file_decodings(metas, variable, dims, "variable")
+            dec = next(d for d in decodings if d is not None)
+            units = str(var.attrs.get("units", "")) or None
+            spec = AttributeSpec(WEIGHT_COLUMN, variable, dims, units,
+                                 f"cell area ({variable}, CF cell_measures)", (("standard_name", "cell_area"),))
+            column = AttributeColumn(spec, dec, merge_decodings(decodings), var.attrs, decodings, role="weight",
+                                     note=f"the cell area {variable!r} that CF cell_measures names")
+            ds.auxiliaries[WEIGHT_COLUMN] = in_memory(ds, column, metas, sizes)
+            return
+    latitude = _geographic_latitude(ds)
+    if latitude is None:
+        return
+    dims, values, name = latitude
+    weights = np.cos(np.deg2rad(np.asarray(values, dtype=np.float64)))
+    spec = AttributeSpec(WEIGHT_COLUMN, "", dims, "1", f"cos({name}), proportional to the area of a "
+                         "latitude-longitude cell")
+    ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
+        spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=weights,
+        note=f"cos({name}) in radians: proportional to the area of a cell of a regular latitude-longitude grid")
+
+
+def _geographic_latitude(ds: GriddedDataset) -> tuple[tuple[str, ...], np.ndarray, str] | None:
+    """Return (dimensions, values, name) of the dataset's geographic latitude held in memory, if any."""
+    for c in ds.coordinates.values():
+        std = dict(c.spec.cf).get("standard_name")
+        units = (c.spec.units or "").replace(" ", "").lower()
+        if c.dimension and (std == "latitude" or units in LAT_UNITS) and c.values.dtype.kind in "iuf":
+            return (c.dimension,), c.values, c.name
+    for a in ds.auxiliaries.values():
+        std = dict(a.spec.cf).get("standard_name") or a.attrs.get("standard_name")
+        units = (a.spec.units or "").replace(" ", "").lower()
+        if a.role in ("auxiliary", "derived") and a.values is not None and a.values.dtype.kind in "iuf" \
+                and (std == "latitude" or units in LAT_UNITS) and a.mask is None:
+            return a.dimensions, a.values, a.name
+    return None

@@ -14,6 +14,8 @@ dimensions. There are two shapes of column:
   auxiliary  a CF auxiliary coordinate (``lat(rlat, rlon)``, ``station_name``, a DSG ``cf_role`` id)
   bounds     one vertex of a CF ``bounds``/``climatology`` variable
   derived    computed by dstp, not stored: lat/lon from a projected grid
+  weight     area weights for ``weighted_avg``: the cell area CF ``cell_measures`` names,
+             else cos(latitude) (never part of ``select *``)
   ========== ==========================================================
 
   Auxiliary, bounds and derived columns small enough are also held in
@@ -33,10 +35,10 @@ import pyarrow as pa
 from dstp.catalog.cf import Decoding
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec
 
-__all__ = ["AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "ROLES", "monotonic"]
+__all__ = ["AttributeColumn", "ColumnTraits", "CoordinateColumn", "DataFile", "Dimension", "ROLES", "monotonic"]
 
 #: What an AttributeColumn can be; see the module docstring.
-ROLES = ("data", "auxiliary", "bounds", "derived")
+ROLES = ("data", "auxiliary", "bounds", "derived", "weight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,21 @@ class AttributeColumn:
     @property
     def is_coordinate(self) -> bool:
         return self.role != "data"
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnTraits:
+    """What joins and time functions need to know of a column: units, CF attributes, axis, calendar, range."""
+
+    units: str | None
+    cf: Mapping[str, Any]
+    axis: str | None = None
+    #: CF calendar of a time column (None: not a time).
+    calendar: str | None = None
+    #: The time travels as ISO text (360_day, all_leap, julian).
+    iso: bool = False
+    #: (min, max) of numeric values held in memory, else None.
+    value_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,14 +43,16 @@ from dstp.catalog.binding import (
     IN_MEMORY_ELEMENTS,
     add_bounds,
     add_geographic,
+    add_weights,
     attribute_columns,
     auxiliary_column,
+    check_dimension_sizes,
     check_ragged_descriptor,
     check_text_times,
     coordinate_column,
 )
 from dstp.catalog.cf import Decoding, decode_values, numpy_dtype_of
-from dstp.catalog.columns import AttributeColumn, CoordinateColumn, DataFile, Dimension
+from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn, DataFile, Dimension
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
 from dstp.catalog.gridmapping import GridMapping, grid_mappings
@@ -119,11 +121,52 @@ class GriddedDataset:
         """Return ``dims`` in the dataset's canonical order (outermost first)."""
         return tuple(d for d in self.dimensions if d in dims)
 
+    def star_columns(self) -> list[str]:
+        """Return the columns ``select *`` stands for: the default grid's coordinates, then its attributes.
+
+        Index columns of dimensions without a coordinate variable, coordinates, auxiliary and derived
+        coordinates on the default grid (2-D lat/lon), scalar coordinates, then the attributes on exactly
+        the default grid. Bounds and weights only on request.
+        """
+        grid = self.descriptor.default_grid
+        coords = [c.name for c in self.coordinates.values() if c.dimension in grid]
+        coords.sort(key=lambda n: grid.index(self.coordinates[n].dimension))  # type: ignore[arg-type]
+        index_dims = [d for d in grid if self.dimensions[d].coordinate is None]
+        scalars = [c.name for c in self.coordinates.values() if c.dimension is None]
+        auxiliaries = [a.name for a in self.auxiliaries.values()
+                       if a.role in ("auxiliary", "derived") and a.dimensions and set(a.dimensions) <= set(grid)]
+        attrs = [a.name for a in self.attributes.values() if a.dimensions == grid]
+        return [*index_dims, *coords, *auxiliaries, *scalars, *attrs]
+
+    def dimension_coordinates(self) -> dict[str, str]:
+        """Return {coordinate column: dimension} of the monotonic 1-D coordinates (what nearest matching needs)."""
+        return {c.name: c.dimension for c in self.coordinates.values() if c.dimension and c.monotonic != 0}
+
+    def key_info(self, name: str) -> ColumnTraits:
+        """Return the units, CF attributes, axis, calendar and value range of column ``name``."""
+        coord = self.coordinates.get(name)
+        if coord is not None:
+            dec, cf, axis, values = coord.decoding, dict(coord.spec.cf), coord.spec.axis, coord.values
+            units = coord.spec.units
+        else:
+            column = self.readable(name)
+            assert column is not None, name
+            dec, cf, values, units = column.decoding, {**column.attrs, **dict(column.spec.cf)}, column.values, \
+                column.spec.units
+            axis = str(cf["axis"]) if "axis" in cf else None
+        is_time = dec.time_units is not None
+        numeric = values is not None and values.size and values.dtype.kind in "iuf"
+        finite = values[np.isfinite(values)] if numeric and values.dtype.kind == "f" else values  # type: ignore[index]
+        value_range = (float(finite.min()), float(finite.max())) if numeric and finite.size else None  # type: ignore[union-attr]
+        return ColumnTraits(units=None if is_time else units, cf=cf, axis=axis,
+                            calendar=(dec.calendar or "standard") if is_time else None,
+                            iso=dec.iso_time, value_range=value_range)
+
     # -- reading -----------------------------------------------------------------------
 
     def missing_from(self, column: AttributeColumn | CoordinateColumn) -> tuple[str, ...]:
         """Return the names of the files that lack a column's variable (it reads as NULL there)."""
-        if isinstance(column, AttributeColumn) and column.role == "derived":
+        if isinstance(column, AttributeColumn) and (column.role == "derived" or not column.file_decodings):
             return ()
         return tuple(f.path.name for f, d in zip(self.files, column.file_decodings) if d is None)
 
@@ -311,6 +354,11 @@ class GriddedDataset:
             dim_sizes[agg] = agg_size
         if layout is not None and layout.ragged:
             check_ragged_descriptor(descriptor, layout, where)
+        # Before any coordinate is read or built: a declared size the files cannot back is refused.
+        named = {c.dimension for c in descriptor.coordinates if c.dimension} | \
+            {d for c in descriptor.coordinates for d in c.dimensions} | \
+            {d for a in descriptor.attributes for d in a.dimensions}
+        check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
         attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout)
         used_dims = [d for a in attributes.values() for d in a.dimensions]
         order = list(dict.fromkeys([*descriptor.default_grid, *used_dims]))
@@ -344,6 +392,7 @@ class GriddedDataset:
             [a.attrs for a in attributes.values()],
         )
         add_geographic(ds)
+        add_weights(ds, metas)
         if agg and agg in by_dim:
             ds.coverage, ds.warnings = coverage(by_dim[agg])
         if layout is not None and not layout.ragged:

@@ -10,6 +10,7 @@ validates against the bundled XML Schema so every problem has a line number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "DESCRIPTOR_SUFFIX",
     "Descriptor",
     "NAMESPACE",
+    "RemoteSpec",
     "parse_descriptor",
     "read_descriptor",
     "render_descriptor",
@@ -90,6 +92,16 @@ class CorrelationKey:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoteSpec:
+    """``<remote server="host:port" dataset="ocean"/>``: the dataset is served by another dstp server."""
+
+    server: str
+    dataset: str
+    #: Hook for the token this server presents to the other one (not yet in the schema).
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Descriptor:
     """Everything a descriptor says about one dataset."""
 
@@ -106,10 +118,16 @@ class Descriptor:
     keywords: tuple[str, ...] = ()
     correlation_keys: tuple[CorrelationKey, ...] = ()
     access_policy: str = "public"
+    #: Groups that may read a restricted dataset, or an embargoed one before ``embargo_until``.
+    access_groups: tuple[str, ...] = ()
+    #: Until this day (00:00 UTC) only ``access_groups`` may read the dataset; then ``access_policy`` applies.
+    embargo_until: date | None = None
     #: netCDF-4 group that variable names without a path are looked up in (``Grid`` for GPM IMERG).
     group: str | None = None
     #: Where the descriptor was read from (its folder anchors ``files_glob``).
     path: Path | None = field(default=None, compare=False)
+    #: Set when another dstp server serves the dataset (no files, columns or grid here).
+    remote: RemoteSpec | None = None
 
     def attribute(self, name: str) -> AttributeSpec | None:
         """Return the attribute column called ``name``, if any."""
@@ -182,6 +200,9 @@ def _cf(el: etree._Element) -> tuple[tuple[str, str], ...]:
 
 def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
     files = root.find(_NS + "files")
+    remote_el = root.find(_NS + "remote")
+    if files is None:  # a remote dataset: no files, coordinates or attributes of its own
+        files = etree.Element(_NS + "files", {"glob": ""})
     coords = tuple(
         CoordinateSpec(
             name=c.get("name"),
@@ -197,6 +218,8 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         for c in root.iterfind(f"{_NS}coordinates/{_NS}coordinate")
     )
     attrs_el = root.find(_NS + "attributes")
+    if attrs_el is None:
+        attrs_el = etree.Element(_NS + "attributes", {"default-grid": ""})
     attrs = tuple(
         AttributeSpec(
             name=a.get("name"),
@@ -236,7 +259,11 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         default_grid=tuple(attrs_el.get("default-grid").split()),
         correlation_keys=keys,
         access_policy=access.get("policy") if access is not None else "public",
+        access_groups=tuple((access.get("groups") or "").split()) if access is not None else (),
+        embargo_until=date.fromisoformat(access.get("embargo-until")[:10])
+        if access is not None and access.get("embargo-until") else None,
         path=path,
+        remote=RemoteSpec(remote_el.get("server"), remote_el.get("dataset")) if remote_el is not None else None,
     )
     _check_consistency(desc, root)
     return desc
@@ -251,6 +278,7 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
             path=where,
             line=root.find(_NS + "files").sourceline,
         )
+    _check_access(desc, root)
     dims = {c.dimension for c in desc.coordinates if c.dimension}
     used = {d for a in desc.attributes for d in a.dimensions}
     for el in root.iterfind(f"{_NS}coordinates/{_NS}coordinate"):
@@ -289,6 +317,24 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
         )
 
 
+def _check_access(desc: Descriptor, root: etree._Element) -> None:
+    """Refuse an access policy that would not do what its writer meant (docs/security-auth.md)."""
+    el = root.find(_NS + "access")
+    if el is None:
+        return
+    where, line = (str(desc.path) if desc.path else None), el.sourceline
+    if desc.access_policy == "restricted" and not desc.access_groups:
+        raise DescriptorError('<access policy="restricted"> needs groups="…": name the groups that may read it',
+                              path=where, line=line)
+    if desc.embargo_until is not None and desc.access_policy == "restricted":
+        raise DescriptorError('an embargo ends on its date, a restricted policy never does: write policy="public" '
+                              '(or "registered") for who may read it after embargo-until', path=where, line=line)
+    if desc.access_groups and desc.access_policy != "restricted" and desc.embargo_until is None:
+        raise DescriptorError(f'groups="…" limits only restricted or embargoed datasets; policy="{desc.access_policy}" '
+                              'lets more in: write policy="restricted" to limit it to those groups',
+                              path=where, line=line)
+
+
 def render_descriptor(desc: Descriptor) -> bytes:
     """Return the XML text of ``desc``, pretty-printed and schema-valid."""
     E = lambda tag, **attrs: etree.Element(  # noqa: E731 - a local element factory
@@ -312,8 +358,12 @@ def render_descriptor(desc: Descriptor) -> bytes:
         kw = sub(root, "keywords")
         for k in desc.keywords:
             sub(kw, "keyword", k)
-    sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
-    coords = sub(root, "coordinates")
+    if desc.remote is None:
+        sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
+        coords = sub(root, "coordinates")
+    else:  # a remote dataset has no files, coordinates or attributes of its own
+        sub(root, "remote", server=desc.remote.server, dataset=desc.remote.dataset)
+        coords = etree.Element(_NS + "coordinates")
     for c in desc.coordinates:
         el = sub(
             coords,
@@ -329,7 +379,8 @@ def render_descriptor(desc: Descriptor) -> bytes:
         )
         for k, v in c.cf:
             sub(el, "cf", v, name=k)
-    attrs = sub(root, "attributes", default__grid=" ".join(desc.default_grid))
+    attrs = sub(root, "attributes", default__grid=" ".join(desc.default_grid)) if desc.remote is None \
+        else etree.Element(_NS + "attributes")
     for a in desc.attributes:
         el = sub(
             attrs,
@@ -348,7 +399,8 @@ def render_descriptor(desc: Descriptor) -> bytes:
         keys = sub(root, "correlation-keys")
         for key in desc.correlation_keys:
             sub(keys, "key", name=key.name, column=key.column, standard_name=key.standard_name, units=key.units)
-    sub(root, "access", policy=desc.access_policy)
+    sub(root, "access", policy=desc.access_policy, groups=" ".join(desc.access_groups) or None,
+        embargo__until=desc.embargo_until.isoformat() if desc.embargo_until else None)
     etree.indent(root, space="  ")
     text = etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True)
     parse_descriptor(text)  # never write what we would refuse to read

@@ -8,10 +8,19 @@ never shadows the ``netCDF4`` package it wraps.
 Every hyperslab read is counted in :class:`ReadStats`, which a query's
 summary reports: it is how a user (and the tests) see that coordinate
 predicates kept the server from reading what it did not need.
+
+Files are opened the same careful way every time, not only when the catalog
+is scanned (:meth:`FileHandles.open_raw`): through their real path, with
+``O_NOFOLLOW`` on the last component, and only if the real path and the file
+(device and inode) are the ones first seen — a published file replaced by a
+symlink to ``/etc/passwd`` after the server started is refused, not served.
+netCDF-C then opens ``/proc/self/fd/N``, the very file checked.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -27,6 +36,7 @@ from dstp.errors import DataFileError
 __all__ = [
     "NETCDF_LOCK",
     "FileHandles",
+    "FileIdentity",
     "FileMeta",
     "ReadStats",
     "VariableMeta",
@@ -106,6 +116,25 @@ def _attrs(obj: Any) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """Which file a published path named when it was first opened."""
+
+    real: str
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+_FD_PATHS = Path("/proc/self/fd")
+
+
+def _descriptor_path(fd: int, path: Path) -> str:
+    """Return a path that opens exactly the file behind ``fd`` (Linux), else ``path`` itself."""
+    return str(_FD_PATHS / str(fd)) if _FD_PATHS.is_dir() else str(path)
+
+
 class FileHandles:
     """An LRU cache of open netCDF files.
 
@@ -121,26 +150,62 @@ class FileHandles:
         self.capacity = max(1, capacity)
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
-        # (size, mtime) of each file when first opened: a file changed or cut short afterwards
-        # must fail loudly, not be served (netCDF-C reads a truncated classic file as fill values).
-        self._identity: dict[Path, tuple[int, int]] = {}
+        # Each file as first opened: a file changed, cut short or replaced afterwards must fail
+        # loudly, not be served (netCDF-C reads a truncated classic file as fill values).
+        self._identity: dict[Path, FileIdentity] = {}
+        self._identity_lock = threading.Lock()
+
+    def open_raw(self, path: Path) -> int:
+        """Return a read-only file descriptor of published file ``path``, checked as it is opened.
+
+        Opened through its real path with O_NOFOLLOW; the real path, device and inode must be those
+        of the first open (the catalog scan). Raises DataFileError otherwise. The caller closes it.
+        """
+        try:
+            real = os.path.realpath(path)
+            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            raise DataFileError(f"cannot open {path.name}: {exc.strerror or exc}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise DataFileError(f"{path.name} is not a regular file; only files are published")
+            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            with self._identity_lock:
+                first = self._identity.setdefault(path, seen)
+            if (first.real, first.device, first.inode) != (seen.real, seen.device, seen.inode):
+                raise DataFileError(
+                    f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
+                    "it is not served — restart the server to publish what is there now"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def identity(self, path: Path) -> FileIdentity | None:
+        """Return the file ``path`` named when first opened (None if it never was)."""
+        with self._identity_lock:
+            return self._identity.get(path)
 
     def _get(self, path: Path) -> netCDF4.Dataset:
         ds = self._open.get(path)
         if ds is not None:
             self._open.move_to_end(path)
             return ds
+        fd = self.open_raw(path)
+        opened = _descriptor_path(fd, path)
         try:
             previous = netCDF4.get_chunk_cache()
             netCDF4.set_chunk_cache(self.chunk_cache_bytes, 1009, 0.75)  # applies to files opened now
             try:
-                ds = netCDF4.Dataset(path, "r")
+                ds = netCDF4.Dataset(opened, "r")
             finally:
                 netCDF4.set_chunk_cache(*previous)
         except (OSError, RuntimeError) as exc:
-            raise DataFileError(f"cannot open {path.name}: {exc}") from exc
-        st = path.stat()
-        self._identity.setdefault(path, (st.st_size, st.st_mtime_ns))
+            raise DataFileError(f"cannot open {path.name}: {str(exc).replace(opened, path.name)}") from exc
+        finally:
+            os.close(fd)  # the library holds its own descriptor of the same file
         # dstp decodes CF packing, fill values and char arrays itself, the way xarray does.
         ds.set_auto_maskandscale(False)
         ds.set_always_mask(False)
@@ -189,7 +254,14 @@ class FileHandles:
         except OSError as exc:
             self._drop(path)
             raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
-        size, mtime = self._identity.get(path, (st.st_size, st.st_mtime_ns))
+        first = self.identity(path)
+        if first is not None and (st.st_dev, st.st_ino) != (first.device, first.inode):
+            self._drop(path)
+            raise DataFileError(
+                f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
+                "it is not served — restart the server to publish what is there now"
+            )
+        size, mtime = (st.st_size, st.st_mtime_ns) if first is None else (first.size, first.mtime_ns)
         if (st.st_size, st.st_mtime_ns) != (size, mtime):
             self._drop(path)
             what = "cut short" if st.st_size < size else "changed"

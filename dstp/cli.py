@@ -4,7 +4,8 @@
     dstp samples DIR [--size S]        write the sample datasets
     dstp publish FILE… --id ID         draft a descriptor beside the files
     dstp catalog validate ROOT         check every descriptor under ROOT
-    dstp ls | describe ID | query SQL  ask a server (--server HOST:PORT)
+    dstp ls | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
+    dstp token create | list | revoke  API tokens of the server on this machine
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -48,6 +50,19 @@ def _server_arg(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"gRPC address of the dstp server (default: $DSTP_SERVER or {DEFAULT_SERVER})",
     )
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="API token (or OIDC JWT) for a server that needs one (default: $DSTP_TOKEN)")
+    p.add_argument("--tls", action="store_true", default=None,
+                   help="speak TLS to the server (implied by --ca-file; default: $DSTP_TLS)")
+    p.add_argument("--ca-file", default=None, metavar="PEM",
+                   help="certificate to trust, e.g. a --tls-self-signed server's (default: $DSTP_CA_FILE)")
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    """Return a client of ``--server`` with the command's token and TLS options."""
+    import dstp
+
+    return dstp.connect(args.server, token=args.token, tls=args.tls, ca_file=args.ca_file)
 
 
 def _err(message: str) -> None:
@@ -66,26 +81,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings = Settings.from_env(
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        tls_self_signed=args.tls_self_signed,
+        allow_anonymous=args.allow_anonymous,
+        token_store=Path(args.token_store) if args.token_store else None,
         catalog_root=Path(args.root) if args.root else None,
         host=args.host,
         port=args.port,
         http_port=args.http_port,
         data_port=args.data_port,
         udt_port=args.udt_port,
+        flight_port=args.flight_port,
     )
-    server = DstpServer(settings)
+    server = DstpServer(settings, cluster=args.cluster, local_cluster=args.local_cluster)
     endpoints = server.start()
     catalog = server.catalog
     assert catalog is not None
     print(f"dstp serving {catalog.root} ({len(catalog)} datasets)", flush=True)
     for name, value in asdict(endpoints).items():
-        if value:
+        if value and name != "tls":
             print(f"  {name:5s} {value}", flush=True)
     if server.catalog is not None and server.catalog.problems:
         print(f"  {len(server.catalog.problems)} descriptor(s) skipped; see the log or `dstp catalog validate`")
+    tls = server.tls
+    if tls is not None:
+        print(f"  TLS certificate {tls.cert_path} (SHA-256 {tls.fingerprint}); data channels sealed", flush=True)
+    auth = server.authenticator
+    if auth is not None and not auth.allow_anonymous:
+        print(f"  requests need a token (tokens: {auth.tokens.path if auth.tokens else 'none'}; "
+              "make one with `dstp token create --user NAME --groups G1,G2`)", flush=True)
+    if server.coordinator is not None:
+        print(f"  cluster {server.coordinator.scheduler_address} ({len(server.coordinator.workers())} workers)",
+              flush=True)
     if endpoints.http:
-        print(f"browse: http://{endpoints.http}/", flush=True)
-    print(f"try:  {_try_hint(catalog)} --server {endpoints.grpc}", flush=True)
+        print(f"browse: {'https' if tls else 'http'}://{endpoints.http}/", flush=True)
+    trust = f" --ca-file {tls.cert_path}" if tls is not None else ""
+    print(f"try:  {_try_hint(catalog)} --server {endpoints.grpc}{trust}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -160,9 +192,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    import dstp
-
-    with dstp.connect(args.server) as c:
+    with _connect(args) as c:
         datasets = c.datasets()
     if args.json:
         print(json.dumps([asdict(d) for d in datasets], indent=2))
@@ -179,10 +209,22 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_describe(args: argparse.Namespace) -> int:
-    import dstp
+def cmd_usage(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
+        usage = c.usage()
+    if args.json:
+        print(json.dumps(usage, indent=2))
+        return 0
+    q, b = usage["queries"], usage["bytes_today"]
+    limit = f"{b['limit']:,}" if b["limit"] is not None else "no daily quota"
+    resets = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(b["resets_at_unix"]))
+    print(f"{usage['principal']}: {q['running']} running, {q['waiting']} waiting (at most {q['limit']} at once); "
+          f"{b['used']:,} bytes today of {limit} (resets {resets})")
+    return 0
 
-    with dstp.connect(args.server) as c:
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    with _connect(args) as c:
         d = c.describe(args.id)
     if args.json:
         print(json.dumps(asdict(d), indent=2))
@@ -363,14 +405,18 @@ def cmd_query(args: argparse.Namespace) -> int:
     warnings.simplefilter("ignore", DstpTruncationWarning)  # this command says it itself, with its exit status
     show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and out is not None)
     progress, finish = _progress_display(show_progress)
-    with dstp.connect(args.server) as c:
+    with _connect(args) as c:
         if args.explain:
             info = c.plan(args.sql, transport=args.transport if args.transport != "auto" else "grpc")
+            # The plan per dataset reference (grid, hyperslab, pushdown, remote query) travels in the schema.
+            plan = json.loads((info.schema.metadata or {}).get(b"dstp:plan", b"{}"))
             print(json.dumps({
                 "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
-                "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows,
+                "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows, "max_rows": info.max_rows,
                 "columns": [f"{f.name}: {f.type}" for f in info.schema],
                 "sample_seed": info.sample_seed,
+                "sql": plan.get("sql", ""), "scans": plan.get("scans", []),
+                **({"matchups": plan["matchups"]} if "matchups" in plan else {}),
             }, indent=2))
             return 0
         previous = signal.signal(signal.SIGTERM, _terminate)
@@ -443,7 +489,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     kept = (f"{out} was not written; what arrived is kept in {partial_path(out).name} (progress in "
             f"{out.name}{STATE_SUFFIX}): run the same command again to resume")
     previous = signal.signal(signal.SIGTERM, _terminate)
-    with dstp.connect(args.server) as c:
+    with _connect(args) as c:
         try:
             summary = c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
                             transport=args.transport, streams=args.streams,
@@ -465,6 +511,65 @@ def cmd_get(args: argparse.Namespace) -> int:
           f"CRC-32C {summary['crc32c']} verified", file=sys.stderr)
     if args.verbose:
         print(f"choice: {summary['choice']}", file=sys.stderr)
+        print(f"data path: {summary.get('data_path', '')}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+def _token_store(args: argparse.Namespace) -> Any:
+    from dstp.auth import TokenStore, default_token_store
+    from dstp.settings import Settings
+
+    path = Path(args.store) if args.store else (Settings.from_env().token_store or default_token_store())
+    return TokenStore(path)
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from dstp.auth import parse_duration
+
+    store = _token_store(args)
+    groups = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
+    expires = parse_duration(args.expires) if args.expires else None
+    issued = store.create(args.user, groups, expires_in=expires)
+    row = issued.record.as_row(issued.record.created)
+    print(issued.secret)
+    print(f"token {row['id']} for {row['user']} (groups: {row['groups'] or 'none'}; expires: {row['expires']}) "
+          f"stored in {store.path}.\nThe token above is shown once; it is kept only as a hash. Give it to its user: "
+          "dstp --token …, DSTP_TOKEN=…, dstp.connect(…, token=…), or the /login page.", file=sys.stderr)
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    import time
+
+    store = _token_store(args)
+    rows = [r.as_row(time.time()) for r in store.records()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no tokens in {store.path}; make one with: dstp token create --user NAME --groups G1,G2")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "user", "groups", "created", "expires", "status", box=None)
+    for r in rows:
+        table.add_row(r["id"], r["user"], r["groups"], r["created"], r["expires"], r["status"])
+    Console().print(table)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    store = _token_store(args)
+    try:
+        record = store.revoke(args.id)
+    except KeyError as exc:
+        _err(str(exc.args[0]))
+        return 1
+    print(f"token {record.id} of {record.user} revoked; a server using {store.path} refuses it from its next request")
     return 0
 
 
@@ -488,6 +593,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HTTP port for the browser catalog and HTTP API (default 8080; -1 disables)")
     p.add_argument("--data-port", type=int, default=None, help="striped TCP data port (default: any free; -1 disables)")
     p.add_argument("--udt-port", type=int, default=None, help="UDT data port (default: any free; -1 disables)")
+    p.add_argument("--flight-port", type=int, default=None,
+                   help="Arrow Flight / Flight SQL port (default -1: off; 0 picks a free port; DSTP_FLIGHT_PORT)")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="TLS certificate (chain) for gRPC and HTTP; data channels are then sealed (DSTP_TLS_CERT)")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="private key of --tls-cert (DSTP_TLS_KEY)")
+    p.add_argument("--tls-self-signed", action="store_true", default=None,
+                   help="development TLS: a self-signed certificate kept in the cache folder; prints its fingerprint")
+    p.add_argument("--allow-anonymous", choices=["auto", "true", "false"], default=None,
+                   help="serve requests without a token (default auto: only if every dataset is public; "
+                        "DSTP_ALLOW_ANONYMOUS)")
+    p.add_argument("--token-store", default=None, metavar="FILE",
+                   help="API tokens file (default: tokens.json in the user data folder; DSTP_TOKEN_STORE)")
+    p.add_argument("--cluster", default="", metavar="tcp://HOST:8786",
+                   help="scale out: run select-where queries as partitions on this Dask scheduler's workers "
+                        "(docs/scale-out.md; needs the cluster extra)")
+    p.add_argument("--local-cluster", type=int, default=0, metavar="N",
+                   help="scale out on a LocalCluster of N worker processes started here (development)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_serve)
 
@@ -518,6 +640,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_ls)
 
+    p = sub.add_parser("usage", help="show what you run now and fetched today, against your quotas")
+    _server_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_usage)
+
     p = sub.add_parser("describe", help="show dimensions, attributes and files of a dataset")
     p.add_argument("id")
     _server_arg(p)
@@ -543,7 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data channel (default grpc)")
     p.add_argument("--streams", type=int, default=0, help="parallel streams for the striped channel")
     p.add_argument("--compression", default="none", choices=["none", "lz4", "zstd"], help="batch compression")
-    p.add_argument("--explain", action="store_true", help="print the plan (grid, hyperslab, schema) without fetching")
+    p.add_argument("--explain", action="store_true",
+                   help="print the plan without fetching: the SQL DuckDB runs, and per dataset reference its grid, "
+                        "hyperslab, pushed-down conditions (or, for a remote dataset, the query sent to its server)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="say which data channel was chosen and why, and what the server read")
     prog = p.add_mutually_exclusive_group()
@@ -572,6 +701,29 @@ def build_parser() -> argparse.ArgumentParser:
     prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("token", help="API tokens of a server on this machine (create, list, revoke)",
+                       description="Manage the API tokens a dstp server on this machine accepts. Tokens are "
+                                   "kept as SHA-256 hashes in the token store (setting token_store, "
+                                   "DSTP_TOKEN_STORE; default tokens.json in the user data folder); a running "
+                                   "server sees changes at its next request.")
+    tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    t = tsub.add_parser("create", help="issue a token and print it (once)")
+    t.add_argument("--user", required=True, help="who the token is for (shown in logs and listings)")
+    t.add_argument("--groups", default="", help="comma-separated groups, matched against descriptors' "
+                                               '<access groups="…">, e.g. polar,admins')
+    t.add_argument("--expires", default=None, metavar="DURATION",
+                   help="lifetime: 90d, 12h, 30m, 2w (default: never expires)")
+    t.set_defaults(func=cmd_token_create)
+    t = tsub.add_parser("list", help="list tokens (never their secrets)")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    t.set_defaults(func=cmd_token_list)
+    t = tsub.add_parser("revoke", help="revoke a token by its id")
+    t.add_argument("id", help="the token's id (dstp token list)")
+    t.set_defaults(func=cmd_token_revoke)
+    for t in tsub.choices.values():
+        t.add_argument("--store", default=None, metavar="FILE",
+                       help="token store (default: the token_store setting, DSTP_TOKEN_STORE)")
     return parser
 
 

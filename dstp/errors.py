@@ -29,6 +29,7 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     ├── CancelledError                  CANCELLED            499  cancelled
     ├── TicketError                     PERMISSION_DENIED    403  bad_ticket
     │   └── TicketExpiredError          PERMISSION_DENIED    403  ticket_expired
+    ├── AuthenticationError             UNAUTHENTICATED      401  unauthenticated
     ├── TransportError                  UNAVAILABLE          503  transport_error
     │   ├── TransportUnavailableError   FAILED_PRECONDITION  409  transport_unavailable
     │   ├── IntegrityError              DATA_LOSS            502  integrity_error
@@ -47,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "AuthenticationError",
     "BadRequestError",
     "CancelledError",
     "CatalogError",
@@ -209,6 +211,13 @@ class LimitExceededError(DstpError):
     grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 429
     code = "limit_exceeded"
+    #: Seconds after which trying again may succeed (sent as gRPC metadata ``retry-after`` and the HTTP
+    #: ``Retry-After`` header); None when waiting will not help.
+    retry_after_s: float | None = None
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class TruncatedResultError(LimitExceededError):
@@ -257,6 +266,15 @@ class TicketExpiredError(TicketError):
     """The ticket is past its expiry (``ticket_ttl_s``)."""
 
     code = "ticket_expired"
+
+
+class AuthenticationError(DstpError):
+    """The request carries no credential the server accepts: no token where one is needed, or an unknown,
+    revoked or expired one. The message says how to pass one (``token=…``, ``DSTP_TOKEN``, ``--token``)."""
+
+    grpc_status = "UNAUTHENTICATED"
+    http_status = 401
+    code = "unauthenticated"
 
 
 class TransportError(DstpError):
@@ -378,6 +396,7 @@ _BY_STATUS: dict[str, type[DstpError]] = {
     "DEADLINE_EXCEEDED": QueryTimeoutError,
     "CANCELLED": CancelledError,
     "PERMISSION_DENIED": TicketError,
+    "UNAUTHENTICATED": AuthenticationError,
     "UNAVAILABLE": TransportError,
     "FAILED_PRECONDITION": CatalogError,
     "DATA_LOSS": IntegrityError,

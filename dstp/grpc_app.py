@@ -9,6 +9,15 @@ its gRPC status with trailing metadata (code, line, column), and every
 unexpected exception into INTERNAL with an incident id; no traceback reaches
 a client.
 
+Identity arrives through :class:`AuthInterceptor`: it reads the metadata
+``authorization: Bearer …`` of every call, has the
+:class:`~dstp.auth.Authenticator` turn it into a
+:class:`~dstp.auth.Principal` (UNAUTHENTICATED, with a message saying how to
+pass a token, when it cannot) and hands the servicer a context that carries
+it; each rpc passes ``principal_of(context)`` to the service. Fetch and
+FetchFile also prove the ticket with ``FetchRequest.proof`` (an HMAC keyed
+by the offer's key), and must come from the principal that asked.
+
 Record batches and file blocks are not built into protobuf messages: the
 streams' response serializers (:func:`add_to_server`) frame an IPC message's
 own buffers, or a block of the file's memory map, with one copy into the
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -26,6 +36,7 @@ from typing import Any, Iterator
 
 import grpc
 
+from dstp.auth import ANONYMOUS, Authenticator, Principal
 from dstp.errors import DstpError, QueryError, ServerError, TicketError
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
@@ -33,8 +44,10 @@ from dstp.service import DstpService, Offer, QueryHandle
 from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, QueryInfo
 from dstp.transport.sources import FileSource, MessageSource, QuerySource
+from dstp.transport.tickets import check_proof, fetch_proof
 
-__all__ = ["DstpServicer", "add_to_server", "fetch_response_bytes", "grpc_errors"]
+__all__ = ["AuthInterceptor", "DstpServicer", "add_to_server", "fetch_response_bytes", "grpc_errors",
+           "principal_of"]
 
 log = logging.getLogger("dstp.grpc")
 
@@ -54,6 +67,9 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         metadata = [("dstp-error-code", exc.code)]
         if isinstance(exc, QueryError) and exc.line is not None:
             metadata += [("dstp-error-line", str(exc.line)), ("dstp-error-column", str(exc.column))]
+        retry = getattr(exc, "retry_after_s", None)
+        if retry is not None:  # back-pressure: when trying again may succeed (whole seconds, as HTTP's header)
+            metadata.append(("retry-after", str(max(1, math.ceil(retry)))))
         context.set_trailing_metadata(tuple(metadata))
         context.abort(getattr(grpc.StatusCode, exc.grpc_status), exc.message)
     except grpc.RpcError:
@@ -66,9 +82,70 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         context.abort(grpc.StatusCode.INTERNAL, err.message)
 
 
+class _AuthenticatedContext:
+    """An rpc's context, plus the principal :class:`AuthInterceptor` authenticated for it."""
+
+    def __init__(self, context: grpc.ServicerContext, principal: Principal) -> None:
+        self._context = context
+        self.principal = principal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+def principal_of(context: Any) -> Principal:
+    """Return the principal of an rpc (ANONYMOUS for a context no interceptor authenticated)."""
+    principal = getattr(context, "principal", ANONYMOUS)
+    return principal if isinstance(principal, Principal) else ANONYMOUS
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Authenticates every call from its ``authorization`` metadata; the servicer sees the Principal.
+
+    The credential is checked on the worker thread that runs the call (a token
+    store read, or a JWKS fetch, never blocks the server's polling thread).
+    """
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self.authenticator = authenticator
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        metadata = handler_call_details.invocation_metadata or ()
+        authorization = next((str(v) for k, v in metadata if k == "authorization"), None)
+
+        def authenticated(context: grpc.ServicerContext) -> _AuthenticatedContext:
+            with grpc_errors(context):
+                return _AuthenticatedContext(context, self.authenticator.authenticate(authorization))
+            raise AssertionError("unreachable")
+
+        if handler.unary_unary is not None:
+            behavior = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                return behavior(request, authenticated(context))
+
+            return handler._replace(unary_unary=unary)
+        if handler.unary_stream is not None:
+            streaming = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Any:
+                return streaming(request, authenticated(context))
+
+            return handler._replace(unary_stream=stream)
+        return handler  # dstp has no client-streaming rpcs
+
+
 def _offer(o: Offer) -> ChannelOffer:
     return ChannelOffer(o.kind, o.ticket.token, o.ticket.expires_at_unix_ms, o.endpoint, o.streams, o.compression,
-                        o.congestion_control)
+                        o.congestion_control, o.ticket.key, o.cipher)
+
+
+def _proves(request: pb.FetchRequest) -> Any:
+    """Return the check of a Fetch/FetchFile request's proof against a ticket key."""
+    return lambda key: bool(key) and check_proof(fetch_proof(key, request.ticket), request.proof)
 
 
 def _plan(handle: QueryHandle, offers: tuple[ChannelOffer, ...]) -> pb.QueryResponse:
@@ -91,12 +168,13 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def ListDatasets(self, request: pb.ListDatasetsRequest, context: grpc.ServicerContext) -> pb.ListDatasetsResponse:
         with grpc_errors(context):
-            return pb.ListDatasetsResponse(datasets=[codec.summary_pb(s) for s in self.service.datasets()])
+            return pb.ListDatasetsResponse(
+                datasets=[codec.summary_pb(s) for s in self.service.datasets(principal_of(context))])
         raise AssertionError("unreachable")
 
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DatasetDescription:
         with grpc_errors(context):
-            return codec.details_pb(self.service.describe(request.id))
+            return codec.details_pb(self.service.describe(request.id, principal_of(context)))
         raise AssertionError("unreachable")
 
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
@@ -107,27 +185,31 @@ class DstpServicer(pb_grpc.DstpServicer):
                 streams=request.streams,
                 compression=codec.compression_name(request.compression),
                 congestion_control=request.congestion_control,
+                principal=principal_of(context),
             )
             return _plan(handle, tuple(_offer(o) for o in handle.offers))
         raise AssertionError("unreachable")
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context))
+            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+                                              proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, QuerySource):
                 source.close()
                 raise TicketError("this ticket is for a file; fetch it with FetchFile or `dstp get`")
+            _cancel_when_stalled(source, context)
             yield from _records(source)
 
     def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
             compression = codec.compression_name(request.compression)
-            execution = self.service.run(request.sql, _cancel_on_exit(context))
+            execution = self.service.run(request.sql, _cancel_on_exit(context), principal_of(context), channel="grpc")
             try:
                 source = execution.source(compression)
             except BaseException:
                 execution.close()
                 raise
+            _cancel_when_stalled(source, context)
             # Nothing to redeem: the only offer is this stream, without a ticket.
             here = ChannelOffer("grpc", b"", 0, "", 1, compression)
             try:
@@ -135,7 +217,9 @@ class DstpServicer(pb_grpc.DstpServicer):
             except BaseException:
                 source.close()
                 raise
+            source.pace.blocked()  # a client that never reads the plan stalls too
             yield pb.FetchResponse(plan=plan)
+            source.pace.unblocked()
             yield from _records(source)
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
@@ -147,6 +231,7 @@ class DstpServicer(pb_grpc.DstpServicer):
                 request.dataset, request.file, offset, length,
                 [(r.offset, r.length) for r in request.missing], channels,
                 streams=request.streams, congestion_control=request.congestion_control,
+                principal=principal_of(context),
             )
             f = handle.request
             return pb.OpenFileResponse(
@@ -158,10 +243,12 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context))
+            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+                                              proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, FileSource):
                 source.close()
                 raise TicketError("this ticket is for a query; fetch it with Fetch")
+            _cancel_when_stalled(source, context)
             blocks = source.messages()
             try:
                 for block, offset in blocks:
@@ -174,12 +261,34 @@ class DstpServicer(pb_grpc.DstpServicer):
                 blocks.close()
                 source.close()
 
+    def Usage(self, request: pb.UsageRequest, context: grpc.ServicerContext) -> pb.UsageResponse:
+        with grpc_errors(context):
+            usage = self.service.usage(principal_of(context))
+            reply = pb.UsageResponse(principal=usage.principal, running=usage.running, waiting=usage.waiting,
+                                     concurrent_limit=usage.concurrent_limit, bytes_today=usage.bytes_today,
+                                     resets_at_unix_ms=int(usage.resets_at * 1000))
+            if usage.bytes_per_day > 0:
+                reply.bytes_per_day = usage.bytes_per_day
+            return reply
+        raise AssertionError("unreachable")
+
+    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Partition:
+        # Only a scale-out coordinator (dstp/cluster/) partitions queries; it overrides this.
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server is not a cluster coordinator: its queries have "
+                      "no partitions to resolve (docs/scale-out.md)")
+        raise AssertionError("unreachable")
+
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
         with grpc_errors(context):
             if len(request.payload) > MAX_PING_BYTES:
                 raise QueryError(f"ping payload is limited to {MAX_PING_BYTES} bytes")
             return pb.PingResponse(payload=request.payload, server_time_unix_ns=time.time_ns())
         raise AssertionError("unreachable")
+
+
+def _cancel_when_stalled(source: MessageSource, context: grpc.ServicerContext) -> None:
+    """Cancel the rpc if its reader stalls: its thread, blocked in a send, is freed with the slot."""
+    source.pace.on_stall(lambda error: context.cancel())
 
 
 def _cancel_on_exit(context: grpc.ServicerContext) -> threading.Event:
@@ -227,6 +336,8 @@ def add_to_server(servicer: DstpServicer, server: grpc.Server) -> None:
         "Ping": unary(servicer.Ping, pb.PingRequest, pb.PingResponse),
         "OpenFile": unary(servicer.OpenFile, pb.OpenFileRequest, pb.OpenFileResponse),
         "FetchFile": stream(servicer.FetchFile, pb.FetchRequest, _file_chunk_bytes),
+        "Usage": unary(servicer.Usage, pb.UsageRequest, pb.UsageResponse),
+        "Resolve": unary(servicer.Resolve, pb.ResolveRequest, pb.Partition),
     }
     name = pb.DESCRIPTOR.services_by_name["Dstp"].full_name
     missing = {m.name for m in pb.DESCRIPTOR.services_by_name["Dstp"].methods} - set(handlers)

@@ -10,6 +10,12 @@ A server that cannot do its job refuses to start, in one line and before it
 logs anything: a catalog root that is not a folder raises CatalogError, a
 port another process holds raises OSError naming the address. A start that
 fails half-way stops what it had started.
+
+Trust is assembled here too (docs/security-auth.md): one
+:class:`~dstp.auth.Authenticator` (API tokens, OIDC, the anonymous rule)
+for the gRPC interceptor and the HTTP middleware; with ``tls_cert``/``tls_key``
+(or ``tls_self_signed``) gRPC and HTTP speak TLS and the data channels seal
+their transfers (AES-256-GCM, keyed per ticket over the TLS control plane).
 """
 
 from __future__ import annotations
@@ -22,21 +28,26 @@ import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 import platformdirs
 
+from dstp.auth import Authenticator
+from dstp.auth.tls import TlsMaterial, default_names, load_tls, self_signed
 from dstp.catalog.registry import Catalog
 from dstp.errors import CatalogError
-from dstp.grpc_app import DstpServicer, add_to_server
+from dstp.grpc_app import AuthInterceptor, DstpServicer, add_to_server
+from dstp.log_limits import limit_repeated_logs
 from dstp.query.execute import warm_up
 from dstp.service import ChannelInfo, DstpService
+from dstp.service.audit import close_audit_file, open_audit_file
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
+from dstp.transport.frames import CIPHERS
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 
-__all__ = ["DstpServer", "default_catalog_root"]
+__all__ = ["DstpServer", "default_catalog_root", "tls_material"]
 
 log = logging.getLogger("dstp.server")
 
@@ -49,6 +60,23 @@ def default_catalog_root(progress=None) -> Path:  # type: ignore[no-untyped-def]
     return ensure_samples(cache, "small", progress)
 
 
+def tls_material(settings: Settings) -> TlsMaterial | None:
+    """Return the certificate and key the server speaks TLS with, or None for plaintext.
+
+    ``tls_cert``/``tls_key`` are loaded (ValueError naming what is wrong);
+    ``tls_self_signed`` makes (or reuses) a development certificate in the
+    cache folder for ``host``, localhost and 127.0.0.1.
+    """
+    if settings.tls_cert is not None or settings.tls_key is not None:
+        if settings.tls_cert is None or settings.tls_key is None:
+            raise ValueError("TLS needs both a certificate and its key: --tls-cert and --tls-key "
+                             "(DSTP_TLS_CERT, DSTP_TLS_KEY)")
+        return load_tls(settings.tls_cert, settings.tls_key)
+    if settings.tls_self_signed:
+        return self_signed(Path(platformdirs.user_cache_dir("dstp")) / "tls", default_names(settings.host))
+    return None
+
+
 @dataclass
 class Endpoints:
     """Where a started server listens."""
@@ -57,6 +85,10 @@ class Endpoints:
     http: str = ""
     data: str = ""
     udt: str = ""
+    #: The Arrow Flight endpoint (``host:port``), "" when off (flight_port -1).
+    flight: str = ""
+    #: SHA-256 fingerprint of the TLS certificate; "" when the server speaks plaintext.
+    tls: str = ""
 
 
 class DstpServer:
@@ -67,15 +99,24 @@ class DstpServer:
     """
 
     def __init__(self, settings: Settings, catalog: Catalog | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, cluster: str = "", local_cluster: int = 0) -> None:
         self.settings = settings
+        #: Scale-out (docs/scale-out.md): a Dask scheduler's address, or how many local workers to start.
+        self.cluster, self.local_cluster = cluster, local_cluster
+        #: The dstp.cluster Coordinator when scaled out, else None.
+        self.coordinator: Any = None
         self.catalog = catalog
         self.clock = clock
         self.service: DstpService | None = None
         self.endpoints: Endpoints | None = None
+        #: Turns each request's credential into a Principal (built at start, from the catalog's policies).
+        self.authenticator: Authenticator | None = None
+        #: The certificate the server speaks TLS with (None: plaintext).
+        self.tls: TlsMaterial | None = None
         self._grpc: grpc.Server | None = None
         self._stopped = threading.Event()
         self._extras: list = []  # data channels and the HTTP server, each with stop()
+        self._undo: list[Callable[[], None]] = []  # logging set up at start, undone at stop
 
     def start(self) -> Endpoints:
         """Start every listener; return their addresses.
@@ -91,6 +132,7 @@ class DstpServer:
         for what, port, option in (("gRPC", s.port, "--port"), ("HTTP", s.http_port, "--http-port"),
                                    ("the striped data channel", s.data_port, "--data-port")):
             _check_port_free(s.host, port, what, option)
+        self.tls = tls_material(s)
         try:
             if root is not None:
                 self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes)
@@ -107,6 +149,22 @@ class DstpServer:
         log.info("catalog %s: %d datasets published, %d skipped", catalog.root, len(catalog),
                  len(catalog.problems))
         self.service = DstpService(catalog, s, clock=self.clock)
+        if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
+            from dstp.federation import ClientRemoteSource
+
+            remote_source = ClientRemoteSource()
+            catalog.attach_remote_source(remote_source)
+            self._undo.append(remote_source.close)
+        # Limits of the process (SECURITY.md): the audit log's own file, repeated errors rate-limited.
+        self._undo.append(limit_repeated_logs())
+        if s.audit_log:
+            handler = open_audit_file(s.audit_log)
+            self._undo.append(lambda: close_audit_file(handler))
+        self.authenticator = Authenticator.from_settings(s, (ds.descriptor for ds in catalog), self.clock)
+        if not self.authenticator.allow_anonymous:
+            log.info("requests need a token (allow_anonymous=%s); tokens: %s%s", s.allow_anonymous,
+                     self.authenticator.tokens.path if self.authenticator.tokens else "none",
+                     f", OIDC issuer {s.oidc_issuer}" if s.oidc_issuer else "")
         warm_up(s)
         options = [
             ("grpc.max_send_message_length", s.grpc_max_message_bytes),
@@ -117,16 +175,30 @@ class DstpServer:
             futures.ThreadPoolExecutor(max_workers=s.grpc_workers, thread_name_prefix="dstp-grpc"),
             options=options,
             maximum_concurrent_rpcs=s.grpc_workers * 4,
+            interceptors=[AuthInterceptor(self.authenticator)],
         )
-        add_to_server(DstpServicer(self.service), self._grpc)
+        servicer = DstpServicer(self.service)
+        if self.cluster or self.local_cluster:  # dask lives in dstp/cluster/ only
+            from dstp.cluster.coordinator import Coordinator
+
+            settings = s if s.catalog_root is not None else s.replace(catalog_root=catalog.root)
+            self.coordinator = Coordinator(settings, address=self.cluster, local_workers=self.local_cluster,
+                                           sealed=self.tls is not None, clock=self.clock).start()
+            self._undo.append(self.coordinator.stop)
+            servicer = self.coordinator.servicer(self.service)
+        add_to_server(servicer, self._grpc)
         try:
-            port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
+            if self.tls is not None:
+                credentials = grpc.ssl_server_credentials([(self.tls.key_pem, self.tls.cert_pem)])
+                port = self._grpc.add_secure_port(f"{s.host}:{s.port}", credentials)
+            else:
+                port = self._grpc.add_insecure_port(f"{s.host}:{s.port}")
         except RuntimeError:  # taken between the check and now; grpc says only "Failed to bind"
             port = 0
         if port == 0:
             raise OSError(_listen_message(s.host, s.port, "gRPC", "--port", errno.EADDRINUSE))
         self._grpc.start()
-        self.endpoints = Endpoints(grpc=f"{s.host}:{port}")
+        self.endpoints = Endpoints(grpc=f"{s.host}:{port}", tls=self.tls.fingerprint if self.tls else "")
         self.service.register_channel(ChannelInfo("grpc", self.endpoints.grpc))
         self._start_extras()
         log.info("dstp serving gRPC on %s", self.endpoints.grpc)
@@ -135,24 +207,27 @@ class DstpServer:
     def _start_extras(self) -> None:
         """Start the HTTP interface and the data channels that are enabled (port -1 disables one)."""
         s, service, endpoints = self.settings, self.service, self.endpoints
-        assert service is not None and endpoints is not None
+        assert service is not None and endpoints is not None and self.authenticator is not None
+        # Sealed transfers when the control plane (which hands out their keys) is encrypted.
+        cipher = CIPHERS[0] if self.tls is not None else ""
         if s.http_port >= 0:
             from dstp.http.app import start_http_server
 
-            http = start_http_server(service, s)
+            http = start_http_server(service, s, authenticator=self.authenticator, tls=self.tls, clock=self.clock)
             self._extras.append(http)
             endpoints.http = http.endpoint
         if s.data_port >= 0:
             channel = DataChannelServer(
                 "striped", TcpListener(s.host, s.data_port), service.open_source,
-                window_bytes=s.window_bytes, clock=self.clock,
+                window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
+                hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
             )
             channel.start()
             self._extras.append(channel)
             endpoints.data = channel.endpoint
             service.register_channel(ChannelInfo(
                 "striped", channel.endpoint, max_streams=s.max_streams,
-                congestion_controls=allowed_congestion_controls(),
+                congestion_controls=allowed_congestion_controls(), cipher=cipher,
             ))
         if s.udt_port >= 0:
             from dstp.transport import udt
@@ -162,12 +237,22 @@ class DstpServer:
             else:
                 channel = DataChannelServer(
                     "udt", udt.UdtChannelListener(s.host, s.udt_port), service.open_source,
-                    window_bytes=s.window_bytes, clock=self.clock,
+                    window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
+                    hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                 )
                 channel.start()
                 self._extras.append(channel)
                 endpoints.udt = channel.endpoint
-                service.register_channel(ChannelInfo("udt", channel.endpoint))
+                service.register_channel(ChannelInfo("udt", channel.endpoint, cipher=cipher))
+        if s.flight_port >= 0:
+            from dstp.flight import start_flight_server
+
+            flight = start_flight_server(service, s.host, s.flight_port, authenticate=self.authenticator.authenticate,
+                                         tls=self.tls)
+            self._extras.append(flight)
+            endpoints.flight = flight.endpoint
+            # Known to the service (not a data channel: no tickets are offered on it) so pages can link to it.
+            service.register_channel(ChannelInfo("flight", flight.endpoint))
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, cancel running queries, close files (also after a failed start)."""
@@ -183,8 +268,12 @@ class DstpServer:
                 log.exception("error while stopping %r", extra)
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
+        if self.service is not None:
+            self.service.close()
         if self.catalog is not None:
             self.catalog.close()
+        while self._undo:
+            self._undo.pop()()
 
     def wait(self) -> None:
         """Block until the server stops."""

@@ -34,6 +34,10 @@ class Settings:
     http_port: int = _setting(8080, "HTTP port for the browser catalog and the HTTP API (0 picks a free port, -1 disables it).")
     data_port: int = _setting(0, "TCP port of the striped data channel (0 picks a free port, -1 disables it).")
     udt_port: int = _setting(0, "UDP port of the UDT data channel (0 picks a free port, -1 disables it).")
+    flight_port: int = _setting(
+        -1, "TCP port of the Arrow Flight (and Flight SQL) endpoint (0 picks a free port, -1, the default, "
+        "disables it); docs/flight.md."
+    )
     query_time_limit_s: float = _setting(600.0, "Longest a query may run, from Query to the last byte, in seconds.")
     max_result_rows: int = _setting(200_000_000, "Rows after which a result is cut off and flagged truncated.")
     max_result_bytes: int = _setting(16 * 2**30, "Arrow bytes after which a result is cut off and flagged truncated.")
@@ -42,6 +46,14 @@ class Settings:
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
     duckdb_threads: int = _setting(2, "DuckDB worker threads, shared by all queries.")
     duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit, shared by all queries (DuckDB size syntax).")
+    spill_dir: Path | None = _setting(
+        None, "Folder where DuckDB spills a group-by, join or sort that outgrows duckdb_memory_limit "
+        "(None: 'spill' in the user's cache folder); each server process uses a folder of its own inside it."
+    )
+    spill_max_bytes: int = _setting(
+        16 * 2**30, "Most bytes DuckDB may spill at once, all queries together; 0 never spills (a query that "
+        "outgrows duckdb_memory_limit then fails with RESOURCE_EXHAUSTED)."
+    )
     open_files: int = _setting(32, "netCDF files kept open in the handle cache.")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
@@ -55,6 +67,86 @@ class Settings:
     block_bytes: int = _setting(4 * 2**20, "Block size of bulk file transfers on data channels.")
     max_sql_length: int = _setting(16_384, "Longest query text accepted, in characters.")
     cors_origins: tuple[str, ...] = _setting((), "Origins allowed by CORS on the HTTP API (empty: same origin only).")
+    # -- limits that hold (SECURITY.md) --
+    admission_wait_s: float = _setting(
+        5.0, "Longest a query or download waits for a slot when all are taken (a fair queue per principal); "
+        "then RESOURCE_EXHAUSTED with a retry-after."
+    )
+    max_waiting: int = _setting(64, "Requests that may wait for a slot at once; more are refused at once.")
+    quota_concurrent_queries: int = _setting(
+        0, "Slots one principal may hold at once (a token; all anonymous requests count as one principal); "
+        "0: max_concurrent_queries."
+    )
+    quota_bytes_per_day: int = _setting(
+        0, "Bytes one principal may fetch per UTC day (query results and files); 0: no quota. Counted in "
+        "memory, from the server's start."
+    )
+    stall_timeout_s: float = _setting(
+        60.0, "Seconds a result may wait on a reader that takes nothing (gRPC stream, striped, UDT, HTTP) "
+        "before it is stopped and its slot given back."
+    )
+    hello_timeout_s: float = _setting(10.0, "Seconds a data connection has to deliver its whole HELLO.")
+    max_pending_per_address: int = _setting(
+        16, "Data connections one source address may hold before their HELLO completes; at the limit its "
+        "oldest is dropped."
+    )
+    http_header_timeout_s: float = _setting(10.0, "Seconds an HTTP client has to send a request's headers.")
+    http_body_timeout_s: float = _setting(30.0, "Seconds an HTTP client has to send a request's body.")
+    http_max_body_bytes: int = _setting(
+        256 * 2**10, "Largest HTTP request body accepted (POST /query); checked before it is read."
+    )
+    http_max_connections: int = _setting(
+        256, "HTTP connections open at once; at the limit the oldest one still sending its request is dropped "
+        "(and requests beyond it get 503)."
+    )
+    allowed_hosts: tuple[str, ...] = _setting(
+        (), "Host header values the HTTP server answers (name or name:port; * for any). Empty: the loopback "
+        "names when it listens on loopback, any otherwise — set it on a network (DNS rebinding)."
+    )
+    nc_max_result_bytes: int = _setting(
+        64 * 2**20, "Largest result (Arrow bytes) format=nc assembles in memory; larger ones are refused with a "
+        "hint to use Parquet or Arrow."
+    )
+    audit_log: str = _setting(
+        "", "File the audit log (one JSON line per query and download) is appended to; empty: the dstp.audit "
+        "logger only, which goes to the server log."
+    )
+    # -- identity and TLS (docs/security-auth.md) --
+    allow_anonymous: str = _setting(
+        "auto", "Serve requests that carry no token: auto (only while every published dataset is plainly public: "
+        "no restricted, registered or embargoed one), true, or false."
+    )
+    token_store: Path | None = _setting(
+        None, "File of the API tokens `dstp token` manages (SHA-256 hashes, never the secrets). None: tokens.json "
+        "in the per-user data folder (platformdirs, e.g. ~/.local/share/dstp/tokens.json)."
+    )
+    oidc_issuer: str = _setting(
+        "", "Accept OIDC/JWT bearer tokens from this issuer (its `iss`, e.g. https://login.example.org/realms/x); "
+        "empty: API tokens only."
+    )
+    oidc_audience: str = _setting("", "The `aud` a JWT must carry (empty: the audience is not checked).")
+    oidc_jwks_url: str = _setting(
+        "", "Where the issuer's signing keys are (JWKS); empty: the jwks_uri of the issuer's "
+        "/.well-known/openid-configuration."
+    )
+    oidc_user_claim: str = _setting("sub", "JWT claim naming the user.")
+    oidc_groups_claim: str = _setting("groups", "JWT claim listing the user's groups (a list, or space-separated text).")
+    session_ttl_s: float = _setting(
+        8 * 3600.0, "Seconds a browser login (the /login cookie) lasts; the token is checked again on every request."
+    )
+    tls_cert: Path | None = _setting(
+        None, "PEM certificate (chain) for TLS on gRPC and HTTP; data channels are then sealed with AES-256-GCM."
+    )
+    tls_key: Path | None = _setting(None, "PEM private key of tls_cert.")
+    tls_self_signed: bool = _setting(
+        False, "Development TLS: generate (or reuse) a self-signed certificate for host, localhost and 127.0.0.1 "
+        "in the cache folder and print its SHA-256 fingerprint."
+    )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the control plane runs TLS (and the data channels are sealed)."""
+        return self.tls_self_signed or self.tls_cert is not None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -73,10 +165,14 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+#: Settings that name a file or folder (their default is None, so the type cannot be told from it).
+_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir"}
+
+
 def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:
     default = f.default
     try:
-        if f.name == "catalog_root":
+        if f.name in _PATHS:
             return Path(raw)
         if isinstance(default, bool):
             return raw.lower() in {"1", "true", "yes", "on"}
@@ -114,7 +210,7 @@ def settings_markdown() -> str:
     ]
     for name, env, default, help in describe_settings():
         if default is None:
-            shown = "(samples)"
+            shown = "(samples)" if name == "catalog_root" else "(none)"
         elif default == ():
             shown = "(none)"
         elif isinstance(default, int) and not isinstance(default, bool):

@@ -244,7 +244,7 @@ class QueryRequest(_message.Message):
     def __init__(self, sql: _Optional[str] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ...) -> None: ...
 
 class ChannelOffer(_message.Message):
-    __slots__ = ("kind", "ticket", "expires_at_unix_ms", "endpoint", "streams", "compression", "congestion_control")
+    __slots__ = ("kind", "ticket", "expires_at_unix_ms", "endpoint", "streams", "compression", "congestion_control", "key", "cipher")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,8 @@ class ChannelOffer(_message.Message):
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CIPHER_FIELD_NUMBER: _ClassVar[int]
     kind: ChannelKind
     ticket: bytes
     expires_at_unix_ms: int
@@ -259,7 +261,9 @@ class ChannelOffer(_message.Message):
     streams: int
     compression: Compression
     congestion_control: str
-    def __init__(self, kind: _Optional[_Union[ChannelKind, str]] = ..., ticket: _Optional[bytes] = ..., expires_at_unix_ms: _Optional[int] = ..., endpoint: _Optional[str] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+    key: bytes
+    cipher: str
+    def __init__(self, kind: _Optional[_Union[ChannelKind, str]] = ..., ticket: _Optional[bytes] = ..., expires_at_unix_ms: _Optional[int] = ..., endpoint: _Optional[str] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ..., key: _Optional[bytes] = ..., cipher: _Optional[str] = ...) -> None: ...
 
 class HyperslabRange(_message.Message):
     __slots__ = ("dimension", "start", "stop", "step")
@@ -274,7 +278,7 @@ class HyperslabRange(_message.Message):
     def __init__(self, dimension: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class QueryResponse(_message.Message):
-    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "max_rows", "max_bytes")
+    __slots__ = ("query_id", "arrow_schema", "scan_rows", "estimated_rows", "estimated_bytes", "offers", "grid", "hyperslab", "sample_seed", "max_rows", "max_bytes", "partitions", "order")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     SCAN_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +290,8 @@ class QueryResponse(_message.Message):
     SAMPLE_SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     arrow_schema: bytes
     scan_rows: int
@@ -297,13 +303,51 @@ class QueryResponse(_message.Message):
     sample_seed: int
     max_rows: int
     max_bytes: int
-    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    partitions: _containers.RepeatedCompositeFieldContainer[Partition]
+    order: _containers.RepeatedCompositeFieldContainer[OrderKey]
+    def __init__(self, query_id: _Optional[str] = ..., arrow_schema: _Optional[bytes] = ..., scan_rows: _Optional[int] = ..., estimated_rows: _Optional[int] = ..., estimated_bytes: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., grid: _Optional[_Iterable[str]] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ..., sample_seed: _Optional[int] = ..., max_rows: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[Partition, _Mapping]]] = ..., order: _Optional[_Iterable[_Union[OrderKey, _Mapping]]] = ...) -> None: ...
+
+class Partition(_message.Message):
+    __slots__ = ("index", "worker", "offer", "rows", "bytes", "hyperslab")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    OFFER_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    HYPERSLAB_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    worker: str
+    offer: ChannelOffer
+    rows: int
+    bytes: int
+    hyperslab: _containers.RepeatedCompositeFieldContainer[HyperslabRange]
+    def __init__(self, index: _Optional[int] = ..., worker: _Optional[str] = ..., offer: _Optional[_Union[ChannelOffer, _Mapping]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., hyperslab: _Optional[_Iterable[_Union[HyperslabRange, _Mapping]]] = ...) -> None: ...
+
+class OrderKey(_message.Message):
+    __slots__ = ("column", "descending", "nulls_first")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    DESCENDING_FIELD_NUMBER: _ClassVar[int]
+    NULLS_FIRST_FIELD_NUMBER: _ClassVar[int]
+    column: str
+    descending: bool
+    nulls_first: bool
+    def __init__(self, column: _Optional[str] = ..., descending: _Optional[bool] = ..., nulls_first: _Optional[bool] = ...) -> None: ...
+
+class ResolveRequest(_message.Message):
+    __slots__ = ("query_id", "partition")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    partition: int
+    def __init__(self, query_id: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("ticket",)
+    __slots__ = ("ticket", "proof")
     TICKET_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     ticket: bytes
-    def __init__(self, ticket: _Optional[bytes] = ...) -> None: ...
+    proof: bytes
+    def __init__(self, ticket: _Optional[bytes] = ..., proof: _Optional[bytes] = ...) -> None: ...
 
 class FetchSummary(_message.Message):
     __slots__ = ("rows", "bytes", "batches", "truncated", "truncated_reason", "seconds", "hyperslabs_read", "elements_read", "bytes_read")
@@ -350,6 +394,28 @@ class PingResponse(_message.Message):
     payload: bytes
     server_time_unix_ns: int
     def __init__(self, payload: _Optional[bytes] = ..., server_time_unix_ns: _Optional[int] = ...) -> None: ...
+
+class UsageRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UsageResponse(_message.Message):
+    __slots__ = ("principal", "running", "waiting", "concurrent_limit", "bytes_today", "bytes_per_day", "resets_at_unix_ms")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TODAY_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    RESETS_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    running: int
+    waiting: int
+    concurrent_limit: int
+    bytes_today: int
+    bytes_per_day: int
+    resets_at_unix_ms: int
+    def __init__(self, principal: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., concurrent_limit: _Optional[int] = ..., bytes_today: _Optional[int] = ..., bytes_per_day: _Optional[int] = ..., resets_at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class ByteRange(_message.Message):
     __slots__ = ("offset", "length")

@@ -75,6 +75,16 @@ class DstpStub:
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
                 response_deserializer=dstp_dot_proto_dot_dstp__pb2.FileChunk.FromString,
                 _registered_method=True)
+        self.Usage = channel.unary_unary(
+                '/dstp.v1.Dstp/Usage',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.UsageRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.UsageResponse.FromString,
+                _registered_method=True)
+        self.Resolve = channel.unary_unary(
+                '/dstp.v1.Dstp/Resolve',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.ResolveRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.Partition.FromString,
+                _registered_method=True)
 
 
 class DstpServicer:
@@ -154,6 +164,32 @@ class DstpServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Usage(self, request, context):
+        """Returns what the caller uses against its quotas: the queries and
+        transfers it runs now, waits for and may run at once, and the bytes it
+        fetched today (SECURITY.md, "Limits that hold"). The caller is its token;
+        every request without one counts as the one principal "anonymous".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resolve(self, request, context):
+        """Scale-out (docs/scale-out.md): returns where partition `partition` of a
+        partitioned query (QueryResponse.partitions) can be fetched now, with a
+        fresh ticket. A client calls it when fetching a partition fails (its
+        worker died, or the transfer broke beyond resuming): the coordinator asks
+        the worker that held the partition for a new ticket or, when that worker
+        is gone or no longer holds it, runs the partition again on another worker
+        and answers with that one. NOT_FOUND for an unknown or expired query id
+        or a partition it does not have (also when the query was issued to
+        another principal); UNIMPLEMENTED on a server that is not a coordinator;
+        UNAVAILABLE when no worker can run the partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DstpServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +232,16 @@ def add_DstpServicer_to_server(servicer, server):
                     servicer.FetchFile,
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.FetchRequest.FromString,
                     response_serializer=dstp_dot_proto_dot_dstp__pb2.FileChunk.SerializeToString,
+            ),
+            'Usage': grpc.unary_unary_rpc_method_handler(
+                    servicer.Usage,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.UsageRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.UsageResponse.SerializeToString,
+            ),
+            'Resolve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resolve,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.ResolveRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.Partition.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -415,6 +461,60 @@ class Dstp:
             '/dstp.v1.Dstp/FetchFile',
             dstp_dot_proto_dot_dstp__pb2.FetchRequest.SerializeToString,
             dstp_dot_proto_dot_dstp__pb2.FileChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Usage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dstp.v1.Dstp/Usage',
+            dstp_dot_proto_dot_dstp__pb2.UsageRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.UsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resolve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dstp.v1.Dstp/Resolve',
+            dstp_dot_proto_dot_dstp__pb2.ResolveRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.Partition.FromString,
             options,
             channel_credentials,
             insecure,

@@ -98,3 +98,128 @@ def truncated_copy(source: Path, target: Path, keep: float = 0.6) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data[: int(len(data) * keep)])
     return target
+
+
+def buoys(folder: Path, *, stations: int = 12, per_station: int = 30, seed: int = 5, start: str = "1990-01-01",
+          days: float = 330.0, west: bool = True, name: str = "buoys.nc") -> list[Path]:
+    """A CF timeSeries of moored buoys as a contiguous ragged array (standard calendar, hours since ``start``).
+
+    Longitudes are −180…180 when ``west`` (the grids of the samples use 0…360), times are irregular
+    (every buoy reports on its own schedule), and some temperatures are missing.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(per_station // 2, per_station + 1, stations)
+    lat = np.round(rng.uniform(-80, 80, stations), 3)
+    lon = np.round(rng.uniform(-180, 180, stations) if west else rng.uniform(0, 360, stations), 3)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.featureType = "timeSeries"
+        nc.Conventions = "CF-1.8"
+        nc.title = "Synthetic moored buoys"
+        nc.createDimension("station", stations)
+        nc.createDimension("obs", int(counts.sum()))
+        nc.createDimension("name_strlen", 8)
+        rs = nc.createVariable("row_size", "i4", ("station",))
+        rs.sample_dimension = "obs"
+        rs[:] = counts
+        v = nc.createVariable("lat", "f8", ("station",))
+        v.units, v.standard_name = "degrees_north", "latitude"
+        v[:] = lat
+        v = nc.createVariable("lon", "f8", ("station",))
+        v.units, v.standard_name = "degrees_east", "longitude"
+        v[:] = lon
+        sn = nc.createVariable("station_name", "S1", ("station", "name_strlen"))
+        sn.cf_role = "timeseries_id"
+        sn[:] = netCDF4.stringtochar(np.array([f"B{k:03d}" for k in range(stations)], dtype="S8"))
+        t = nc.createVariable("time", "f8", ("obs",))
+        t.units, t.calendar, t.standard_name = f"hours since {start}", "standard", "time"
+        t[:] = np.concatenate([np.sort(rng.uniform(0, days * 24, c)) for c in counts]).round(2)
+        sst = nc.createVariable("sst", "f4", ("obs",), fill_value=np.float32(-999.0))
+        sst.units, sst.standard_name = "K", "sea_surface_temperature"
+        sst.coordinates = "time lat lon station_name"
+        values = (280 + rng.normal(0, 5, int(counts.sum()))).astype(np.float32)
+        values[rng.random(values.size) < 0.05] = -999.0
+        sst[:] = values
+    return [path]
+
+
+def calendar_series(folder: Path, calendar: str, *, steps: int = 120, seed: int = 3, every_hours: float = 30.0,
+                    start: str = "1999-12-01") -> list[Path]:
+    """One station's time series on ``calendar`` (hours since ``start``), crossing 29/30 February.
+
+    ``x`` is float64 with some values missing, so bucket means compare exactly.
+    """
+    import cftime
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"series_{calendar}.nc"
+    rng = np.random.default_rng(seed)
+    hours = np.cumsum(rng.uniform(0.5, 2 * every_hours, steps)).round(1)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.title = f"A series on the {calendar} calendar"
+        nc.createDimension("time", steps)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar, t.standard_name, t.axis = f"hours since {start}", calendar, "time", "T"
+        t[:] = hours
+        x = nc.createVariable("x", "f8", ("time",), fill_value=-999.0)
+        x.units = "1"
+        values = rng.normal(10, 3, steps)
+        values[rng.random(steps) < 0.1] = -999.0
+        x[:] = values
+    cftime.num2date(hours[:1], f"hours since {start}", calendar=calendar)  # fail here, not in a test, if unknown
+    return [path]
+
+
+def model_grid(folder: Path, *, calendar: str = "noleap", years: tuple[int, ...] = (2000, 2001, 2002),
+               lon_west: bool = False, time_unit: str = "days", lev_units: str = "hPa", seed: int = 7,
+               nlat: int = 6, nlon: int = 8, name: str = "grid") -> list[Path]:
+    """A monthly model grid (time, lev, lat, lon), one file per year, each file with its own time epoch.
+
+    Longitudes are 0…360 (or −180…180 when ``lon_west``), levels in ``lev_units`` (the same pressures),
+    times ``<time_unit> since <year>-01-01`` on ``calendar`` at mid-month, some values missing.
+    """
+    import cftime
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    step = 360.0 / nlon
+    lon = np.arange(nlon) * step - (180.0 if lon_west else 0.0)
+    lat = np.linspace(-75.0, 75.0, nlat)
+    lev_hpa = np.array([850.0, 500.0, 250.0])
+    lev = lev_hpa * {"hPa": 1.0, "Pa": 100.0}[lev_units]
+    paths = []
+    for year in years:
+        path = folder / f"{name}_{year}.nc"
+        units = f"{time_unit} since {year}-01-01"
+        dates = [cftime.datetime(year, m, 15, calendar=calendar) for m in range(1, 13)]
+        times = cftime.date2num(dates, units, calendar=calendar)
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.title = f"Synthetic model grid ({calendar})"
+            nc.createDimension("time", None)
+            nc.createDimension("lev", lev.size)
+            nc.createDimension("lat", nlat)
+            nc.createDimension("lon", nlon)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units, t.calendar, t.standard_name, t.axis = units, calendar, "time", "T"
+            t[:] = np.asarray(times, dtype=np.float64)
+            z = nc.createVariable("lev", "f8", ("lev",))
+            z.units, z.standard_name, z.positive, z.axis = lev_units, "air_pressure", "down", "Z"
+            z[:] = lev
+            y = nc.createVariable("lat", "f8", ("lat",))
+            y.units, y.standard_name = "degrees_north", "latitude"
+            y[:] = lat
+            x = nc.createVariable("lon", "f8", ("lon",))
+            x.units, x.standard_name = "degrees_east", "longitude"
+            x[:] = lon
+            shape = (12, lev.size, nlat, nlon)
+            month = np.arange(12).reshape(12, 1, 1, 1)
+            east = np.mod(lon, 360.0).reshape(1, 1, 1, nlon)  # the field depends on the place, not its convention
+            values = (250 + 20 * np.cos(np.deg2rad(lat)).reshape(1, 1, nlat, 1) + 5 * np.sin(month / 12 * 2 * np.pi)
+                      + np.sin(np.deg2rad(east)) + rng.normal(0, 1, shape) + lev_hpa.reshape(1, -1, 1, 1) / 100)
+            values[rng.random(shape) < 0.05] = np.nan
+            v = nc.createVariable("ta", "f8", ("time", "lev", "lat", "lon"), fill_value=-999.0)
+            v.units, v.standard_name = "K", "air_temperature"
+            v[:] = np.where(np.isnan(values), -999.0, values)
+        paths.append(path)
+    return paths

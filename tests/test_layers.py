@@ -67,8 +67,10 @@ CLIENT_IMPORTS_TO_REMOVE = {
     ("dstp/http/formats.py", "dstp.client._output"),
     ("dstp/http/formats.py", "dstp.client._xarray"),
 }
-#: dstp/ modules that are clients themselves: the CLI (dstp query, dstp get) and the lazy `dstp.connect`.
-CLIENT_SIDE = ("dstp/cli.py", "dstp/__init__.py")
+#: dstp/ modules that are clients themselves: the CLI (dstp query, dstp get), the lazy `dstp.connect`, and
+#: federation, where this server reads another server's datasets as its client (behind catalog.remote's
+#: RemoteSource protocol, injected by dstp/server.py).
+CLIENT_SIDE = ("dstp/cli.py", "dstp/__init__.py", "dstp/federation.py")
 
 
 def test_server_code_imports_nothing_from_clients() -> None:
@@ -108,7 +110,8 @@ def test_the_http_adapter_is_dstp_http() -> None:
 
 
 def test_only_app_and_error_responses_import_the_web_framework() -> None:
-    framework = {"app.py", "error_responses.py"}
+    # the facades' router (included by app.py) and the ASGI limits middleware (wraps uvicorn's h11 protocol)
+    framework = {"app.py", "error_responses.py", "facade_routes.py", "limits.py"}
     for path in (ROOT / "dstp" / "http").glob("*.py"):
         if path.name in framework:
             continue

@@ -8,10 +8,16 @@ arrive, ``query_pandas`` and :func:`dstp.client.to_xarray` convert.
 The client is three parts: the rpcs (:mod:`._rpc`), the channel policy that
 decides how data travels (:mod:`._policy`), and the wire codec shared with
 the server (:mod:`dstp.transport.codec`); this module puts them together.
+
+A server that needs a token gets one from ``token=`` or, when that is not
+given, the ``DSTP_TOKEN`` environment variable; ``tls=True`` (implied by
+``ca_file=`` or ``DSTP_CA_FILE``) speaks TLS and receives data channels only
+sealed.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -36,13 +42,25 @@ if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow
 __all__ = ["Client", "connect"]
 
 
+def _credentials(token: str | None, tls: bool | None, ca_file: str | None) -> tuple[str | None, bool, str | None]:
+    """Return (token, tls, ca_file): what was given, else ``DSTP_TOKEN``, ``DSTP_CA_FILE``, ``DSTP_TLS``."""
+    token = token if token is not None else (os.environ.get("DSTP_TOKEN") or None)
+    ca_file = ca_file if ca_file is not None else (os.environ.get("DSTP_CA_FILE") or None)
+    if tls is None:
+        tls = bool(ca_file) or os.environ.get("DSTP_TLS", "").lower() in ("1", "true", "yes", "on")
+    return token, tls, ca_file
+
+
 class Client:
     """A connection to one dstp server.
 
     ``tuner`` keeps what auto-tuning learned (a shared cache file by default);
     ``wrap_channel`` receives every data channel the client opens (striped TCP,
     UDT) and returns the one to use: the seam for a proxy, a byte counter or a
-    fault-injecting channel.
+    fault-injecting channel. ``token`` (default ``$DSTP_TOKEN``) goes with
+    every call; ``tls`` (default: on when ``ca_file`` or ``$DSTP_CA_FILE`` is
+    set, or ``$DSTP_TLS``) speaks TLS, trusting ``ca_file`` (a PEM
+    certificate, e.g. a self-signed server's) or the system's roots.
     """
 
     def __init__(
@@ -53,12 +71,20 @@ class Client:
         max_message_bytes: int = 64 * 2**20,
         tuner: AutoTuner | None = None,
         wrap_channel: Callable[[DataChannel], DataChannel] | None = None,
+        token: str | None = None,
+        tls: bool | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.target = target
         self.timeout = timeout
-        self._rpc = Rpc(target, timeout=timeout, max_message_bytes=max_message_bytes)
+        token, tls, ca_file = _credentials(token, tls, ca_file)
+        #: Whether the control connection speaks TLS (then data channels must be sealed).
+        self.tls = tls
+        self._rpc = Rpc(target, timeout=timeout, max_message_bytes=max_message_bytes, token=token, tls=tls,
+                        ca_file=ca_file)
         #: Which channel, how many stripes, what the path measured: one policy for queries and downloads.
-        self.policy = ChannelPolicy(target, self._rpc.ping, tuner, timeout=timeout, wrap_channel=wrap_channel)
+        self.policy = ChannelPolicy(target, self._rpc.ping, tuner, timeout=timeout, wrap_channel=wrap_channel,
+                                    require_sealed=tls)
         #: Summary of the last ``query()``: rows, bytes, truncated, what the server read.
         self.last_summary: TransferSummary | None = None
 
@@ -76,6 +102,12 @@ class Client:
     def describe(self, dataset_id: str) -> DatasetDetails:
         """Return dimensions, coordinates, attributes, files and keys of one dataset."""
         return self._rpc.describe(dataset_id)
+
+    def usage(self) -> dict[str, Any]:
+        """Return what you run now and fetched today against your quotas (the JSON of HTTP ``/usage.json``):
+        ``{"principal", "queries": {"running", "waiting", "limit"}, "bytes_today": {"used", "limit",
+        "resets_at_unix"}}``; ``limit`` of bytes is None when there is no daily quota."""
+        return self._rpc.usage()
 
     def ping(self, payload: bytes = b"") -> float:
         """Return the round-trip time of one Ping, in seconds."""
@@ -132,6 +164,13 @@ class Client:
         else:
             info = self.plan(sql, transport=transport, streams=choice.streams, compression=compression,
                              congestion_control=choice.congestion_control)
+        if info.partitions:  # a scale-out coordinator: one partition per worker, fetched in parallel
+            from dstp.client._partitions import fetch_partitions
+
+            if choice.transport != "striped":
+                choice = self.policy.choose("striped", streams, congestion_control)
+            return fetch_partitions(self._rpc, self.policy, choice, info, self.target,
+                                    allow_truncated=allow_truncated)
         if transport == "auto":
             choice = self.policy.pick(choice, {o.kind for o in info.offers}, info.max_bytes, "result")
         kind = choice.transport
@@ -153,11 +192,12 @@ class Client:
 
         if kind == "grpc":
             if call is None:
-                call = self._rpc.fetch(offer.ticket)
+                call = self._rpc.fetch(offer.ticket, offer.key)
             stream._call = call
             stream._batches = self._broken_off(receive_grpc(call, info.schema, report, on_summary))
         else:
-            transfer = self.policy.open(choice, offer, self.target).open(offer.ticket, granted)
+            transfer = self.policy.open(choice, offer, self.target).open(offer.ticket, granted, key=offer.key,
+                                                                         cipher=offer.cipher)
             stream._batches = receive_stripes(transfer, info.schema, report, on_summary)
         return stream
 
@@ -263,6 +303,11 @@ class Client:
         self.close()
 
 
-def connect(target: str, *, timeout: float = 30.0) -> Client:
-    """Return a client of the dstp server at ``target`` ("host:port")."""
-    return Client(target, timeout=timeout)
+def connect(target: str, *, timeout: float = 30.0, token: str | None = None, tls: bool | None = None,
+            ca_file: str | None = None) -> Client:
+    """Return a client of the dstp server at ``target`` ("host:port").
+
+    ``token``: an API token (or a JWT of the server's OIDC issuer), else ``$DSTP_TOKEN``; ``tls=True``
+    speaks TLS (implied by ``ca_file``, a PEM certificate to trust, e.g. a ``--tls-self-signed`` server's).
+    """
+    return Client(target, timeout=timeout, token=token, tls=tls, ca_file=ca_file)

@@ -67,22 +67,25 @@ def download(
             progress(Progress(0, received, time.perf_counter() - started, 0, kind, granted, -1))
 
     summary = TransferSummary(content="file")
+    data_path = "grpc"
     sink.open()
     try:
         if not missing:
             pass
         elif kind == "grpc":
-            for chunk_offset, data in rpc.fetch_file(offer.ticket):
+            for chunk_offset, data in rpc.fetch_file(offer.ticket, offer.key):
                 sink.write(chunk_offset, data)
                 received += data.nbytes
                 report()
         else:
-            transfer = policy.open(choice, offer, rpc.target).open(offer.ticket, granted, sink=sink)
+            transfer = policy.open(choice, offer, rpc.target).open(offer.ticket, granted, sink=sink, key=offer.key,
+                                                                   cipher=offer.cipher)
             for _, _, block in transfer.messages():
                 sink.block_done(block)
                 received += block.length
                 report()
             summary = transfer.summary()
+            data_path = _data_path(transfer.stats.native_frames, transfer.stats.frames)
         sink.finish()
     except BaseException:
         sink.save_state(force=True)
@@ -93,6 +96,17 @@ def download(
     return {
         "file": name, "dataset": dataset, "out": str(out), "bytes": received, "size": remote.length,
         "resumed_from": remote.length - want, "seconds": seconds, "transport": kind, "streams": granted,
-        "crc32c": f"{remote.crc32c:08x}", "choice": choice.reason,
+        "crc32c": f"{remote.crc32c:08x}", "choice": choice.reason, "data_path": data_path,
         "bytes_per_s": received / seconds if seconds > 0 else 0.0,
     }
+
+
+def _data_path(native_frames: int, frames: int) -> str:
+    """Return which code moved the received frames: native (C++), python, or how many of each."""
+    from dstp.transport import native
+
+    if frames and native_frames == frames:
+        return f"native ({native.reason()})"
+    if native_frames:
+        return f"mixed ({native_frames} of {frames} frames native)"
+    return f"python (native: {native.reason() if not native.enabled() else 'not used on this connection'})"

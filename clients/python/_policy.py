@@ -72,8 +72,11 @@ class ChannelPolicy:
         *,
         timeout: float = 30.0,
         wrap_channel: Callable[[DataChannel], DataChannel] | None = None,
+        require_sealed: bool = False,
     ) -> None:
         self.key = key
+        #: Refuse data channels whose offers are not sealed (the client speaks TLS to the control plane).
+        self.require_sealed = require_sealed
         self.tuner = tuner or AutoTuner()
         self.timeout = timeout
         self.wrap_channel = wrap_channel
@@ -129,13 +132,19 @@ class ChannelPolicy:
         counts as large) or no data channel is offered; else what the tuner
         measured best on this server. ``what`` is "result" or "file".
         """
-        from dstp.transport import udt
-
-        data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt.available())]
+        data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or _udt_built())]
         if 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
             return replace(choice, transport="grpc", reason=f"auto: grpc ({what} {size})")
         kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
+        if kind == "udt":
+            from dstp.transport import udt  # loading libudt costs 0.1 s: only when UDT is chosen
+
+            if not udt.available():  # installed but does not load
+                data = [k for k in data if k != "udt"]
+                if not data:
+                    return replace(choice, transport="grpc", reason=f"auto: grpc (UDT {udt.unavailable_reason()})")
+                kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
         detail = f" × {choice.streams} ({choice.reason})" if kind == "striped" else ""
         size = f"up to {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
         return replace(choice, transport=kind, reason=f"auto: {why}{detail}; {what} {size}")
@@ -144,6 +153,11 @@ class ChannelPolicy:
 
     def open(self, choice: ChannelChoice, offer: ChannelOffer, control_target: str) -> DataChannel:
         """Return the data channel to receive ``offer`` on (wrapped by ``wrap_channel`` if set)."""
+        if self.require_sealed and offer.kind in ("striped", "udt") and not offer.cipher:
+            raise TransportUnavailableError(
+                f"the server offers its {offer.kind} channel in plaintext although this client speaks TLS to it; "
+                "refusing to receive the data unprotected (ask for transport='grpc', or connect without TLS on "
+                "a trusted network)")
         host, port = reachable_address(offer.endpoint, control_target.rpartition(":")[0] or "127.0.0.1")
         channel: DataChannel
         if offer.kind == "udt":
@@ -176,3 +190,10 @@ class ChannelPolicy:
             if granted < plan.streams:  # the server capped the count: learn what was really used
                 plan = StripePlan(granted, plan.buffer_bytes, plan.congestion_control, plan.reason)
             self.tuner.record(self.key, plan, nbytes, seconds, rtt)
+
+
+def _udt_built() -> bool:
+    """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s)."""
+    from importlib.util import find_spec
+
+    return find_spec("dstp.transport._udt") is not None

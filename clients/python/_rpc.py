@@ -4,6 +4,11 @@ Requests and answers go through the wire codec (:mod:`dstp.transport.codec`);
 the streams that carry data (Fetch, Run, FetchFile) are opened with the
 codec's parsers, so an IPC message or a file block arrives as a view of the
 bytes gRPC received, not as a protobuf copy.
+
+Every call carries the token (``authorization: Bearer …`` metadata) when the
+client has one; with ``tls`` the channel is TLS, trusting ``ca_file`` (PEM)
+or the system's roots. Fetch and FetchFile prove their ticket with the
+offer's key (``FetchRequest.proof``).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from typing import Any, Iterator, Sequence
 
 import grpc
 
-from dstp.errors import DstpError, IntegrityError, TransportError, error_from_status
+from dstp.errors import DstpError, IntegrityError, LimitExceededError, TransportError, error_from_status
 from dstp.metadata import DatasetDetails, DatasetSummary
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport import codec
 from dstp.transport.codec import QueryInfo
+from dstp.transport.tickets import fetch_proof
 
 __all__ = ["Rpc", "rpc_error"]
 
@@ -42,22 +48,37 @@ def rpc_error(exc: grpc.RpcError, target: str) -> DstpError:
     if "dstp-error-line" in meta:
         err.line = int(meta["dstp-error-line"])  # type: ignore[attr-defined]
         err.column = int(meta["dstp-error-column"])  # type: ignore[attr-defined]
+    if "retry-after" in meta and isinstance(err, LimitExceededError):
+        err.retry_after_s = float(meta["retry-after"])  # back-pressure: when trying again may succeed
     return err
 
 
 class Rpc:
     """The rpcs of one dstp server."""
 
-    def __init__(self, target: str, *, timeout: float = 30.0, max_message_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, target: str, *, timeout: float = 30.0, max_message_bytes: int = 64 * 2**20,
+                 token: str | None = None, tls: bool = False, ca_file: str | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes),
-            ],
-        )
+        self.tls = tls
+        #: Sent with every call: the token, when there is one.
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        if tls:
+            roots = None
+            if ca_file:
+                try:
+                    with open(ca_file, "rb") as f:
+                        roots = f.read()
+                except OSError as exc:
+                    raise TransportError(f"cannot read the CA file {ca_file}: {exc.strerror}") from None
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=roots),
+                                                options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pb_grpc.DstpStub(self._channel)
         self._fetch = self._channel.unary_stream(
             f"{_SERVICE}/Fetch", request_serializer=pb.FetchRequest.SerializeToString,
@@ -74,23 +95,38 @@ class Rpc:
 
     def datasets(self) -> list[DatasetSummary]:
         try:
-            reply = self._stub.ListDatasets(pb.ListDatasetsRequest(), timeout=self.timeout)
+            reply = self._stub.ListDatasets(pb.ListDatasetsRequest(), timeout=self.timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return [codec.summary_from_pb(m) for m in reply.datasets]
 
     def describe(self, dataset_id: str) -> DatasetDetails:
         try:
-            reply = self._stub.Describe(pb.DescribeRequest(id=dataset_id), timeout=self.timeout)
+            reply = self._stub.Describe(pb.DescribeRequest(id=dataset_id), timeout=self.timeout,
+                                        metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return codec.details_from_pb(reply)
+
+    def usage(self) -> dict[str, Any]:
+        """Return the caller's usage against its quotas, in the JSON shape of the HTTP ``/usage.json``."""
+        try:
+            reply = self._stub.Usage(pb.UsageRequest(), timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return {
+            "principal": reply.principal,
+            "queries": {"running": reply.running, "waiting": reply.waiting, "limit": reply.concurrent_limit},
+            "bytes_today": {"used": reply.bytes_today,
+                            "limit": reply.bytes_per_day if reply.HasField("bytes_per_day") else None,
+                            "resets_at_unix": reply.resets_at_unix_ms / 1000},
+        }
 
     def ping(self, payload: bytes = b"") -> float:
         """Return the round-trip time of one Ping, in seconds."""
         started = time.perf_counter()
         try:
-            self._stub.Ping(pb.PingRequest(payload=payload), timeout=self.timeout)
+            self._stub.Ping(pb.PingRequest(payload=payload), timeout=self.timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return time.perf_counter() - started
@@ -103,15 +139,25 @@ class Rpc:
             compression=codec.compression_pb(compression), congestion_control=congestion_control,
         )
         try:
-            reply = self._stub.Query(request, timeout=self.timeout)
+            reply = self._stub.Query(request, timeout=self.timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return codec.query_info_from_pb(reply)
 
+    def resolve(self, query_id: str, partition: int) -> codec.PartitionInfo:
+        """Return where partition ``partition`` of a partitioned query can be fetched now (a fresh ticket)."""
+        try:
+            reply = self._stub.Resolve(pb.ResolveRequest(query_id=query_id, partition=partition),
+                                       timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return codec.partition_from_pb(reply)
+
     def run(self, sql: str, compression: str = "none") -> tuple[QueryInfo, Any]:
         """Start a Run call (plan and records in one round trip); return the plan and the open call."""
         call: Any = self._run(pb.QueryRequest(sql=sql, channels=[codec.channel_kind_pb("grpc")],
-                                         compression=codec.compression_pb(compression)))
+                                              compression=codec.compression_pb(compression)),
+                              metadata=self.metadata)
         # The stream has no deadline (a result may take minutes); its plan must come within the timeout.
         late = threading.Event()
 
@@ -136,9 +182,12 @@ class Rpc:
             raise IntegrityError("the Run stream did not start with the plan")
         return codec.query_info_from_pb(first.plan), call
 
-    def fetch(self, ticket: bytes) -> Any:
-        """Return the open Fetch call of a gRPC ticket (iterate it: IPC message views, then a FetchResponse)."""
-        return self._fetch(pb.FetchRequest(ticket=ticket))
+    def fetch(self, ticket: bytes, key: bytes) -> Any:
+        """Return the open Fetch call of a gRPC ticket (iterate it: IPC message views, then a FetchResponse).
+
+        ``key`` is the offer's ticket key: the request proves with it that this client asked.
+        """
+        return self._fetch(pb.FetchRequest(ticket=ticket, proof=fetch_proof(key, ticket)), metadata=self.metadata)
 
     def open_file(self, dataset: str, name: str, offset: int, length: int, missing: Sequence[tuple[int, int]],
                   channels: Sequence[str], streams: int, congestion_control: str) -> pb.OpenFileResponse:
@@ -149,14 +198,15 @@ class Rpc:
             congestion_control=congestion_control,
         )
         try:
-            return self._stub.OpenFile(request, timeout=self.timeout)
+            return self._stub.OpenFile(request, timeout=self.timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
 
-    def fetch_file(self, ticket: bytes) -> Iterator[tuple[int, memoryview]]:
-        """Yield (offset, data) of a FetchFile stream, the data a view of what arrived."""
+    def fetch_file(self, ticket: bytes, key: bytes) -> Iterator[tuple[int, memoryview]]:
+        """Yield (offset, data) of a FetchFile stream, the data a view of what arrived (``key``: the offer's)."""
         try:
-            yield from self._fetch_file(pb.FetchRequest(ticket=ticket))
+            yield from self._fetch_file(pb.FetchRequest(ticket=ticket, proof=fetch_proof(key, ticket)),
+                                        metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
 

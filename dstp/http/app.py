@@ -10,24 +10,32 @@ errors become their classes in the tree, and anything unexpected becomes 500
 with an incident id that is logged with its traceback and never sent.
 ``docs/web.md`` describes pages, endpoints and formats.
 
+Every request carries a :class:`~dstp.auth.Principal`, put there by the
+:class:`~dstp.http.identity.Identify` middleware (``Authorization: Bearer``,
+or the session cookie of ``/login``); each route takes it as a dependency
+(:func:`current_principal`) and hands it to the service, which shows only
+the datasets it may read. ``docs/security-auth.md`` describes logging in.
+
     create_app(service, settings)          -> the ASGI app (FastAPI)
     start_http_server(service, settings)   -> HttpServer (uvicorn on a thread; .endpoint, .stop())
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import logging
 import socket
 import threading
 import time
-from typing import Any, Awaitable, Callable, Literal
-from urllib.parse import urlencode
+from typing import Any, Awaitable, Callable, Literal, Sequence
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio
 import pyarrow as pa
 import uvicorn
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -36,11 +44,14 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dstp import __version__
-from dstp.errors import DstpError
+from dstp.auth import ANONYMOUS, SESSION_COOKIE, Authenticator, Principal, SessionStore
+from dstp.auth.tls import TlsMaterial
+from dstp.errors import AuthenticationError, BadRequestError, DstpError
 from dstp.service import DstpService
 from dstp.settings import Settings
 from dstp.http import STATIC_DIR
 from dstp.http.builder import BuilderState
+from dstp.http.facade_routes import facade_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -50,19 +61,23 @@ from dstp.http.error_responses import (
     validation_error,
 )
 from dstp.http.formats import FORMATS, assemble, check_gridded, encoder_for, result_filename
+from dstp.http.identity import Identify, header, session_id
 from dstp.http.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
 from dstp.http.quicklook import map_selection, render_map, render_series, series_selection
 from dstp.http.search import CatalogFilter
 from dstp.http.shapes import summary_json
 from dstp.http.snippets import Endpoints
 from dstp.transport.codec import reachable_endpoint
-from dstp.http.streaming import ResultStream, limited, truncation_forecast
+from dstp.http.limits import Guard, HttpLimits, guarded_protocol
+from dstp.http.streaming import ResultStream, StreamAborted, limited, truncation_forecast
 
-__all__ = ["HttpServer", "create_app", "error_response", "start_http_server"]
+__all__ = ["HttpServer", "create_app", "current_principal", "error_response", "start_http_server"]
 
 log = logging.getLogger("dstp.http")
 
 CHUNK_BYTES = 2**20
+#: Threads HTTP requests may wait for an admission slot on (apart from anyio's default 40 that stream results).
+ADMISSION_THREADS = 80
 
 Format = Literal["csv", "json", "ndjson", "arrow", "parquet", "nc"]
 
@@ -85,15 +100,31 @@ class QueryBody(BaseModel):
 
 
 class _OwnedStream(StreamingResponse):
-    """A streaming response that runs ``on_close`` however it ends (done, client gone, error)."""
+    """A streaming response that runs ``on_close`` however it ends (done, client gone, error).
 
-    def __init__(self, content: Any, on_close: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+    ``on_stall(abort)``, when given, registers ``abort`` (callable from any thread) to be run if the
+    reader stalls (admission reclaims the slot): the response is then dropped mid-body.
+    """
+
+    def __init__(self, content: Any, on_close: Callable[[], Awaitable[None]],
+                 on_stall: Callable[[Callable[[], None]], None] | None = None, **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
+        self._on_stall = on_stall
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            with anyio.CancelScope() as body:
+                if self._on_stall is not None:
+                    loop = asyncio.get_running_loop()
+
+                    def abort() -> None:
+                        loop.call_soon_threadsafe(body.cancel)
+
+                    self._on_stall(abort)
+                await super().__call__(scope, receive, send)
+            if body.cancelled_caught:
+                raise StreamAborted("the reader stalled")  # the connection is dropped: an incomplete body
         finally:
             await self._on_close()
 
@@ -107,12 +138,18 @@ async def _until_done_or_gone(request: Request, cancel: threading.Event, work: C
             pass
         cancel.set()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(watch)
-        try:
-            result = await work()
-        finally:
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            try:
+                result = await work()
+            finally:
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as failed:
+        # The task group wraps the work's own error; the client must get that error's status, not a 500.
+        if len(failed.exceptions) == 1 and isinstance(failed.exceptions[0], Exception):
+            raise failed.exceptions[0] from None
+        raise
     return result
 
 
@@ -121,7 +158,29 @@ async def _file_chunks(f: Any) -> Any:
         yield chunk
 
 
-def _endpoints(request: Request, service: DstpService, settings: Settings) -> Endpoints:
+def current_principal(request: Request) -> Principal:
+    """Return who the request acts for (set by the Identify middleware; ANONYMOUS without it)."""
+    principal = getattr(request.state, "principal", ANONYMOUS)
+    return principal if isinstance(principal, Principal) else ANONYMOUS
+
+
+#: The principal of a route's request, as a FastAPI dependency.
+PRINCIPAL = Depends(current_principal)
+
+#: Largest login form body read.
+MAX_LOGIN_BODY = 16_384
+
+
+def _safe_next(target: str) -> str:
+    """Return ``target`` if it is a path on this server (no open redirect), else "/"."""
+    parts = urlsplit(target)
+    if not target.startswith("/") or target.startswith("//") or parts.scheme or parts.netloc or "\\" in target:
+        return "/"
+    return target
+
+
+def _endpoints(request: Request, service: DstpService, settings: Settings, principal: Principal = ANONYMOUS,
+               needs_token: bool = False) -> Endpoints:
     """Return where clients reach this server, as seen by the browser that asked."""
     host = request.url.hostname or settings.host
     grpc = service.channels.get("grpc")
@@ -130,11 +189,20 @@ def _endpoints(request: Request, service: DstpService, settings: Settings) -> En
         target = f"{host}:{settings.port}" if settings.port else f"{host}:GRPC_PORT"
     else:
         target = reachable_endpoint(target, host)
-    return Endpoints(str(request.base_url).rstrip("/"), target)
+    return Endpoints(str(request.base_url).rstrip("/"), target, tls=settings.tls,
+                     token=principal.authenticated or needs_token)
 
 
-def create_app(service: DstpService, settings: Settings) -> FastAPI:
-    """Return the ASGI app serving the catalog pages and the HTTP API of ``service``."""
+def create_app(service: DstpService, settings: Settings, *, authenticator: Authenticator | None = None,
+               sessions: SessionStore | None = None) -> FastAPI:
+    """Return the ASGI app serving the catalog pages and the HTTP API of ``service``.
+
+    ``authenticator`` checks each request's credential (default: the one ``settings`` describe for the
+    service's catalog); ``sessions`` keeps the browser logins.
+    """
+    authenticator = authenticator or Authenticator.from_settings(
+        settings, (ds.descriptor for ds in service.catalog), service.clock)
+    sessions = sessions or SessionStore(settings.session_ttl_s, service.clock)
     app = FastAPI(
         title="dstp HTTP API",
         version=__version__,
@@ -162,7 +230,20 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
     app.add_exception_handler(DstpError, dstp_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)
+
+    async def refuse(scope: Any, receive: Any, send: Any, err: AuthenticationError) -> None:
+        """Answer a request whose credential was refused: the login page for a browser, else 401 JSON."""
+        request = Request(scope, receive)
+        response = error_response(request, err)
+        if isinstance(response, HTMLResponse):
+            response = login_page(request, ANONYMOUS, err.message, status=401)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="dstp"'
+        await response(scope, receive, send)
+
+    app.add_middleware(Identify, authenticator=authenticator, sessions=sessions, refuse=refuse)
     app.add_middleware(Boundary)
+    # Outermost: a foreign Host or an oversized body is refused before anything else runs; security headers.
+    app.add_middleware(Guard, limits=HttpLimits.from_settings(settings))
     if settings.cors_origins:
         exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", "X-Dstp-Truncated",
                    "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
@@ -170,8 +251,17 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
                            allow_headers=["*"], expose_headers=exposed)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
-    def page(template: str, model: dict[str, Any], **extra: Any) -> HTMLResponse:
-        return HTMLResponse(renderer.render(template, model, **extra))
+    def page(template: str, model: dict[str, Any], principal: Principal, status: int = 200,
+             **extra: Any) -> HTMLResponse:
+        viewer = principal.describe() if principal.authenticated else ""
+        return HTMLResponse(renderer.render(template, model, viewer=viewer, **extra), status_code=status)
+
+    def login_page(request: Request, principal: Principal, message: str = "", status: int = 200) -> HTMLResponse:
+        target = request.query_params.get("next") or (request.url.path if request.url.path != "/login" else "/")
+        secure = request.url.scheme == "https" or request.url.hostname in ("127.0.0.1", "localhost", "::1")
+        model = {"next": _safe_next(target), "message": message, "secure": secure,
+                 "anonymous": authenticator.allow_anonymous}
+        return page("login.html", model, principal, status)
 
     # -- catalog ------------------------------------------------------------------------
 
@@ -185,36 +275,39 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
     @app.get("/", response_class=HTMLResponse, summary="Catalog page", responses=PAGE_ERRORS)
     @app.get("/datasets", response_class=HTMLResponse, include_in_schema=False)
     def catalog_html(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                     bbox: str = BBOX) -> HTMLResponse:
-        return page("catalog.html", catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox)))
+                     bbox: str = BBOX, principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return page("catalog.html", catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal),
+                    principal)
 
     @app.get("/index.json", summary="Catalog page as JSON: filter, hits (best first) and facets",
              responses=PAGE_ERRORS)
     def catalog_json(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                     bbox: str = BBOX) -> dict[str, Any]:
-        return catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox))
+                     bbox: str = BBOX, principal: Principal = PRINCIPAL) -> dict[str, Any]:
+        return catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal)
 
     @app.get("/datasets.json", summary="The published datasets: a JSON array of summaries (same filters as /)",
              responses=PAGE_ERRORS)
     def datasets_json(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                      bbox: str = BBOX) -> list[dict[str, Any]]:
+                      bbox: str = BBOX, principal: Principal = PRINCIPAL) -> list[dict[str, Any]]:
         f = CatalogFilter.parse(q, attribute, start, end, bbox)
         if not f.active:
-            return [summary_json(s) for s in service.datasets()]
-        return [summary_json(h.summary) for h in view.index().search(f)]
+            return [summary_json(s) for s in service.datasets(principal)]
+        return [summary_json(h.summary) for h in view.index(principal).search(f)]
 
     # -- one dataset --------------------------------------------------------------------
 
     @app.get("/datasets/{dataset_id}.json", summary="Full description of one dataset", responses=PAGE_ERRORS)
-    def dataset_json(dataset_id: str) -> dict[str, Any]:
-        return dataset_page(view, dataset_id)
+    def dataset_json(dataset_id: str, principal: Principal = PRINCIPAL) -> dict[str, Any]:
+        return dataset_page(view, dataset_id, principal)
 
     @app.get("/datasets/{dataset_id}", response_class=HTMLResponse, summary="Dataset page", responses=PAGE_ERRORS)
-    def dataset_html(dataset_id: str) -> HTMLResponse:
-        return page("dataset.html", dataset_page(view, dataset_id))
+    def dataset_html(dataset_id: str, principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return page("dataset.html", dataset_page(view, dataset_id, principal), principal)
 
-    def png(body: bytes, fixed: tuple[tuple[str, str], ...]) -> Response:
-        headers = {"Cache-Control": "public, max-age=300", "X-Dstp-Fixed": urlencode(fixed)}
+    def png(body: bytes, fixed: tuple[tuple[str, str], ...], principal: Principal) -> Response:
+        # A quicklook of a dataset only some may read must not sit in a shared cache.
+        cache = "public, max-age=300" if not principal.authenticated else "private, max-age=300"
+        headers = {"Cache-Control": cache, "X-Dstp-Fixed": urlencode(fixed), "Vary": "Authorization, Cookie"}
         return Response(body, media_type="image/png", headers=headers)
 
     ATTRIBUTE = Query(..., description="The attribute to draw.")
@@ -223,53 +316,73 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
 
     @app.get("/datasets/{dataset_id}/quicklook.png", response_class=Response, summary="Map of one attribute",
              description="A 2-D latitude/longitude slice drawn server-side. " + FIXED, responses=PAGE_ERRORS)
-    def quicklook(dataset_id: str, request: Request, attribute: str = ATTRIBUTE) -> Response:
-        d = view.details(dataset_id)
-        s = map_selection(d, attribute, request.query_params, lambda dim: view.values(dataset_id, dim))
-        return png(render_map(view.table(s.sql), dataset_id, s), s.fixed)
+    def quicklook(dataset_id: str, request: Request, attribute: str = ATTRIBUTE,
+                  principal: Principal = PRINCIPAL) -> Response:
+        d = view.details(dataset_id, principal)
+        s = map_selection(d, attribute, request.query_params, lambda dim: view.values(dataset_id, dim, principal))
+        return png(render_map(view.table(s.sql, principal), dataset_id, s), s.fixed, principal)
 
     @app.get("/datasets/{dataset_id}/timeseries.png", response_class=Response, summary="Time series at a point",
              description="The attribute along time at the grid point nearest lat=, lon=. " + FIXED,
              responses=PAGE_ERRORS)
-    def timeseries(dataset_id: str, request: Request, attribute: str = ATTRIBUTE) -> Response:
-        d = view.details(dataset_id)
-        s = series_selection(d, attribute, request.query_params, lambda dim: view.values(dataset_id, dim))
-        return png(render_series(view.table(s.sql), dataset_id, s), s.fixed)
+    def timeseries(dataset_id: str, request: Request, attribute: str = ATTRIBUTE,
+                   principal: Principal = PRINCIPAL) -> Response:
+        d = view.details(dataset_id, principal)
+        s = series_selection(d, attribute, request.query_params, lambda dim: view.values(dataset_id, dim, principal))
+        return png(render_series(view.table(s.sql, principal), dataset_id, s), s.fixed, principal)
 
     # -- query builder ------------------------------------------------------------------
 
     SELECT = Query([], description="Output column (repeatable); none means select *.")
     WHERE = Query([], description="Condition column:operator:value (repeatable), e.g. humidity:>:50.")
     LIMIT = Query("", description="Row limit written into the SQL.")
-    SQL = Query("", description="Verbatim SQL; overrides select/where/limit.")
+    SQL = Query("", description="Verbatim SQL; overrides select/where/limit/group/agg.")
+    GROUP = Query([], description="Group key (repeatable): a column, or year(t), month(t), season(t), day(t) of a "
+                  "time column.")
+    AGG = Query([], description="Aggregate function:column (repeatable), e.g. avg:temperature, count:*.")
 
     def builder(request: Request, dataset_id: str, select: list[str], where: list[str], limit: str,
-                sql: str) -> dict[str, Any]:
-        state = BuilderState.parse(dataset_id, select, where, limit)
-        return builder_page(view, state, sql or None, _endpoints(request, service, settings))
+                sql: str, principal: Principal, group: Sequence[str] = (), agg: Sequence[str] = ()) -> dict[str, Any]:
+        state = BuilderState.parse(dataset_id, select, where, limit, group, agg)
+        ends = _endpoints(request, service, settings, principal, not authenticator.allow_anonymous)
+        return builder_page(view, state, sql or None, ends, principal)
 
     @app.get("/datasets/{dataset_id}/query.json", summary="Query builder state: SQL, snippets, download links",
              responses=PAGE_ERRORS)
     def builder_json(request: Request, dataset_id: str, select: list[str] = SELECT, where: list[str] = WHERE,
-                     limit: str = LIMIT, sql: str = SQL) -> dict[str, Any]:
-        return builder(request, dataset_id, select, where, limit, sql)
+                     limit: str = LIMIT, sql: str = SQL, group: list[str] = GROUP, agg: list[str] = AGG,
+                     principal: Principal = PRINCIPAL) -> dict[str, Any]:
+        return builder(request, dataset_id, select, where, limit, sql, principal, group, agg)
 
     @app.get("/datasets/{dataset_id}/query", response_class=HTMLResponse, summary="Query builder page",
              responses=PAGE_ERRORS)
     def builder_html(request: Request, dataset_id: str, select: list[str] = SELECT, where: list[str] = WHERE,
-                     limit: str = LIMIT, sql: str = SQL) -> HTMLResponse:
-        return page("query.html", builder(request, dataset_id, select, where, limit, sql))
+                     limit: str = LIMIT, sql: str = SQL, group: list[str] = GROUP, agg: list[str] = AGG,
+                     principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return page("query.html", builder(request, dataset_id, select, where, limit, sql, principal, group, agg),
+                    principal)
 
     @app.get("/query-builder", include_in_schema=False)
-    def builder_redirect(dataset: str) -> RedirectResponse:
-        view.details(dataset)
+    def builder_redirect(dataset: str, principal: Principal = PRINCIPAL) -> RedirectResponse:
+        view.details(dataset, principal)
         return RedirectResponse(f"/datasets/{dataset}/query")
 
     # -- the query API ------------------------------------------------------------------
 
+    def admission_threads() -> anyio.CapacityLimiter:
+        """Return the threads requests wait for a slot on (made in the server's event loop, on first use)."""
+        if getattr(app.state, "admission_threads", None) is None:
+            app.state.admission_threads = anyio.CapacityLimiter(ADMISSION_THREADS)
+        limiter: anyio.CapacityLimiter = app.state.admission_threads
+        return limiter
+
     async def run_query(request: Request, sql: str, fmt: str, limit: int | None) -> Response:
         cancel = threading.Event()
-        execution = await anyio.to_thread.run_sync(service.run, sql, cancel)
+        principal = current_principal(request)
+        # Admission may wait for a slot: on threads of its own, so waiting requests never starve the
+        # threads that running results stream on.
+        execution = await anyio.to_thread.run_sync(
+            functools.partial(service.run, sql, cancel, principal, channel="http"), limiter=admission_threads())
         kind = FORMATS[fmt]
         headers = {
             "Content-Disposition": f'attachment; filename="{result_filename(execution.schema, sql, kind.extension)}"',
@@ -290,14 +403,16 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
             except BaseException:
                 await stream.aclose()
                 raise
-            return _OwnedStream(stream, stream.aclose, media_type=kind.media_type, headers=headers)
+            return _OwnedStream(stream, stream.aclose, on_stall=lambda abort: execution.slot.on_stall(
+                lambda error: abort()), media_type=kind.media_type, headers=headers)
         try:
             units: dict[str, str] = {}
             if fmt == "nc":
                 check_gridded(execution.schema)
-                details = view.details(execution.schema.metadata[b"dstp:dataset"].decode())
+                details = view.details(execution.schema.metadata[b"dstp:dataset"].decode(), principal)
                 units = {c.name: c.units for c in details.coordinates if " since " in c.units}
-            batches = limited(execution, limit)
+            # netCDF is assembled in memory (several times the result's size): bounded by nc_max_result_bytes.
+            batches = limited(execution, limit, max_bytes=settings.nc_max_result_bytes if fmt == "nc" else None)
             f = await _until_done_or_gone(
                 request, cancel, lambda: anyio.to_thread.run_sync(assemble, batches, execution.schema, fmt, units,
                                                                   batches.truncated_reason))
@@ -346,6 +461,12 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
 
     # -- API description ----------------------------------------------------------------
 
+    @app.get("/usage.json", summary="What you run now and fetched today, against your quotas",
+             description="`queries`: slots you hold now, requests of yours waiting for one, and how many you may "
+             "hold; `bytes_today`: bytes fetched since 00:00 UTC and your daily quota (null: none).")
+    def usage_json(principal: Principal = PRINCIPAL) -> dict[str, Any]:
+        return service.usage(principal).to_dict()
+
     @app.get("/server.json", summary="Where this server listens: HTTP, gRPC and data channels, and its version")
     def server_json(request: Request) -> dict[str, Any]:
         ends = _endpoints(request, service, settings)
@@ -365,21 +486,70 @@ def create_app(service: DstpService, settings: Settings) -> FastAPI:
         return app.openapi()
 
     @app.get("/api", response_class=HTMLResponse, summary="This API's description as a page (works offline)")
-    def api_html() -> HTMLResponse:
-        return page("api.html", app.openapi())
+    def api_html(principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return page("api.html", app.openapi(), principal)
 
+    # -- logging in (browsers; scripts send Authorization: Bearer) ----------------------
+
+    def same_origin(request: Request) -> None:
+        """Refuse a form posted from another site (login CSRF): its Origin must be this server."""
+        origin = header(request.scope, b"origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
+            raise BadRequestError("this form may only be sent from this server's own pages")
+
+    @app.get("/login", response_class=HTMLResponse, summary="Log-in page (a token, once, sets a session cookie)")
+    def login_form(request: Request, principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return login_page(request, principal)
+
+    @app.post("/login", response_class=HTMLResponse, include_in_schema=False)
+    async def login(request: Request) -> Response:
+        same_origin(request)
+        if int(request.headers.get("content-length") or 0) > MAX_LOGIN_BODY:
+            raise BadRequestError("the login form is too large")
+        body = await request.body()
+        form = parse_qs(body[:MAX_LOGIN_BODY].decode("utf-8", "replace"))
+        token = (form.get("token") or [""])[0].strip()
+        target = _safe_next((form.get("next") or ["/"])[0])
+        try:
+            principal = await anyio.to_thread.run_sync(authenticator.verify, token)
+        except AuthenticationError as exc:
+            return login_page(request, ANONYMOUS, exc.message if token else "paste your token", status=401)
+        sid = sessions.create(token)
+        log.info("login: %s", principal.describe())
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(SESSION_COOKIE, sid, max_age=int(settings.session_ttl_s), path="/", secure=True,
+                            httponly=True, samesite="lax")
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    def logout(request: Request) -> Response:
+        same_origin(request)
+        sid = session_id(request.scope)
+        if sid:
+            sessions.drop(sid)
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=True, httponly=True, samesite="lax")
+        return response
+
+    app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
     return app
 
 
 class HttpServer:
     """uvicorn serving an app on a background thread; ``endpoint`` is the "host:port" actually bound."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket, endpoint: str, max_request_line: int = 16384) -> None:
+    def __init__(self, app: FastAPI, sock: socket.socket, endpoint: str, max_request_line: int = 16384,
+                 tls: TlsMaterial | None = None, limits: HttpLimits | None = None) -> None:
         self.endpoint = endpoint
         self._sock = sock
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", http="h11",
+        ssl: dict[str, Any] = {"ssl_certfile": str(tls.cert_path), "ssl_keyfile": str(tls.key_path)} if tls else {}
+        # Request deadlines and the connection cap (dstp/http/limits.py): uvicorn has neither.
+        protocol, self.connections = guarded_protocol(limits or HttpLimits())
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", http=protocol,
                                 loop="asyncio", ws="none", timeout_graceful_shutdown=1,
-                                h11_max_incomplete_event_size=max_request_line)
+                                # a backstop for tasks only: the protocol keeps connections at the cap itself
+                                limit_concurrency=2 * (limits or HttpLimits()).max_connections,
+                                h11_max_incomplete_event_size=max_request_line, **ssl)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name=f"dstp-http-{endpoint}", daemon=True)
@@ -421,13 +591,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def start_http_server(service: DstpService, settings: Settings) -> HttpServer:
-    """Return a started HTTP server for ``service`` on ``settings.host``:``settings.http_port`` (0 = any free port)."""
+def start_http_server(service: DstpService, settings: Settings, *, authenticator: Authenticator | None = None,
+                      tls: TlsMaterial | None = None, clock: Callable[[], float] | None = None) -> HttpServer:
+    """Return a started HTTP server for ``service`` on ``settings.host``:``settings.http_port`` (0 = any free port).
+
+    With ``tls`` it speaks HTTPS with that certificate; ``authenticator`` checks credentials (default:
+    the one ``settings`` describe); browser sessions expire by ``clock``.
+    """
     sock = _bind(settings.host, settings.http_port)
     host, port = sock.getsockname()[:2]
     endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sessions = SessionStore(settings.session_ttl_s, clock or service.clock)
+    app = create_app(service, settings, authenticator=authenticator, sessions=sessions)
     # A query of max_sql_length characters must fit in a URL, percent-encoded.
-    server = HttpServer(create_app(service, settings), sock, endpoint, 3 * settings.max_sql_length + 16384)
+    server = HttpServer(app, sock, endpoint, 3 * settings.max_sql_length + 16384, tls=tls,
+                        limits=HttpLimits.from_settings(settings, clock or service.clock))
     server.start()
-    log.info("dstp serving HTTP on http://%s", endpoint)
+    log.info("dstp serving HTTP on %s://%s", "https" if tls else "http", endpoint)
     return server

@@ -4,6 +4,14 @@ The builder's state travels in the page's URL, so a built query can be
 bookmarked and its JSON twin answers for the same state::
 
     /datasets/ccm3/query?select=temperature&select=time&where=humidity:>:50&where=lat:between:30,40&limit=100
+    /datasets/ccm3/query?group=lev&group=month(time)&agg=avg:temperature&agg=count:*&where=lat:>:0
+
+``group`` is a column, or ``year(…)``, ``month(…)``, ``season(…)``, ``day(…)``
+of a time column (buckets on the time's own calendar); ``agg`` is
+``function:column`` with one of ``AGGREGATES`` (``count:*`` counts records,
+``weighted_avg:x`` weighs by the dataset's ``area_weight``). With groups or
+aggregates the result has one record per group — the group keys, then the
+aggregates — and the picked columns are not used.
 
 ``where`` is ``column:operator:value`` (split at the first two colons, so
 times keep theirs). Operators: ``= <> < <= > >=``, ``between`` (``lo,hi``),
@@ -22,9 +30,15 @@ from typing import Mapping, Sequence
 from dstp.errors import QueryError, UnknownColumnError
 from dstp.metadata import ColumnInfo, DatasetDetails
 
-__all__ = ["OPERATORS", "BuilderState", "Condition", "sql_identifier", "sql_literal"]
+__all__ = ["AGGREGATES", "OPERATORS", "TIME_BUCKETS", "Aggregate", "BuilderState", "Condition", "sql_identifier",
+           "sql_literal"]
 
 OPERATORS = ("=", "<>", "<", "<=", ">", ">=", "between", "in", "is null", "is not null")
+#: Aggregates the builder offers (the query language has more).
+AGGREGATES = ("count", "avg", "min", "max", "sum", "stddev", "median", "weighted_avg")
+#: Time buckets a time column can be grouped by.
+TIME_BUCKETS = ("year", "month", "season", "day")
+_BUCKET = re.compile(r"(year|month|season|day)\((.+)\)")
 
 _BARE = re.compile(r"[a-z_][a-z0-9_]*")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
@@ -104,17 +118,74 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class Aggregate:
+    """One aggregate of the builder: a function of a column (``count:*`` counts records)."""
+
+    function: str
+    column: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Aggregate":
+        """Return the aggregate encoded as ``function:column``."""
+        function, _, column = text.partition(":")
+        function, column = function.strip().lower(), column.strip()
+        if function not in AGGREGATES:
+            raise QueryError(f"agg={text!r}: {function!r} is not one of {', '.join(AGGREGATES)}")
+        if not column or (column == "*" and function != "count"):
+            raise QueryError(f"agg={text!r} must be function:column, e.g. avg:temperature (count:* counts records)")
+        return cls(function, column)
+
+    def encode(self) -> str:
+        return f"{self.function}:{self.column}"
+
+    def name(self) -> str:
+        """Return the output column's name: ``avg_temperature``, ``count``."""
+        return self.function if self.column == "*" else f"{self.function}_{self.column}"
+
+    def sql(self, columns: Mapping[str, ColumnInfo]) -> str:
+        if self.column == "*":
+            return "count(*)"
+        if self.column not in columns:
+            raise UnknownColumnError(f"agg: no column {self.column!r}; columns are {', '.join(columns)}")
+        name = sql_identifier(self.column)
+        if self.function == "weighted_avg":
+            if "area_weight" not in columns:
+                raise QueryError(f"agg: weighted_avg needs an area_weight column, which this dataset lacks; "
+                                 f"use avg:{self.column}")
+            return f"weighted_avg({name}, area_weight)"
+        return f"{self.function}({name})"
+
+
+def _group_sql(key: str, columns: Mapping[str, ColumnInfo]) -> tuple[str, str]:
+    """Return (SQL, output name) of one group key: a column, or a time bucket ``month(time)``."""
+    bucket = _BUCKET.fullmatch(key)
+    name = bucket.group(2) if bucket else key
+    column = columns.get(name)
+    if column is None:
+        raise UnknownColumnError(f"group: no column {name!r}; columns are {', '.join(columns)}")
+    if bucket is None:
+        return sql_identifier(name), name
+    if " since " not in column.units and "timestamp" not in column.arrow_type:
+        raise QueryError(f"group: {bucket.group(1)}({name}) needs a time column; {name} is not one")
+    output = bucket.group(1) if bucket.group(1) not in columns else f"{bucket.group(1)}_{name}"
+    return f"{bucket.group(1)}({sql_identifier(name)})", output
+
+
+@dataclass(frozen=True, slots=True)
 class BuilderState:
-    """What the builder form holds: a dataset, output columns, conditions, a row limit."""
+    """What the builder form holds: a dataset, output columns, conditions, groups, aggregates, a row limit."""
 
     dataset: str
     columns: tuple[str, ...] = ()
     conditions: tuple[Condition, ...] = ()
     limit: int | None = None
+    groups: tuple[str, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
 
     @classmethod
     def parse(
-        cls, dataset: str, select: Sequence[str] = (), where: Sequence[str] = (), limit: str = ""
+        cls, dataset: str, select: Sequence[str] = (), where: Sequence[str] = (), limit: str = "",
+        group: Sequence[str] = (), agg: Sequence[str] = (),
     ) -> "BuilderState":
         """Return the state encoded in the page's query parameters."""
         n: int | None = None
@@ -123,18 +194,45 @@ class BuilderState:
                 raise QueryError(f"limit={limit!r} must be a whole number of rows")
             n = int(limit)
         columns = tuple(dict.fromkeys(c.strip() for c in select if c.strip()))
-        return cls(dataset, columns, tuple(Condition.parse(w) for w in where if w.strip()), n)
+        groups = tuple(dict.fromkeys(g.strip() for g in group if g.strip()))
+        aggregates = tuple(dict.fromkeys(Aggregate.parse(a) for a in agg if a.strip()))
+        return cls(dataset, columns, tuple(Condition.parse(w) for w in where if w.strip()), n, groups, aggregates)
+
+    @property
+    def reduces(self) -> bool:
+        """Return whether the state groups or aggregates (one record per group)."""
+        return bool(self.groups or self.aggregates)
 
     def sql(self, details: DatasetDetails) -> str:
         """Return the SQL this state stands for (``select *`` when no column is picked)."""
         columns = {c.name: c for c in (*details.coordinates, *details.attributes)}
+        if self.reduces:
+            return self._reduce_sql(details, columns)
         for name in self.columns:
             if name not in columns:
                 raise UnknownColumnError(f"select: no column {name!r}; columns are {', '.join(columns)}")
         select = ", ".join(sql_identifier(c) for c in self.columns) or "*"
-        text = f"select {select} from {sql_identifier(details.summary.id)}"
+        return self._finish(f"select {select} from {sql_identifier(details.summary.id)}", columns)
+
+    def _finish(self, text: str, columns: Mapping[str, ColumnInfo], tail: str = "") -> str:
         if self.conditions:
             text += " where " + " and ".join(c.sql(columns) for c in self.conditions)
+        text += tail
         if self.limit is not None:
             text += f" limit {self.limit}"
         return text
+
+    def _reduce_sql(self, details: DatasetDetails, columns: Mapping[str, ColumnInfo]) -> str:
+        keys = [_group_sql(g, columns) for g in self.groups]
+        aggregates = [(a.sql(columns), a.name()) for a in self.aggregates] or [("count(*)", "count")]
+        items, names = [], set()
+        for expression, name in [*keys, *aggregates]:
+            if name in names:
+                raise QueryError(f"the result would have two columns named {name!r}; pick one of them")
+            names.add(name)
+            items.append(expression if expression == sql_identifier(name) else
+                         f"{expression} as {sql_identifier(name)}")
+        text = f"select {', '.join(items)} from {sql_identifier(details.summary.id)}"
+        positions = ", ".join(str(i + 1) for i in range(len(keys)))
+        tail = f" group by {positions} order by {positions}" if keys else ""
+        return self._finish(text, columns, tail)

@@ -14,6 +14,7 @@ description of each status lists the error codes that carry it, from
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from typing import Any
 
@@ -88,11 +89,14 @@ def _is_api(request: Request) -> bool:
 def error_response(request: Request, err: DstpError) -> Response:
     """Return the response for ``err``: its HTTP status, the shared JSON body (or an HTML page for browsers)."""
     body = err.to_dict()
-    renderer: PageRenderer | None = getattr(request.app.state, "renderer", None)
+    retry = getattr(err, "retry_after_s", None)
+    # Back-pressure says when to come back (whole seconds, RFC 9110), as gRPC's retry-after metadata does.
+    headers = {"Retry-After": str(max(1, math.ceil(retry)))} if retry is not None else None
+    renderer: PageRenderer | None = getattr(request.app.state, "renderer", None) if "app" in request.scope else None
     if renderer is not None and not _is_api(request) and "text/html" in request.headers.get("accept", ""):
         html = renderer.render("error.html", body["error"], status=err.http_status)  # type: ignore[arg-type]
-        return HTMLResponse(html, status_code=err.http_status)
-    return JSONResponse(body, status_code=err.http_status)
+        return HTMLResponse(html, status_code=err.http_status, headers=headers)
+    return JSONResponse(body, status_code=err.http_status, headers=headers)
 
 
 #: The web framework's refusals as classes of the error tree, by the HTTP status the framework chose.

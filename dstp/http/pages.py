@@ -4,7 +4,10 @@ Every page has a JSON twin at the same path plus ``.json``; both come from
 the same model here, so the HTML and the JSON can never disagree.
 :class:`CatalogView` caches what pages need from the service (descriptions,
 the search index, coordinate values): a catalog does not change while it is
-served.
+served. Every answer is for one :class:`~dstp.auth.Principal`: the service
+says which datasets it may read (``service.require``, ``service.datasets``),
+the cache only saves recomputing what it may see; a dataset it may not read
+is not found, and absent from search hits, facets and counts.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from urllib.parse import urlencode
 import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from dstp.auth import Principal
 from dstp.metadata import DatasetDetails
 from dstp.service import DstpService
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
 from dstp.http.quicklook import geographic_columns
-from dstp.http.builder import OPERATORS, BuilderState, sql_identifier
+from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.http.shapes import column_json, details_json, summary_json
 from dstp.http.snippets import FORMAT_LABELS, Endpoints, download_links, query_url, snippets
@@ -32,6 +36,8 @@ __all__ = ["CatalogView", "PageRenderer", "builder_page", "catalog_page", "datas
 
 #: Dimensions longer than this get a text box instead of a list of values in the quicklook form.
 MAX_LISTED_VALUES = 1000
+#: Search indexes kept, one per set of datasets some principal can see.
+INDEXES_KEPT = 32
 
 
 class CatalogView:
@@ -42,43 +48,53 @@ class CatalogView:
         self._lock = threading.Lock()
         self._details: dict[str, DatasetDetails] = {}
         self._values: dict[tuple[str, str], list[Any]] = {}
-        self._index: SearchIndex | None = None
+        self._indexes: dict[tuple[str, ...], SearchIndex] = {}
 
-    def details(self, dataset_id: str) -> DatasetDetails:
-        """Return the description of ``dataset_id`` (DatasetNotFoundError if unknown)."""
+    def details(self, dataset_id: str, principal: Principal) -> DatasetDetails:
+        """Return the description of ``dataset_id`` (DatasetNotFoundError if unknown or not readable by ``principal``)."""
+        self.service.require(principal, dataset_id)
         with self._lock:
             cached = self._details.get(dataset_id)
         if cached is None:
-            cached = self.service.describe(dataset_id)
+            cached = self.service.describe(dataset_id, principal)
             with self._lock:
                 self._details[dataset_id] = cached
         return cached
 
-    def index(self) -> SearchIndex:
-        """Return the search index of every published dataset."""
-        if self._index is None:
-            self._index = SearchIndex(self.details(s.id) for s in self.service.datasets())
-        return self._index
+    def index(self, principal: Principal) -> SearchIndex:
+        """Return the search index of the datasets ``principal`` may read."""
+        visible = tuple(s.id for s in self.service.datasets(principal))
+        with self._lock:
+            found = self._indexes.get(visible)
+        if found is None:
+            found = SearchIndex(self.details(i, principal) for i in visible)
+            with self._lock:
+                self._indexes[visible] = found
+                while len(self._indexes) > INDEXES_KEPT:
+                    self._indexes.pop(next(iter(self._indexes)))
+        return found
 
-    def table(self, sql: str) -> pa.Table:
-        """Return the whole result of a small query, run like any other (limits, slots)."""
-        execution = self.service.run(sql)
+    def table(self, sql: str, principal: Principal) -> pa.Table:
+        """Return the whole result of a small query, run like any other (limits, slots, access)."""
+        execution = self.service.run(sql, principal=principal)
         try:
             return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
         finally:
             execution.close()
 
-    def values(self, dataset_id: str, dimension: str) -> list[Any]:
+    def values(self, dataset_id: str, dimension: str, principal: Principal) -> list[Any]:
         """Return the coordinate values of one dimension, in index order."""
+        details = self.details(dataset_id, principal)
         key = (dataset_id, dimension)
         with self._lock:
             cached = self._values.get(key)
         if cached is None:
-            d = next((x for x in self.details(dataset_id).dimensions if x.name == dimension), None)
+            d = next((x for x in details.dimensions if x.name == dimension), None)
             if d is None:
                 return []
             column = d.coordinate or d.name
-            cached = self.table(f"select {sql_identifier(column)} from {sql_identifier(dataset_id)}").column(0)
+            cached = self.table(f"select {sql_identifier(column)} from {sql_identifier(dataset_id)}",
+                                principal).column(0)
             cached = cached.to_pylist()
             with self._lock:
                 self._values[key] = cached
@@ -93,9 +109,12 @@ def _query_string(f: CatalogFilter, attributes: tuple[str, ...]) -> str:
     return f"?{text}" if text else ""
 
 
-def catalog_page(view: CatalogView, f: CatalogFilter) -> dict[str, Any]:
-    """Return the catalog page: the filter, matching datasets best first, and facets (with toggle links)."""
-    index = view.index()
+def catalog_page(view: CatalogView, f: CatalogFilter, principal: Principal) -> dict[str, Any]:
+    """Return the catalog page: the filter, matching datasets best first, and facets (with toggle links).
+
+    Only datasets ``principal`` may read are searched, counted and faceted.
+    """
+    index = view.index(principal)
     hits = index.search(f)
     facets = []
     for v in index.facets(hits, f):
@@ -149,9 +168,9 @@ def _when(text: str) -> str:
     return day if hour == "00:00" and not seconds else f"{day} {hour}{seconds}"
 
 
-def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
+def dataset_page(view: CatalogView, dataset_id: str, principal: Principal) -> dict[str, Any]:
     """Return the dataset page: the full description plus quicklook choices and links."""
-    d = view.details(dataset_id)
+    d = view.details(dataset_id, principal)
     axes = {x.name: x.axis for x in d.dimensions}
     mappable = [a.name for a in d.attributes if {"X", "Y"} <= {axes.get(n) for n in a.dimensions}
                 or len(a.dimensions) == 1 and geographic_columns(d, a.dimensions) is not None]
@@ -159,7 +178,7 @@ def dataset_page(view: CatalogView, dataset_id: str) -> dict[str, Any]:
     choices, labels, points = {}, {}, {}
     for x in d.dimensions:
         if x.size <= MAX_LISTED_VALUES:
-            values = view.values(dataset_id, x.name)
+            values = view.values(dataset_id, x.name, principal)
             choices[x.name] = [_shown(v) for v in values]
             labels[x.name] = _labels(values)
             if values:  # where the point forms start: the middle of the axis, as labelled
@@ -187,18 +206,26 @@ def _file_range(f: Mapping[str, Any]) -> str:
     return f"index {f['start']} … {f['start'] + f['count'] - 1}"
 
 
-def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints) -> dict[str, Any]:
+def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints,
+                 principal: Principal) -> dict[str, Any]:
     """Return the query builder page for ``state`` (or for the verbatim ``sql`` when given)."""
-    d = view.details(state.dataset)
+    d = view.details(state.dataset, principal)
     text = sql.strip() if sql and sql.strip() else state.sql(d)
+    columns = [*d.coordinates, *d.attributes]
+    times = [c.name for c in columns if " since " in c.units or "timestamp" in c.arrow_type]
     return {
         "dataset": d.summary.id,
         "title": d.summary.title,
-        "columns": [column_json(c) for c in (*d.coordinates, *d.attributes)],
+        "columns": [column_json(c) for c in columns],
         "operators": list(OPERATORS),
+        "aggregates": [f for f in AGGREGATES if f != "weighted_avg" or any(c.name == "area_weight" for c in columns)],
+        # Group keys: the grid's coordinates, then the time buckets of each time column.
+        "group_options": [*(c.name for c in d.coordinates if c.role in ("dimension", "scalar", "auxiliary")),
+                          *(f"{b}({t})" for t in times for b in TIME_BUCKETS)],
         "formats": FORMAT_LABELS,
         "state": {"select": list(state.columns), "where": [c.encode() for c in state.conditions],
-                  "limit": state.limit, "sql": sql or ""},
+                  "limit": state.limit, "sql": sql or "", "group": list(state.groups),
+                  "agg": [a.encode() for a in state.aggregates]},
         "sql": text,
         "preview_url": query_url(text, "json", limit=100),
         "downloads": download_links(text),

@@ -18,6 +18,10 @@ drops the connection so the client sees an incomplete body.
 sets the query's cancel event, waits for the step in flight (cancelled
 queries stop within about 50 ms) and releases the query slot.
 
+While a chunk waits to be taken by the client the stream marks its slot
+*blocked*: a reader that takes nothing for ``stall_timeout_s`` loses the slot
+and the response is dropped (the adapter registers that with the slot).
+
 A result the server cut at ``max_result_rows``/``max_result_bytes`` ends with
 the format's truncation trailer (:meth:`StreamEncoder.truncated`); whether
 that can happen is forecast before the response starts
@@ -34,7 +38,7 @@ from typing import AsyncIterator, Callable, Generator, Iterator, cast
 import anyio
 import pyarrow as pa
 
-from dstp.errors import DstpError, ServerError
+from dstp.errors import DstpError, LimitExceededError, ServerError
 from dstp.service import Execution
 from dstp.http.formats import StreamEncoder, truncation_notice
 
@@ -102,8 +106,11 @@ class ResultStream:
         self._first = head + (await self._next() or b"")
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        pace = self.execution.slot
         if self._first:
+            pace.blocked()
             yield self._first
+            pace.unblocked()
         while True:
             try:
                 chunk = await self._next()
@@ -118,7 +125,9 @@ class ResultStream:
             if chunk is None:
                 return
             if chunk:
+                pace.blocked()  # until the server has handed it to the client's connection
                 yield chunk
+                pace.unblocked()
 
     def _close(self) -> None:
         if not self._done:
@@ -196,19 +205,29 @@ def truncation_forecast(execution: Execution, limit: int | None) -> tuple[str, s
 class LimitedBatches:
     """At most ``limit`` rows of ``execution``'s batches; stops the query and frees its slot when done.
 
-    After iteration, :meth:`truncated_reason` says whether the server cut the result short of what was asked.
+    With ``max_bytes`` a result growing past that many Arrow bytes is refused (LimitExceededError): a
+    format assembled in memory must not hold more. After iteration, :meth:`truncated_reason` says
+    whether the server cut the result short of what was asked.
     """
 
-    def __init__(self, execution: Execution, limit: int | None) -> None:
+    def __init__(self, execution: Execution, limit: int | None, max_bytes: int | None = None) -> None:
         self.execution = execution
         self.limit = limit
+        self.max_bytes = max_bytes
         self.rows = 0
+        self.bytes = 0
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         batches = cast(Generator[pa.RecordBatch, None, None], self.execution.batches())
         limit = self.limit
         try:
             for batch in batches:
+                self.bytes += batch.nbytes
+                if self.max_bytes is not None and self.bytes > self.max_bytes:
+                    raise LimitExceededError(
+                        f"format=nc assembles the whole result in memory, and this one is larger than "
+                        f"nc_max_result_bytes={self.max_bytes:,} bytes; narrow it (WHERE, LIMIT, stride()), or "
+                        "choose format=parquet or arrow, which have no such limit")
                 if limit is not None and self.rows + batch.num_rows >= limit:
                     batch = batch.slice(0, limit - self.rows)
                     self.rows += batch.num_rows
@@ -224,6 +243,6 @@ class LimitedBatches:
         return truncated_reason(self.execution, self.rows, self.limit)
 
 
-def limited(execution: Execution, limit: int | None) -> LimitedBatches:
+def limited(execution: Execution, limit: int | None, max_bytes: int | None = None) -> LimitedBatches:
     """Return at most ``limit`` rows of ``execution``'s batches (see :class:`LimitedBatches`)."""
-    return LimitedBatches(execution, limit)
+    return LimitedBatches(execution, limit, max_bytes)

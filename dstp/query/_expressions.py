@@ -1,27 +1,45 @@
-"""Checking expressions: the whitelist of nodes and functions, column binding, size limits.
+"""Checking expressions: the whitelist of nodes and functions, column binding, time functions, size limits.
 
-:class:`Validator` walks each expression of a query, binds its column names to the dataset and
-refuses any node not on the whitelist, with a message naming it in SQL terms. ``check_integers``,
-``rebalance`` and ``check_depth`` keep a tree within what planning and DuckDB can take.
+:class:`Checker` walks each expression of one SELECT, binds its column names to
+the sources of that SELECT (:mod:`._scope`) and refuses any node not on the
+whitelist, with a message naming it in SQL terms. It also
+
+* rewrites time functions for the column's calendar (:mod:`._calendar`) and time
+  literals into the column's form (ISO text or timestamp);
+* rewrites ``weighted_avg(x, w)`` into ``sum(x·w) / sum(w where x is not null)``;
+* hands subqueries to the binder (:mod:`._binder`), which validates them as queries
+  of their own, with this SELECT's sources visible for correlated references;
+* checks comparisons between keys of two datasets (:mod:`._keys`).
+
+``check_integers``, ``rebalance`` and ``check_depth`` keep a tree within what
+planning and DuckDB can take: at most MAX_EXPRESSION_DEPTH levels deep and
+MAX_EXPRESSION_TERMS arithmetic operators and function calls in all (DuckDB takes
+about a millisecond to bind each: 16 queries of 990 ``+1`` terms kept a server busy
+for minutes).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, UnsupportedError
 
 from dstp.catalog.cf import time_literal
-from dstp.catalog.dataset import GriddedDataset
 from dstp.errors import ForbiddenQueryError, QueryError, UnknownColumnError
+from dstp.query import _calendar, _keys
+from dstp.query._scope import ColumnMeta, DatasetSource, MatchupSource, Scope, Source
 from dstp.query._text import DIALECT, error_at, snippet
 
-__all__ = ["ALLOWED_FUNCTIONS", "INT64_MAX", "MAX_EXPRESSION_DEPTH", "Validator", "check_depth",
-           "check_integers", "rebalance"]
+__all__ = ["AGGREGATES", "ALLOWED_FUNCTIONS", "Checker", "INT64_MAX", "MAX_EXPRESSION_DEPTH", "MAX_EXPRESSION_TERMS",
+           "WINDOW_FUNCTIONS", "check_depth", "check_integers", "meta_of", "rebalance"]
 
 #: Deepest expression tree accepted, counted in sqlglot nodes.
 MAX_EXPRESSION_DEPTH = 100
+#: Most arithmetic operators, function calls, casts and CASEs in one query. Values (-1 too), names, comparisons,
+#: AND/OR/NOT and the query's clauses are free: long flat lists of conditions stay allowed (max_sql_length
+#: bounds them), while ``x+1+1+…`` packs one term into every two characters.
+MAX_EXPRESSION_TERMS = 500
 INT64_MAX = 2**63 - 1
 
 #: Scalar functions a query may call (sqlglot expression classes).
@@ -31,9 +49,29 @@ ALLOWED_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.Least: "least", exp.Greatest: "greatest", exp.Coalesce: "coalesce", exp.Nullif: "nullif",
     exp.Sin: "sin", exp.Cos: "cos", exp.Tan: "tan", exp.Asin: "asin", exp.Acos: "acos",
     exp.Atan: "atan", exp.Atan2: "atan2", exp.Radians: "radians", exp.Degrees: "degrees",
-    exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour",
+    exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour", exp.Minute: "minute",
+    exp.Second: "second", exp.Quarter: "quarter",
     exp.DayOfYear: "dayofyear", exp.Extract: "extract", exp.TimestampTrunc: "date_trunc",
+    exp.DateBin: "time_bucket",
 }
+#: Aggregate functions (also usable as window functions with OVER).
+AGGREGATES: dict[type[exp.Expression], str] = {
+    exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
+    exp.Stddev: "stddev", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
+    exp.Variance: "var/variance/var_samp", exp.VariancePop: "var_pop", exp.Median: "median",
+    exp.PercentileCont: "quantile_cont", exp.PercentileDisc: "quantile_disc",
+    exp.ApproxQuantile: "approx_quantile", exp.First: "first", exp.Last: "last",
+    exp.ArgMax: "arg_max", exp.ArgMin: "arg_min", exp.Corr: "corr", exp.ApproxDistinct: "approx_count_distinct",
+}
+#: Functions only meaningful with OVER (…).
+WINDOW_FUNCTIONS: dict[type[exp.Expression], str] = {
+    exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.PercentRank: "percent_rank",
+    exp.CumeDist: "cume_dist", exp.Ntile: "ntile", exp.Lag: "lag", exp.Lead: "lead",
+    exp.FirstValue: "first_value", exp.LastValue: "last_value", exp.NthValue: "nth_value",
+}
+#: dstp's own functions, rewritten before DuckDB sees them (name -> what it is).
+DSTP_FUNCTIONS = {"weighted_avg": "aggregate", "season": "scalar", "mean": "aggregate", "var": "aggregate"}
+_ALIASED = {"mean": exp.Avg, "var": exp.Variance}
 
 # Operators and leaves allowed anywhere in an expression.
 _ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
@@ -41,7 +79,7 @@ _ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
     exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
     exp.Between, exp.In, exp.Is, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv,
     exp.Case, exp.If, exp.Cast, exp.DataType, exp.Var, exp.Alias, exp.Star, exp.Ordered,
-    exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Distinct, exp.Filter, exp.Where, exp.Window, exp.WindowSpec, exp.Order,
 )
 _CAST_TYPES = {
     exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATE,
@@ -55,8 +93,17 @@ _TYPE_NAMES = {exp.DataType.Type.INT128: "a 128-bit integer", exp.DataType.Type.
 _FILE_ACCESS = {"read_csv", "read_csv_auto", "read_parquet", "read_json", "read_json_auto", "read_text",
                 "read_blob", "parquet_scan", "glob", "getenv", "current_setting", "duckdb_settings",
                 "sniff_csv", "iceberg_scan", "delta_scan", "query", "query_table"}
+# Time functions rewritten per calendar, by sqlglot class.
+_TIME_FIELDS: dict[type[exp.Expression], str] = {
+    exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour", exp.Minute: "minute",
+    exp.Second: "second", exp.Quarter: "quarter", exp.DayOfYear: "dayofyear",
+}
+_CALENDAR_KEEPERS = (exp.Min, exp.Max, exp.First, exp.Last, exp.ArgMin, exp.ArgMax, exp.Paren, exp.FirstValue,
+                     exp.LastValue, exp.NthValue, exp.Lag, exp.Lead)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 # -- the tree as a whole ---------------------------------------------------------------------
+
 
 def check_integers(tree: exp.Expression, sql: str) -> None:
     """Refuse whole numbers beyond 64 bits (DuckDB would type them as 128-bit and fail later)."""
@@ -96,11 +143,31 @@ def rebalance(tree: exp.Expression) -> None:
         root.replace(operands[0])
 
 
+# Nodes not counted as terms: values, names, grouping, conditions and connectives, the query's own clauses.
+_FREE_NODES = (exp.Literal, exp.Identifier, exp.Column, exp.Null, exp.Boolean, exp.Paren, exp.Alias, exp.Star,
+               exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In,
+               exp.Is, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Neg, exp.DataType, exp.DataTypeParam, exp.Var, exp.Tuple,
+               exp.Query, exp.Subquery, exp.Table, exp.TableAlias, exp.From, exp.Join, exp.Where, exp.Group,
+               exp.Having, exp.Order, exp.Ordered, exp.Limit, exp.Offset)
+
+
 def check_depth(tree: exp.Expression, sql: str) -> None:
-    """Refuse expression trees deeper than MAX_EXPRESSION_DEPTH (DuckDB refuses 1000)."""
+    """Refuse expression trees deeper than MAX_EXPRESSION_DEPTH (DuckDB refuses 1000) or with more than
+    MAX_EXPRESSION_TERMS arithmetic operators and calls, before anything is planned."""
     stack: list[tuple[exp.Expression, int]] = [(tree, 0)]
+    terms = 0
     while stack:
         node, depth = stack.pop()
+        if not isinstance(node, _FREE_NODES):
+            terms += 1
+            if terms > MAX_EXPRESSION_TERMS:
+                raise error_at(
+                    QueryError,
+                    f"this query has more than {MAX_EXPRESSION_TERMS} arithmetic operators and function calls; "
+                    "simplify its expressions (compute the rest in your client), or use IN (…) for a list of values",
+                    sql,
+                    node,
+                )
         if depth > MAX_EXPRESSION_DEPTH:
             raise error_at(
                 QueryError,
@@ -112,97 +179,386 @@ def check_depth(tree: exp.Expression, sql: str) -> None:
         stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
+def meta_of(node: exp.Expression | None) -> ColumnMeta | None:
+    """Return what dstp knows of an expression's values: a bound column's meta, kept through
+    calendar-preserving functions (min, max, first, date_trunc, time_bucket, …); else None."""
+    while node is not None:
+        meta = node.meta.get("dstp")
+        if isinstance(meta, ColumnMeta):
+            return meta
+        if isinstance(node, exp.Window):
+            node = node.this
+        elif isinstance(node, (exp.Alias, exp.Filter, *_CALENDAR_KEEPERS)):
+            node = node.this
+        else:
+            return None
+    return None
+
+
 # -- expressions -----------------------------------------------------------------------------
 
 # How refused expression nodes are called in messages (else the node's own SQL is quoted).
 _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Like: "LIKE", exp.ILike: "ILIKE", exp.SimilarTo: "SIMILAR TO", exp.RegexpLike: "a regular expression",
     exp.Interval: "INTERVAL arithmetic", exp.Any: "ANY (…)", exp.All: "ALL (…)",
-    exp.Window: "a window function (OVER …)", exp.Lambda: "a lambda function", exp.Array: "a list value",
+    exp.Lambda: "a lambda function", exp.Array: "a list value",
     exp.Struct: "a struct value", exp.Bracket: "indexing with […]", exp.Dot: "field access with '.'",
     exp.Collate: "COLLATE", exp.Unnest: "UNNEST",
 }
+#: Where aggregates and window functions may stand, by clause.
+_AGGREGATE_CLAUSES = {"select", "having", "order", "qualify"}
+_WINDOW_CLAUSES = {"select", "order", "qualify"}
+_CLAUSE_WORDS = {"where": "WHERE", "on": "a join condition", "group": "GROUP BY", "having": "HAVING",
+                 "select": "the SELECT list", "order": "ORDER BY", "qualify": "QUALIFY"}
+
+#: Binds a subquery: (query node, the scope around it) -> (bound node, its output metas).
+SubqueryBinder = Callable[[exp.Expression, Scope], tuple[exp.Expression, list[ColumnMeta]]]
 
 
-class Validator:
-    """Checks expressions node by node and binds column names to the dataset."""
+class Checker:
+    """Checks the expressions of one SELECT node by node and binds their columns to its sources."""
 
-    def __init__(self, sql: str, dataset: GriddedDataset, alias: str | None = None) -> None:
+    def __init__(self, sql: str, scope: Scope, subquery: SubqueryBinder) -> None:
         self.sql = sql
-        self.dataset = dataset
-        self.qualifiers = {dataset.id.lower()} | ({alias.lower()} if alias else set())
-        self.columns = {c: c for c in dataset.column_names()}
-        self.lower: dict[str, list[str]] = {}
-        for c in dataset.column_names():
-            self.lower.setdefault(c.lower(), []).append(c)
-        self.used: set[str] = set()
-        self.time_columns = {
-            name: col.decoding.iso_time
-            for name, col in [*dataset.coordinates.items(), *dataset.auxiliaries.items(),
-                              *dataset.attributes.items()]
-            if col.decoding.time_units is not None
-        }
+        self.scope = scope
+        self.subquery = subquery
+        #: Bound columns that name a select-list output (GROUP BY m): their names.
+        self.alias_refs: set[str] = set()
 
-    def resolve(self, node: exp.Column, aliases: Iterable[str] = ()) -> str | None:
-        """Return the dataset column ``node`` names (None for an output alias), or raise."""
+    # -- columns ---------------------------------------------------------------------------
+
+    def resolve(self, node: exp.Column, aliases: Iterable[str] = ()) -> tuple[Source, str, Scope] | str:
+        """Return (source, column, scope) a column names, or the output alias it names; raise if neither."""
         table = node.args.get("table")
-        if table is not None and table.name.lower() not in self.qualifiers:
-            raise error_at(UnknownColumnError, f"{table.name!r} is not the dataset of this query", self.sql, table)
         if node.args.get("db") or node.args.get("catalog"):
             raise error_at(UnknownColumnError, f"{node.sql()!r} is not a column", self.sql, node)
         if node.args.get("join_mark"):
-            raise error_at(ForbiddenQueryError, "(+) outer-join marks are not supported; query one dataset",
-                           self.sql, node)
+            raise error_at(ForbiddenQueryError, "(+) outer-join marks are not supported; write the join with "
+                           "LEFT JOIN … ON", self.sql, node)
         if not isinstance(node.this, exp.Identifier):
             raise self._not_allowed(node.this)
-        name = node.name
-        if name in self.columns:
-            return name
-        if name in aliases:
-            return None
-        if len(self.lower.get(name.lower(), [])) == 1 and not node.this.quoted:
-            return self.lower[name.lower()][0]
-        known = ", ".join(self.dataset.column_names())
-        raise error_at(
-            UnknownColumnError,
-            f"{self.dataset.id} has no column {name!r} (columns: {known})",
-            self.sql,
-            node,
-        )
+        name, quoted = node.name, bool(node.this.quoted)
+        qualifier = table.name if table is not None else None
+        scope: Scope | None = self.scope
+        while scope is not None:
+            found = self._find(scope, name, quoted, qualifier, node)
+            if found is not None:
+                return found[0], found[1], scope
+            if scope is self.scope and qualifier is None and name in aliases:
+                return name
+            scope = scope.parent
+        if qualifier is not None:
+            known = sorted({s.alias for s in self.scope.sources})
+            if not any(qualifier.lower() in s.qualifiers() for sc in self._scopes() for s in sc.sources):
+                raise error_at(UnknownColumnError, f"{qualifier!r} is not a dataset or name of this query "
+                               f"(here: {', '.join(known) or 'none'})", self.sql, table)
+        raise error_at(UnknownColumnError, self._unknown(name, qualifier), self.sql, node)
 
-    def column(self, node: exp.Column, aliases: Iterable[str] = ()) -> str | None:
-        resolved = self.resolve(node, aliases)
-        if resolved is not None:
-            self.used.add(resolved)
-        return resolved
+    def _scopes(self) -> list[Scope]:
+        out: list[Scope] = []
+        scope: Scope | None = self.scope
+        while scope is not None:
+            out.append(scope)
+            scope = scope.parent
+        return out
 
-    def check(self, node: exp.Expression, aliases: Iterable[str] = ()) -> exp.Expression:
-        """Return a copy of ``node`` with columns bound, or raise for anything not allowed."""
-        aliases = tuple(aliases)
-        # Check the parsed nodes themselves (their parents place the caret), then bind a copy.
-        for sub in node.walk():
-            if isinstance(sub, exp.Column):
-                self.column(sub, aliases)
+    def _find(self, scope: Scope, name: str, quoted: bool, qualifier: str | None,
+              node: exp.Column) -> tuple[Source, str] | None:
+        hits: list[tuple[Source, str]] = []
+        for source in scope.sources:
+            if qualifier is not None and qualifier.lower() not in source.qualifiers():
+                continue
+            if isinstance(source, MatchupSource):
+                for prefix, side in source.side(qualifier):
+                    column = side.lookup(name, quoted)
+                    if column is not None:
+                        hits.append((source, prefix + column))
+                continue
+            column = source.lookup(name, quoted)
+            if column is not None:
+                hits.append((source, column))
+        if len(hits) > 1:
+            where = ", ".join(f"{s.describe()}" if not isinstance(s, MatchupSource) else
+                              (s.left_name if c.startswith("l.") else s.right_name) for s, c in hits)
+            first = hits[0][1].split(".", 1)[-1]
+            raise error_at(QueryError, f"column {name!r} is in more than one of {where}; say which, e.g. "
+                           f"{(where.split(',')[0].split(' (')[0])}.{first}", self.sql, node)
+        return hits[0] if hits else None
+
+    def _unknown(self, name: str, qualifier: str | None) -> str:
+        sources = [s for s in self.scope.sources if qualifier is None or qualifier.lower() in s.qualifiers()]
+        if len(sources) == 1:
+            source = sources[0]
+            known = ", ".join(source.column_names() if not isinstance(source, MatchupSource)
+                              else [*source.left.column_names(), *source.right.column_names()])
+            return f"{source.describe().split(' (')[-1].rstrip(')')} has no column {name!r} (columns: {known})"
+        names = ", ".join(s.describe() for s in sources) or "none"
+        return f"no column {name!r} in {names}"
+
+    def bind_column(self, node: exp.Column, aliases: Iterable[str] = (), use: bool = True) -> exp.Expression:
+        """Return the bound form of a column: ``"alias"."column"``, or ``"output"`` for a select-list name."""
+        found = self.resolve(node, aliases)
+        if isinstance(found, str):
+            self.alias_refs.add(found)
+            bound = exp.Column(this=exp.Identifier(this=found, quoted=True))
+            bound.meta.update({k: v for k, v in node.meta.items() if k != "dstp"})
+            return bound
+        source, column, _ = found
+        if use:
+            if isinstance(source, MatchupSource):
+                side = source.left if column.startswith("l.") else source.right
+                side.use(column[2:])
             else:
-                self._allow(sub)
-        copy = node.copy()
-        for column in list(copy.find_all(exp.Column)):
-            resolved = self.resolve(column, aliases)
-            if resolved is not None:
-                column.set("table", None)
-                column.set("this", exp.Identifier(this=resolved, quoted=True))
+                source.use(column)
+        table, name = source.sql_column(column, None)
+        bound = exp.Column(this=exp.Identifier(this=name, quoted=True), table=exp.Identifier(this=table, quoted=True))
+        bound.meta.update({k: v for k, v in node.meta.items() if k != "dstp"})
+        bound.meta["dstp"] = source.meta(column)
+        return bound
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def check(self, node: exp.Expression, clause: str, aliases: Iterable[str] = ()) -> exp.Expression:
+        """Return ``node`` with every column bound and dstp's functions rewritten, or raise."""
+        self._clause, self._aliases = clause, tuple(aliases)
+        bound = self._bind(node, in_aggregate=False, in_window=False)
+        bound = self.normalise_time_literals(bound)
+        bound = _keys.reconcile(bound, self.sql)
         try:
-            copy.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
+            bound.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
         except UnsupportedError:
             raise error_at(ForbiddenQueryError, f"{snippet(node)} cannot be run as written; "
                            "write it without its options", self.sql, node) from None
-        return copy
+        return bound
 
-    def _allow(self, sub: exp.Expr) -> None:
+    def _bind(self, node: exp.Expression, in_aggregate: bool, in_window: bool) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star):
+                raise self._not_allowed(node.this)
+            return self.bind_column(node, self._aliases)
+        if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
+            return self._bind_subquery(node, in_aggregate, in_window)
+        if isinstance(node, exp.Star):
+            if isinstance(node.parent, exp.Count):
+                for source in self.scope.sources:
+                    source.use_all()
+                return node
+            raise self._not_allowed(node)
+        name = node.name.lower() if isinstance(node, exp.Anonymous) else ""
+        is_aggregate = isinstance(node, tuple(AGGREGATES)) or DSTP_FUNCTIONS.get(name) == "aggregate"
+        is_window_only = isinstance(node, tuple(WINDOW_FUNCTIONS))
+        if is_aggregate or is_window_only:
+            self._check_placement(node, in_aggregate, in_window, window_only=is_window_only)
+        self._allow(node)
+        if isinstance(node, exp.Window) and self._clause not in _WINDOW_CLAUSES:
+            raise error_at(QueryError, f"window functions (OVER …) cannot be used in {_CLAUSE_WORDS[self._clause]}; "
+                           "compute them in the SELECT list of a subquery or CTE, or filter with QUALIFY",
+                           self.sql, node)
+        child_aggregate = in_aggregate or (is_aggregate and not isinstance(node.parent, exp.Window))
+        child_window = in_window or isinstance(node, exp.Window)
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expression) and not (key == "this" and isinstance(node, exp.Column)):
+                if isinstance(value, (exp.DataType, exp.Var)) or key == "_type":
+                    continue
+                new = self._bind(value, child_aggregate and key != "partition_by", child_window)
+                if new is not value:
+                    node.set(key, new)
+            elif isinstance(value, list):
+                items = [self._bind(v, child_aggregate, child_window) if isinstance(v, exp.Expression)
+                         and not isinstance(v, exp.DataType) else v for v in value]
+                node.set(key, items)
+        return self._rewrite(node)
+
+    def _check_placement(self, node: exp.Expression, in_aggregate: bool, in_window: bool, window_only: bool) -> None:
+        label = _function_name(node)
+        windowed = isinstance(node.parent, exp.Window) or (isinstance(node.parent, exp.Filter)
+                                                            and isinstance(node.parent.parent, exp.Window))
+        if window_only and not windowed:
+            raise error_at(QueryError, f"{label}() needs OVER (…), e.g. {label}() over (order by time)",
+                           self.sql, node)
+        if in_aggregate and not windowed:
+            raise error_at(QueryError, f"{label}() is inside another aggregate; aggregate in a subquery or CTE "
+                           "first, then aggregate its result", self.sql, node)
+        allowed = _WINDOW_CLAUSES if windowed else _AGGREGATE_CLAUSES
+        if self._clause not in allowed:
+            hint = {"where": "filter groups with HAVING, or aggregate in a subquery or CTE",
+                    "group": "group by columns or expressions of columns",
+                    "on": "aggregate in a subquery or CTE, then join it"}.get(self._clause, "")
+            raise error_at(QueryError, f"{label}() is an aggregate and cannot be used in "
+                           f"{_CLAUSE_WORDS[self._clause]}" + (f"; {hint}" if hint else ""), self.sql, node)
+
+    def _bind_subquery(self, node: exp.Expression, in_aggregate: bool, in_window: bool) -> exp.Expression:
+        if isinstance(node, exp.In):
+            node.set("this", self._bind(node.this, in_aggregate, in_window))
+            query = node.args["query"]
+            inner = query.this if isinstance(query, exp.Subquery) else query
+            bound, outputs = self.subquery(inner, self.scope)
+            if len(outputs) != 1:
+                raise error_at(QueryError, f"IN (SELECT …) takes one column; this subquery selects {len(outputs)}",
+                               self.sql, query)
+            node.set("query", exp.Subquery(this=bound))
+            return node
+        inner = node.this
+        bound, outputs = self.subquery(inner, self.scope)
+        if isinstance(node, exp.Subquery):
+            if len(outputs) != 1:
+                raise error_at(QueryError, f"a subquery used as a value selects one column; this one selects "
+                               f"{len(outputs)}", self.sql, node)
+            result = exp.Subquery(this=bound)
+            result.meta.update(node.meta)
+            if outputs[0].calendar is not None:
+                result.meta["dstp"] = outputs[0]
+            return result
+        node.set("this", bound)
+        return node
+
+    # -- rewrites --------------------------------------------------------------------------
+
+    def _rewrite(self, node: exp.Expression) -> exp.Expression:
+        """Return dstp's functions and calendar-dependent time functions rewritten for DuckDB."""
+        if isinstance(node, exp.Anonymous):
+            name = node.name.lower()
+            if name in _ALIASED:
+                aliased: Any = _ALIASED[name](this=node.expressions[0]) if len(node.expressions) == 1 \
+                    else self._arity(node, name, 1)
+                return aliased
+            if name == "weighted_avg":
+                return self._weighted_avg(node)
+            if name == "season":
+                if len(node.expressions) != 1:
+                    self._arity(node, "season", 1)
+                return self._time_call("season", node.expressions[0], node)
+            return node
+        if isinstance(node, exp.Window) and isinstance(node.this, exp.Div) and node.this.meta.get("dstp_wavg"):
+            div = node.this  # weighted_avg(x, w) over (…): the window applies to both sums
+            spec = {k: v for k, v in node.args.items() if k != "this"}
+            return exp.Div(this=exp.Window(this=div.this, **{k: v.copy() if isinstance(v, exp.Expression) else v
+                                                              for k, v in spec.items()}),
+                           expression=exp.Nullif(this=exp.Window(this=div.expression.this, **spec),
+                                                 expression=exp.Literal.number(0)))
+        if isinstance(node, exp.Window):
+            self._check_frame(node)
+        if type(node) in _TIME_FIELDS:
+            return self._time_call(_TIME_FIELDS[type(node)], node.this, node)
+        if isinstance(node, exp.Extract):
+            field = node.this.name.lower() if isinstance(node.this, (exp.Var, exp.Identifier)) else ""
+            return self._time_call(field, node.expression, node)
+        if isinstance(node, exp.TimestampTrunc):
+            unit = node.args.get("unit")
+            return self._truncate(unit.name if unit is not None else "", node.this, node)
+        if isinstance(node, exp.DateBin):
+            return self._bucket(node)
+        return node
+
+    def _arity(self, node: exp.Expression, name: str, count: int) -> exp.Expression:
+        raise error_at(QueryError, f"{name}() takes {count} argument{'s' if count > 1 else ''}", self.sql, node)
+
+    def _weighted_avg(self, node: exp.Anonymous) -> exp.Expression:
+        if len(node.expressions) != 2:
+            raise error_at(QueryError, "weighted_avg(x, w) takes a value and its weight, e.g. "
+                           "weighted_avg(temperature, area_weight)", self.sql, node)
+        x, w = node.expressions
+        total = exp.Sum(this=exp.Mul(this=exp.Paren(this=x), expression=exp.Paren(this=w)))
+        weights = exp.Sum(this=exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())),
+                                                    true=w.copy())]))
+        if isinstance(node.parent, exp.Window):
+            div = exp.Div(this=total, expression=weights)  # the Window rewrite wraps both sums
+            div.meta["dstp_wavg"] = True
+            return div
+        return exp.Paren(this=exp.Div(this=total, expression=exp.Nullif(this=weights, expression=exp.Literal.number(0))))
+
+    def _calendar(self, t: exp.Expression, node: exp.Expression) -> tuple[str, bool]:
+        """Return (calendar, iso) of a time argument; standard for times dstp did not make."""
+        meta = meta_of(t)
+        if meta is not None and meta.calendar is not None:
+            return meta.calendar, meta.iso
+        for column in t.find_all(exp.Column):
+            inner = column.meta.get("dstp")
+            if isinstance(inner, ColumnMeta) and inner.calendar is not None and \
+                    inner.calendar_family not in _calendar.STANDARD:
+                raise error_at(QueryError, f"cannot tell the calendar of {snippet(t)}: it uses "
+                               f"{inner.name!r} ({inner.calendar}); apply {_function_name(node)} to the time "
+                               "column itself", self.sql, node)
+        return "standard", False
+
+    def _time_call(self, name: str, t: exp.Expression, node: exp.Expression) -> exp.Expression:
+        calendar, iso = self._calendar(t, node)
+        if calendar in _calendar.STANDARD and name != "season":
+            return node
+        try:
+            return _calendar.time_function(name, t, calendar, iso)
+        except _calendar.CalendarError as exc:
+            raise error_at(QueryError, str(exc), self.sql, node) from None
+
+    def _truncate(self, unit: str, t: exp.Expression, node: exp.Expression) -> exp.Expression:
+        calendar, iso = self._calendar(t, node)
+        if calendar in _calendar.STANDARD:
+            return node
+        try:
+            result = _calendar.trunc(unit, t, calendar, iso)
+        except _calendar.CalendarError as exc:
+            raise error_at(QueryError, str(exc), self.sql, node) from None
+        return _keep_meta(result, t)
+
+    def _bucket(self, node: exp.DateBin) -> exp.Expression:
+        width = _calendar.interval_of(node.this)
+        if width is None:
+            raise error_at(QueryError, "time_bucket takes an interval first, e.g. time_bucket(interval '5 days', "
+                           "time) or time_bucket(interval '1 month', time)", self.sql, node.this)
+        if width.months and width.micros or (width.months <= 0 and width.micros <= 0):
+            raise error_at(QueryError, "a time_bucket width is a positive number of days (hours, minutes…) or of "
+                           "months (years), not both", self.sql, node.this)
+        t = node.expression
+        calendar, iso = self._calendar(t, node)
+        origin = node.args.get("unit")
+        if isinstance(origin, exp.Var) and origin.name[:1].isdigit():
+            # sqlglot keeps DuckDB's quoted origin ('2000-02-30') as a bare Var; an identifier would be upper-cased
+            origin = exp.Literal.string(origin.name)
+        if origin is not None:
+            literal = _time_literal_node(origin)
+            if literal is None:
+                raise error_at(QueryError, "time_bucket's origin is a date in quotes, e.g. '2000-01-01'",
+                               self.sql, origin)
+            try:
+                value = time_literal(literal.this, iso)
+            except ValueError as exc:
+                raise error_at(QueryError, str(exc), self.sql, literal) from None
+            origin = exp.Literal.string(str(value)) if iso else exp.Cast(
+                this=exp.Literal.string(str(value).replace("T", " ")), to=exp.DataType.build("TIMESTAMP"))
+        try:
+            return _keep_meta(_calendar.bucket(width, t, origin, calendar, iso), t)
+        except _calendar.CalendarError as exc:
+            raise error_at(QueryError, str(exc), self.sql, node) from None
+
+    def _check_frame(self, window: exp.Window) -> None:
+        """Refuse RANGE frames in days over a time on a non-Gregorian calendar (they count Gregorian days)."""
+        spec = window.args.get("spec")
+        if spec is None or not any(isinstance(spec.args.get(k), exp.Interval) for k in ("start", "end")):
+            return
+        order = window.args.get("order")
+        keys = [o.this for o in order.expressions] if order is not None else []
+        for key in keys:
+            meta = meta_of(key)
+            if meta is not None and meta.calendar is not None and meta.calendar_family not in _calendar.STANDARD:
+                raise error_at(QueryError, f"a RANGE frame in days over {meta.name!r} would count Gregorian days, "
+                               f"not {meta.calendar} days; use ROWS BETWEEN n PRECEDING AND CURRENT ROW",
+                               self.sql, spec)
+
+    # -- the whitelist ---------------------------------------------------------------------
+
+    def _allow(self, sub: exp.Expression) -> None:
         """Return if ``sub`` (not a column) may appear in an expression, else raise."""
         if isinstance(sub, exp.Identifier) and isinstance(sub.parent, exp.Column):
             return
-        if isinstance(sub, tuple(ALLOWED_FUNCTIONS)):
+        if isinstance(sub, (*ALLOWED_FUNCTIONS, *AGGREGATES, *WINDOW_FUNCTIONS)):
+            if isinstance(sub, exp.PercentileCont) and isinstance(sub.args.get("expression"), exp.Array):
+                raise error_at(QueryError, "quantile_cont takes one fraction, e.g. quantile_cont(temperature, 0.9); "
+                               "select one column per quantile", self.sql, sub)
+            return
+        if isinstance(sub, exp.Anonymous) and sub.name.lower() in DSTP_FUNCTIONS:
+            return
+        if isinstance(sub, exp.Interval) and (isinstance(sub.parent, exp.DateBin) and sub.arg_key == "this"
+                                              or isinstance(sub.parent, exp.WindowSpec)):
             return
         if isinstance(sub, exp.Cast):
             to = sub.args.get("to")
@@ -215,11 +571,15 @@ class Validator:
                     self.sql,
                     sub,
                 )
+            for param in to.expressions:
+                if isinstance(param, exp.DataTypeParam):
+                    self._decimal_param(param)
             return
         if isinstance(sub, exp.DataTypeParam):
             self._decimal_param(sub)
             return
-        if isinstance(sub, (exp.Var, exp.DataType)) and isinstance(sub.parent, (exp.Cast, exp.Extract, exp.TimestampTrunc, exp.DataType)):
+        if isinstance(sub, (exp.Var, exp.DataType)) and isinstance(sub.parent, (exp.Cast, exp.Extract,
+                                                                             exp.TimestampTrunc, exp.DataType)):
             return
         if isinstance(sub, exp.Is) and not isinstance(sub.expression, (exp.Null, exp.Boolean)):
             raise error_at(QueryError, "IS compares with NULL, TRUE or FALSE; to compare values write = "
@@ -227,6 +587,30 @@ class Validator:
         if isinstance(sub, exp.In) and not sub.expressions and not any(
                 sub.args.get(k) for k in ("query", "unnest", "field")):
             raise error_at(QueryError, "IN needs a list of values, e.g. lat in (10, 20)", self.sql, sub)
+        if isinstance(sub, exp.Window):
+            if sub.args.get("alias") is not None and sub.args.get("partition_by") is None \
+                    and sub.args.get("order") is None:
+                raise error_at(ForbiddenQueryError, "named windows (OVER w … WINDOW w AS) are not supported; "
+                               "write the window in OVER (…)", self.sql, sub)
+            for key in ("spec", "partition_by", "order", "this", "over", "alias"):
+                pass
+            return
+        if isinstance(sub, exp.WindowSpec):
+            return
+        if isinstance(sub, (exp.Order, exp.Ordered)):
+            if isinstance(sub, exp.Order) and not isinstance(sub.parent, exp.Window):
+                raise error_at(ForbiddenQueryError, "ordered aggregates (… ORDER BY inside the parentheses) are "
+                               "not supported; use arg_min/arg_max, or first/last over a window", self.sql, sub)
+            return
+        if isinstance(sub, exp.Distinct):
+            if not isinstance(sub.parent, tuple(AGGREGATES)) or sub.args.get("on") is not None:
+                raise self._not_allowed(sub)
+            return
+        if isinstance(sub, (exp.Filter, exp.Where)):
+            if isinstance(sub, exp.Filter) and not (isinstance(sub.this, tuple(AGGREGATES))
+                                                    or isinstance(sub.this, exp.Anonymous)):
+                raise self._not_allowed(sub)
+            return
         if isinstance(sub, _ALLOWED_NODES) and not isinstance(sub, (exp.Var, exp.DataType, exp.Star)):
             return
         raise self._not_allowed(sub)
@@ -248,14 +632,17 @@ class Validator:
 
     def _not_allowed(self, node: Any) -> QueryError:
         if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
-            return error_at(ForbiddenQueryError, "subqueries are not supported", self.sql, node)
+            return error_at(ForbiddenQueryError, "this form of subquery is not supported", self.sql, node)
         if isinstance(node, exp.Placeholder):
             return error_at(QueryError, "parameters (? or $1) are not supported; write the value in", self.sql, node)
         if isinstance(node, exp.Star):
             return error_at(QueryError, "* stands for the columns of the dataset and can only be selected "
-                          "on its own (select * …); name the columns here", self.sql, node)
+                          "on its own (select * …) or counted (count(*)); name the columns here", self.sql, node)
+        if isinstance(node, exp.Distinct):
+            return error_at(ForbiddenQueryError, "DISTINCT belongs after SELECT or inside an aggregate "
+                            "(count(distinct lat))", self.sql, node)
         if isinstance(node, (exp.Func, exp.Anonymous)) and not isinstance(node, tuple(_NODE_NAMES)):
-            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            name = _function_name(node)
             if name in _FILE_ACCESS or name.startswith(("read_", "duckdb_", "pragma")):
                 return error_at(
                     ForbiddenQueryError,
@@ -264,60 +651,75 @@ class Validator:
                     node,
                 )
             if isinstance(node, exp.AggFunc):
-                return error_at(
-                    ForbiddenQueryError,
-                    f"{name}() is an aggregate; dstp returns records, aggregate them in your client",
-                    self.sql,
-                    node,
-                )
-            allowed = ", ".join(sorted(set(ALLOWED_FUNCTIONS.values())))
-            return error_at(ForbiddenQueryError, f"function {name}() is not allowed (allowed: {allowed})", self.sql, node)
+                allowed = ", ".join(sorted({*AGGREGATES.values(), "weighted_avg", "mean"}))
+                return error_at(ForbiddenQueryError, f"aggregate {name}() is not supported (aggregates: {allowed})",
+                                self.sql, node)
+            allowed = ", ".join(sorted({*ALLOWED_FUNCTIONS.values(), "season"}))
+            return error_at(ForbiddenQueryError, f"function {name}() is not allowed (allowed: {allowed}; "
+                            "aggregates and window functions: see the query language)", self.sql, node)
         what = next((label for cls, label in _NODE_NAMES.items() if isinstance(node, cls)), None)
         if what is None:
             what = repr(snippet(node)) if isinstance(node, exp.Expression) else "this"
         return error_at(ForbiddenQueryError, f"{what} is not supported in a dstp query", self.sql, node)
 
+    # -- time literals ---------------------------------------------------------------------
+
     def normalise_time_literals(self, node: exp.Expression) -> exp.Expression:
-        """Rewrite string/timestamp literals compared with time columns into the column's form."""
-        for cmp in list(node.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)):
-            target = cmp.this
-            if not (isinstance(target, exp.Column) and target.name in self.time_columns):
-                others = [cmp.expression] if isinstance(cmp, exp.Binary) else []
-                if isinstance(cmp, exp.Binary) and isinstance(cmp.expression, exp.Column) \
-                        and cmp.expression.name in self.time_columns:
-                    target, others = cmp.expression, [cmp.this]
-                else:
-                    continue
-            elif isinstance(cmp, exp.Between):
-                others = [cmp.args["low"], cmp.args["high"]]
+        """Rewrite string/timestamp literals compared with times into the time's form (ISO text or timestamp)."""
+        for cmp in list(node.find_all(*_COMPARISONS, exp.Between, exp.In)):
+            if isinstance(cmp, exp.Between):
+                pairs = [(cmp.this, [cmp.args["low"], cmp.args["high"]])]
             elif isinstance(cmp, exp.In):
-                others = list(cmp.expressions)
+                pairs = [(cmp.this, list(cmp.expressions))]
             else:
-                others = [cmp.expression]
-            iso = self.time_columns[target.name]
-            for other in others:
-                literal = _time_literal_node(other)
-                if literal is None:
-                    bare = other.this if isinstance(other, exp.Neg) else other
-                    if isinstance(bare, exp.Literal) and not bare.is_string:
-                        raise error_at(
-                            QueryError,
-                            f"{target.name} is a time; compare it with a date in quotes, "
-                            f"e.g. {target.name} >= '2001-01-01'",
-                            self.sql,
-                            bare,
-                        )
+                pairs = [(cmp.this, [cmp.expression]), (cmp.expression, [cmp.this])]
+            for target, others in pairs:
+                meta = meta_of(target)
+                if meta is None or meta.calendar is None:
                     continue
-                try:
-                    value = time_literal(literal.this, iso)
-                except ValueError as exc:
-                    raise error_at(QueryError, str(exc), self.sql, literal) from None
-                if iso:
-                    other.replace(exp.Literal.string(str(value)))
-                else:
-                    text = str(value).replace("T", " ")
-                    other.replace(exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP")))
+                for other in others:
+                    self._normalise(other, meta)
         return node
+
+    def _normalise(self, other: exp.Expression, meta: ColumnMeta) -> None:
+        literal = _time_literal_node(other)
+        if literal is None:
+            bare = other.this if isinstance(other, exp.Neg) else other
+            if isinstance(bare, exp.Literal) and not bare.is_string:
+                raise error_at(QueryError, f"{meta.name} is a time; compare it with a date in quotes, "
+                               f"e.g. {meta.name} >= '2001-01-01'", self.sql, bare)
+            return
+        try:
+            value = time_literal(literal.this, meta.iso)
+        except ValueError as exc:
+            raise error_at(QueryError, str(exc), self.sql, literal) from None
+        if meta.iso:
+            other.replace(exp.Literal.string(str(value)))
+        else:
+            text = str(value).replace("T", " ")
+            other.replace(exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP")))
+
+
+def _keep_meta(result: exp.Expression, t: exp.Expression) -> exp.Expression:
+    """Return ``result`` carrying the calendar of ``t`` (a truncated or bucketed time is a time of that calendar)."""
+    meta = meta_of(t)
+    if meta is not None:
+        result.meta["dstp"] = ColumnMeta(meta.name, meta.calendar, meta.iso, key="time" if meta.key == "time"
+                                         else None)
+    return result
+
+
+def _function_name(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    for table in (AGGREGATES, WINDOW_FUNCTIONS, ALLOWED_FUNCTIONS):
+        for cls, label in table.items():
+            if type(node) is cls:
+                return label.split("/")[0]
+    try:
+        return node.sql_name().lower()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a node without a name
+        return type(node).__name__.lower()
 
 
 def _time_literal_node(node: exp.Expression) -> exp.Literal | None:
@@ -329,3 +731,7 @@ def _time_literal_node(node: exp.Expression) -> exp.Literal | None:
                                          exp.DataType.Type.DATE}:
             return node.this
     return None
+
+
+def is_dataset_source(source: Source) -> bool:
+    return isinstance(source, DatasetSource)

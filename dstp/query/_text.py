@@ -18,7 +18,7 @@ from sqlglot.tokens import Token, TokenType
 
 from dstp.errors import ForbiddenQueryError, QueryError, QuerySyntaxError
 
-__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "position", "read_select", "snippet"]
+__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "position", "read_query", "read_select", "snippet"]
 
 DIALECT = "duckdb"
 #: Deepest nesting of parentheses accepted.
@@ -120,6 +120,14 @@ TOO_DEEP = f"the query is nested too deeply to read; keep parentheses, NOT and C
 
 def read_select(sql: str, max_length: int) -> tuple[exp.Select, list[Token]]:
     """Return the one SELECT statement of ``sql`` and its tokens, or raise a typed QueryError."""
+    tree, tokens = read_query(sql, max_length)
+    if not isinstance(tree, exp.Select):
+        raise error_at(ForbiddenQueryError, "only a single SELECT is accepted here", sql, tree)
+    return tree, tokens
+
+
+def read_query(sql: str, max_length: int) -> tuple[exp.Query, list[Token]]:
+    """Return the one query of ``sql`` (a SELECT, or SELECTs joined by UNION) and its tokens, or raise."""
     if not sql or not sql.strip():
         raise QuerySyntaxError("the query is empty; try: select * from <dataset> limit 10")
     if len(sql) > max_length:
@@ -156,7 +164,7 @@ def read_select(sql: str, max_length: int) -> tuple[exp.Select, list[Token]]:
             f"send one statement at a time (got {len(statements)}); only SELECT is accepted"
         )
     tree = statements[0]
-    if isinstance(tree, exp.Select):
+    if isinstance(tree, (exp.Select, exp.SetOperation)):
         _check_star_modifiers(tree, tokens, sql)
         return tree, tokens
     if not isinstance(tree, (exp.Condition, exp.Alias, exp.Identifier)):
@@ -182,7 +190,7 @@ _STAR_EXAMPLES = {"exclude": "(lat, lon)", "except": "(lat, lon)", "replace": "(
                   "rename": "(temperature as t)"}
 
 
-def _check_star_modifiers(tree: exp.Select, tokens: list[Token], sql: str) -> None:
+def _check_star_modifiers(tree: exp.Query, tokens: list[Token], sql: str) -> None:
     """Refuse ``* exclude`` / ``* replace`` / ``* rename`` with nothing after them.
 
     sqlglot reads ``select * exclude from ccm3`` as ``select * from ccm3`` and drops the word.

@@ -1,72 +1,95 @@
-"""Planning: from a validated query to a grid, a hyperslab and the SQL DuckDB runs.
+"""Planning: from a validated query to one scan per dataset reference and the SQL DuckDB runs.
 
-Records are grid points. The grid of a query is the union of the dimensions
-of every column it names, in the dataset's dimension order; each attribute is
-broadcast over the dimensions it lacks, as ``xarray.Dataset.to_dataframe``
-does. Coordinate predicates in the top-level AND of the WHERE clause
-(``lat between 30 and 40``, ``time >= '2001-01-01'``, ``lev = 850``,
-``lon in (…)``) are turned into index ranges, so hyperslabs outside them are
-never read. Pushdown only prunes: the whole WHERE clause still runs in DuckDB,
-so a pushed-down range can never change a result, only make it cheaper.
-Strides (``stride(ccm3, lat = 4)``) keep the indices 0, k, 2k, … of a dimension.
+Records are grid points. The grid of each dataset reference is the union of
+the dimensions of every column the query reads from it (plus the default grid
+when ``*`` or ``count(*)`` reads it), in the dataset's dimension order; each
+attribute is broadcast over the dimensions it lacks, as
+``xarray.Dataset.to_dataframe`` does. The conjuncts the binder kept with a
+reference (:mod:`._binder`) become its hyperslab (:mod:`._pushdown`); a remote
+reference becomes a query to its server instead, carrying the same conjuncts
+and, where it is joined on a key with a local reference, the range of that
+key the local side can hold. Each scan is registered in DuckDB under its own
+table name; the validated tree already names those tables, so the SQL is that
+tree printed.
+
+A matchup's right side is planned with its key dimensions whole: the index box
+the left records need is decided when they have been read (:mod:`.execute`).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from sqlglot import exp
 
-from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
 from dstp.errors import QueryError
+from dstp.query._binder import ROWID, SAMPLE_KEY
+from dstp.query._pushdown import Hyperslab, _index_range, _Interval, hyperslab_of, value_range
+from dstp.query._scope import DatasetRef
+from dstp.query.matchup import MatchupSpec, index_column
 from dstp.query.parse import DIALECT, ValidatedQuery
 
-__all__ = ["Hyperslab", "QueryPlan", "SCAN_TABLE", "ROWID", "SAMPLE_KEY", "plan_query"]
+__all__ = ["Hyperslab", "QueryPlan", "ROWID", "SAMPLE_KEY", "SCAN_TABLE", "ScanPlan", "plan_query",
+           "_index_range", "_Interval"]
 
-SCAN_TABLE = "__dstp_scan"
-ROWID = "__dstp_rowid"
-SAMPLE_KEY = "__dstp_key"
+#: The table name of the first scan (a one-dataset query's only one).
+SCAN_TABLE = "__dstp_scan_0"
+#: Most rows a plan reports (the bound of a join can exceed any count worth sending).
+ROW_BOUND = 2**62
 
 
 @dataclass(frozen=True, slots=True)
-class Hyperslab:
-    """Index ranges (start, stop, step) over the dataset's index space, one per grid dimension.
+class ScanPlan:
+    """One dataset reference's scan: what to read, and under which table name DuckDB sees it."""
 
-    A predicate on a 2-D coordinate (a curvilinear grid's ``lat(y, x)``) may
-    cut the box further into *strips*: consecutive runs of ``y`` indices, each
-    with its own ``x`` range, so that a band of latitude across a rotated grid
-    is read as a few narrow boxes rather than one wide one. ``strip_dims``
-    names the two dimensions, ``strips`` holds (y range, x range) pairs in
-    increasing ``y``, inside ``ranges``.
-    """
-
-    dims: tuple[str, ...]
-    ranges: tuple[range, ...]
-    strip_dims: tuple[str, ...] = ()
-    strips: tuple[tuple[range, range], ...] = ()
-    #: The cells of the strip dimensions that can satisfy the 2-D predicates (over the box's
-    #: ``strip_dims`` ranges); the scan drops the others before DuckDB sees them.
-    cells: np.ndarray | None = field(default=None, compare=False)
+    ref: DatasetRef
+    grid: tuple[str, ...]
+    #: Index ranges read from files (for a remote reference: its whole grid, an upper bound).
+    hyperslab: Hyperslab
+    #: Columns the scan produces, including ROWID/SAMPLE_KEY (row samples) and index columns (matchups).
+    columns: tuple[str, ...]
+    #: The query sent to the remote server, for a remote reference.
+    remote_sql: str | None = None
+    #: The conditions that pruned the scan, as SQL (for --explain).
+    pushed: tuple[str, ...] = ()
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """Return the shape of the bounding box (strips lie inside it)."""
-        return tuple(len(r) for r in self.ranges)
+    def table(self) -> str:
+        return self.ref.table
+
+    @property
+    def dataset(self) -> Any:
+        return self.ref.dataset
 
     @property
     def size(self) -> int:
-        """Return the number of grid points read: the box, or the strips times the other dimensions."""
-        if not self.strips:
-            return math.prod(self.shape)
-        others = math.prod(len(r) for d, r in zip(self.dims, self.ranges) if d not in self.strip_dims)
-        return others * sum(len(y) * len(x) for y, x in self.strips)
+        return self.hyperslab.size
 
-    def as_dict(self) -> dict[str, tuple[int, int, int]]:
-        return {d: (r.start, r.stop, r.step) for d, r in zip(self.dims, self.ranges)}
+    def explain(self) -> dict[str, Any]:
+        h = self.hyperslab
+        info: dict[str, Any] = {
+            "reference": self.ref.alias, "dataset": self.ref.dataset.id, "table": self.table, "role": self.ref.role,
+            "grid": list(self.grid), "columns": [c for c in self.columns if not c.startswith("__dstp")],
+            "hyperslab": {d: [r.start, r.stop, r.step] for d, r in zip(h.dims, h.ranges)},
+            "grid_points": h.size, "pushdown": list(self.pushed),
+        }
+        if h.strips:
+            info["strips"] = len(h.strips)
+        if self.ref.sampling is not None:
+            info["sampling"] = self.ref.sampling.describe()
+        if self.ref.strides:
+            info["strides"] = dict(self.ref.strides)
+        if self.remote_sql is not None:
+            info["remote"] = {"server": self.ref.dataset.server, "sql": self.remote_sql}
+            info.pop("hyperslab")
+            info["grid_points"] = f"at most {h.size}"
+        if self.ref.role == "right":
+            info["note"] = "the key dimensions are narrowed at run time to the box the left records need"
+        return info
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +97,37 @@ class QueryPlan:
     """Everything needed to run a query; cheap to build, nothing read yet."""
 
     query: ValidatedQuery
-    grid: tuple[str, ...]
-    hyperslab: Hyperslab
-    #: Dataset columns the scan must produce (plus ROWID/SAMPLE_KEY when sampling by rows).
-    scan_columns: tuple[str, ...]
+    scans: tuple[ScanPlan, ...]
     #: The SQL DuckDB runs, generated from the validated tree.
     sql: str
-    #: True when every scanned grid point is a result row (no filter, no sampling).
+    #: True when every scanned grid point is a result row (no filter, no sampling, one dataset).
     exact: bool
 
     @property
-    def dataset(self) -> GriddedDataset:
-        return self.query.dataset
+    def dataset(self) -> Any:
+        return self.scans[0].dataset
+
+    @property
+    def grid(self) -> tuple[str, ...]:
+        """The first scan's grid (a one-dataset query's grid)."""
+        return self.scans[0].grid
+
+    @property
+    def hyperslab(self) -> Hyperslab:
+        """The first scan's hyperslab (a one-dataset query's hyperslab)."""
+        return self.scans[0].hyperslab
+
+    @property
+    def scan_columns(self) -> tuple[str, ...]:
+        return self.scans[0].columns
+
+    @property
+    def matchups(self) -> tuple[MatchupSpec, ...]:
+        return self.query.matchups
+
+    def scan_rows(self) -> int:
+        """Return the grid points all scans read (an upper bound for remote and matchup scans)."""
+        return sum(s.size for s in self.scans)
 
     def estimated_rows(self) -> int:
         """Return the exact row count when known without scanning, else -1."""
@@ -95,324 +137,162 @@ class QueryPlan:
         return rows if self.query.limit is None else min(rows, self.query.limit)
 
     def max_rows(self) -> int:
-        """Return the most rows the result can have: the scanned points, capped by LIMIT and sampling."""
-        rows = max(0, self.hyperslab.size - (self.query.offset or 0))
-        sampling = self.query.sampling
+        """Return the most rows the result can have: the scanned points (their product for joins), capped by
+        LIMIT and sampling; one for an aggregate without GROUP BY."""
+        q = self.query
+        tree = q.tree
+        if q.simple:
+            rows = max(0, self.hyperslab.size - (q.offset or 0))
+            sampling = q.sampling
+            if sampling is not None and sampling.rows is not None:
+                rows = min(rows, sampling.rows)
+        elif q.aggregated and isinstance(tree, exp.Select) and tree.args.get("group") is None:
+            rows = 1
+        elif self._joins():
+            rows = 1
+            for s in self.scans:
+                rows = min(ROW_BOUND, rows * max(1, self._scan_bound(s)))
+        else:
+            rows = min(ROW_BOUND, sum(self._scan_bound(s) for s in self.scans))
+        return rows if q.limit is None else min(rows, q.limit)
+
+    def _scan_bound(self, scan: ScanPlan) -> int:
+        sampling = scan.ref.sampling
         if sampling is not None and sampling.rows is not None:
-            rows = min(rows, sampling.rows)
-        return rows if self.query.limit is None else min(rows, self.query.limit)
+            return min(scan.size, sampling.rows)
+        return scan.size
+
+    def _joins(self) -> bool:
+        tree = self.query.tree
+        return bool(self.query.matchups) or (tree is not None and any(True for _ in tree.find_all(exp.Join)))
+
+    def explain(self) -> dict[str, Any]:
+        """Return the plan as plain data: the SQL, and per dataset reference its grid, hyperslab and pushdown."""
+        out: dict[str, Any] = {"sql": self.sql, "scans": [s.explain() for s in self.scans]}
+        if self.query.matchups:
+            out["matchups"] = [{
+                "alias": m.alias, "left": m.left_name, "right": m.right_name,
+                "keys": [{"key": k.kind, "left": k.left, "right": k.right, "mode": k.mode,
+                          **({"tolerance": _tolerance_text(k)} if k.tolerance is not None else {})} for k in m.keys],
+                **({"max_km": m.max_km} if m.max_km is not None else {}),
+                "left_sql": m.left_sql,
+            } for m in self.query.matchups]
+        return out
+
+    def explain_json(self) -> str:
+        return json.dumps(self.explain(), default=str)
 
 
-def _grid(q: ValidatedQuery) -> tuple[str, ...]:
-    ds = q.dataset
-    dims: set[str] = set()
-    for name in q.columns:
+def _tolerance_text(key: Any) -> str:
+    if key.kind == "time":
+        return f"{key.tolerance / 86_400_000_000:g} days"
+    return f"{key.tolerance:g}"
+
+
+def _grid(ref: DatasetRef, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    ds = ref.dataset
+    dims: set[str] = set(extra)
+    for name in ref.used:
         dims.update(ds.column_dimensions(name))
+    if ref.whole:
+        dims.update(ds.descriptor.default_grid if not ref.remote else _remote_default_grid(ref))
     return ds.dimension_order(dims)
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _constant(node: exp.Expression, coord: CoordinateColumn | AttributeColumn) -> Any | None:
-    """Return the value of a literal in the coordinate's representation, or None."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    negate = False
-    if isinstance(node, exp.Neg):
-        negate, node = True, node.this
-    if coord.decoding.time_units is not None:
-        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
-            return np.datetime64(node.this.this.replace(" ", "T"), "us")
-        if isinstance(node, exp.Literal) and node.is_string and coord.decoding.iso_time:
-            return node.this
-        return None
-    if isinstance(node, exp.Literal) and node.is_string and pa.types.is_string(coord.arrow_type):
-        return node.this  # text: station_name = 'KJFK'
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            value = float(node.this)
-        except ValueError:
-            return None
-        return -value if negate else value
-    return None
-
-
-@dataclass(slots=True)
-class _Interval:
-    lo: Any = None
-    hi: Any = None
-
-    def clip_lo(self, v: Any) -> None:
-        self.lo = v if self.lo is None else max(self.lo, v)
-
-    def clip_hi(self, v: Any) -> None:
-        self.hi = v if self.hi is None else min(self.hi, v)
-
-
-def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> tuple[str, _Interval] | None:
-    """Return (coordinate name, closed value interval) a conjunct confines a coordinate to."""
-    flip: dict[Any, Any] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
-    if isinstance(conj, tuple(flip)):
-        kind: Any = type(conj)
-        col, other = conj.this, conj.expression
-        if not isinstance(col, exp.Column):
-            col, other, kind = conj.expression, conj.this, flip[type(conj)]
-        if not isinstance(col, exp.Column) or col.name not in coords:
-            return None
-        value = _constant(other, coords[col.name])
-        if value is None:
-            return None
-        iv = _Interval()
-        if kind in (exp.GT, exp.GTE, exp.EQ):
-            iv.clip_lo(value)
-        if kind in (exp.LT, exp.LTE, exp.EQ):
-            iv.clip_hi(value)
-        return col.name, iv
-    if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column) and conj.this.name in coords:
-        coord = coords[conj.this.name]
-        lo, hi = _constant(conj.args["low"], coord), _constant(conj.args["high"], coord)
-        if lo is None or hi is None:
-            return None
-        return conj.this.name, _Interval(lo, hi)
-    if isinstance(conj, exp.In) and isinstance(conj.this, exp.Column) and conj.this.name in coords \
-            and not conj.args.get("query"):
-        coord = coords[conj.this.name]
-        values = [_constant(e, coord) for e in conj.expressions]
-        known = [v for v in values if v is not None]
-        if not values or len(known) != len(values):
-            return None
-        return conj.this.name, _Interval(min(known), max(known))
-    return None
-
-
-def _index_range(coord: CoordinateColumn, iv: _Interval) -> range:
-    """Return the index range whose coordinate values may fall in ``iv`` (conservatively)."""
-    values = coord.values
-    n = len(values)
-    lo, hi = iv.lo, iv.hi
-    if values.dtype.kind == "f":
-        # DuckDB may compare in the column's precision; widen by float32 rounding.
-        eps = 2.0**-20 if values.dtype.itemsize == 4 else 2.0**-44
-        if lo is not None:
-            lo = lo - eps * max(1.0, abs(lo))
-        if hi is not None:
-            hi = hi + eps * max(1.0, abs(hi))
-    asc = values if coord.monotonic > 0 else values[::-1]
-    if asc.dtype == object:
-        asc = asc.astype(str)
-    i0 = 0 if lo is None else int(np.searchsorted(asc, lo, side="left"))
-    i1 = n if hi is None else int(np.searchsorted(asc, hi, side="right"))
-    if i1 <= i0:
-        return range(0, 0)
-    if coord.monotonic > 0:
-        return range(i0, i1)
-    return range(n - i1, n - i0)
-
-
-def _widen(iv: _Interval, dtype: np.dtype) -> _Interval:
-    """Return ``iv`` widened by float32 rounding, as ``_index_range`` does (DuckDB may compare in float)."""
-    if dtype.kind != "f":
-        return iv
-    eps = 2.0**-20 if dtype.itemsize == 4 else 2.0**-44
-    lo = None if iv.lo is None else iv.lo - eps * max(1.0, abs(iv.lo))
-    hi = None if iv.hi is None else iv.hi + eps * max(1.0, abs(iv.hi))
-    return _Interval(lo, hi)
-
-
-def _prune_by_auxiliaries(q: ValidatedQuery, ranges: dict[str, range]) -> tuple[tuple[str, ...], np.ndarray] | None:
-    """Narrow ``ranges`` to the index bounding box of the cells that can satisfy predicates on 2-D coordinates.
-
-    Auxiliary coordinates held in memory (a curvilinear grid's ``lat(y, x)`` and
-    ``lon(y, x)``, derived lat/lon, station positions) are tested cell by cell
-    against every interval the WHERE clause's top-level AND puts on them; the
-    cells that pass give, per dimension, the first and last index to read.
-    Conservative like every pushdown: the whole WHERE still runs afterwards.
-    """
-    ds = q.dataset
-    held = {name: col for name, col in ds.auxiliaries.items()
-            if col.values is not None and col.dimensions and all(d in ranges for d in col.dimensions)}
-    if not held:
-        return None
-    masks: dict[tuple[str, ...], np.ndarray] = {}
-    for conj in _conjuncts(q.where):
-        found = _interval_of(conj, held)  # type: ignore[arg-type]
-        if found is None:
-            continue
-        name, iv = found
-        col = held[name]
-        dims = col.dimensions
-        window = tuple(slice(ranges[d].start, ranges[d].stop) for d in dims)
-        values = col.values[window]  # type: ignore[index]
-        if values.dtype == object and col.mask is not None:
-            values = np.where(col.mask[window], "", values)  # NULLs are dropped below; "" keeps them comparable
-        iv = _widen(iv, values.dtype)
-        try:
-            ok = np.ones(values.shape, dtype=bool)
-            if iv.lo is not None:
-                ok &= values >= iv.lo
-            if iv.hi is not None:
-                ok &= values <= iv.hi
-        except TypeError:
-            continue  # a literal of another type: leave it to DuckDB's error
-        if col.mask is not None:
-            ok &= ~col.mask[window]
-        masks[dims] = ok if dims not in masks else masks[dims] & ok
-    before = dict(ranges)
-    for dims, ok in masks.items():
-        for axis, d in enumerate(dims):
-            hit = np.flatnonzero(ok.any(axis=tuple(i for i in range(ok.ndim) if i != axis)))
-            base = ranges[d].start
-            ranges[d] = range(base + int(hit[0]), base + int(hit[-1]) + 1) if hit.size else range(base, base)
-    # The cell mask of the one 2-D group, cut to the new box, for strips (see Hyperslab).
-    two_d = [(dims, ok) for dims, ok in masks.items() if len(dims) == 2 and ok.any()]
-    if len(two_d) != 1:
-        return None
-    dims, ok = two_d[0]
-    window = tuple(slice(ranges[d].start - before[d].start, ranges[d].stop - before[d].start) for d in dims)
-    return dims, ok[window]
-
-
-#: A strip must save at least this share of the box, and this many cells, to be worth another read.
-STRIP_MIN_SAVING = 0.01
-STRIP_MIN_CELLS = 256
-MAX_STRIPS = 64
-
-
-def _strips(ok: np.ndarray, y0: int, x0: int) -> tuple[tuple[range, range], ...]:
-    """Return (y range, x range) strips covering the true cells of a 2-D mask, fewer cells than its box.
-
-    Rows with no true cell are skipped; a run of rows is split in two where
-    that saves the most cells, while the saving is worth an extra read.
-    """
-    rows = ok.any(axis=1)
-    lo = np.where(rows, ok.argmax(axis=1), 0)
-    hi = np.where(rows, ok.shape[1] - 1 - ok[:, ::-1].argmax(axis=1), -1)
-    box = ok.size
-    runs: list[tuple[int, int]] = []
-    start: int | None = None
-    filled_rows: list[bool] = [bool(v) for v in np.asarray(rows).reshape(-1)]
-    for i, filled in enumerate([*filled_rows, False]):
-        if filled and start is None:
-            start = i
-        elif not filled and start is not None:
-            runs.append((start, i))
-            start = None
-
-    def area(a: int, b: int) -> int:
-        return (b - a) * int(hi[a:b].max() - lo[a:b].min() + 1)
-
-    pending: list[tuple[int, int]] = list(runs)
-    done: list[tuple[int, int]] = []
-    while pending:
-        a, b = pending.pop()
-        if b - a < 2 or len(done) + len(pending) + 1 >= MAX_STRIPS:
-            done.append((a, b))
-            continue
-        left_lo = np.minimum.accumulate(lo[a:b])
-        left_hi = np.maximum.accumulate(hi[a:b])
-        right_lo = np.minimum.accumulate(lo[a:b][::-1])[::-1]
-        right_hi = np.maximum.accumulate(hi[a:b][::-1])[::-1]
-        n = np.arange(1, b - a)
-        cost = n * (left_hi[:-1] - left_lo[:-1] + 1) + (b - a - n) * (right_hi[1:] - right_lo[1:] + 1)
-        k = int(cost.argmin())
-        saving = area(a, b) - int(cost[k])
-        if saving < max(STRIP_MIN_CELLS, STRIP_MIN_SAVING * box):
-            done.append((a, b))
-            continue
-        pending += [(a, a + k + 1), (a + k + 1, b)]
-    done.sort()
-    return tuple((range(y0 + a, y0 + b), range(x0 + int(lo[a:b].min()), x0 + int(hi[a:b].max()) + 1))
-                 for a, b in done)
+def _remote_default_grid(ref: DatasetRef) -> set[str]:
+    dims: set[str] = set()
+    for name in ref.dataset.star_columns():
+        dims.update(ref.dataset.column_dimensions(name))
+    return dims
 
 
 def plan_query(q: ValidatedQuery) -> QueryPlan:
     """Return the plan of a validated query."""
-    ds = q.dataset
-    grid = _grid(q)
-    for dim in q.strides:
+    matchup_of = {id(m.right): m for m in q.matchups}
+    scans: dict[int, ScanPlan] = {}
+    for ref in sorted(q.references, key=lambda r: r.remote):  # local first: remote ones use their ranges
+        scans[ref.index] = _scan(ref, matchup_of.get(id(ref)), scans)
+    ordered = tuple(scans[r.index] for r in q.references)
+    assert q.tree is not None
+    sql = q.tree.sql(dialect=DIALECT, identify=True)
+    first = ordered[0]
+    exact = (q.simple and q.where is None and first.ref.sampling is None and not first.ref.remote
+             and not first.dataset.has_presence(first.grid))
+    return QueryPlan(q, ordered, sql, exact)
+
+
+def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanPlan]) -> ScanPlan:
+    ds = ref.dataset
+    key_dims = matchup.dimensions if matchup is not None else ()
+    grid = _grid(ref, key_dims)
+    for dim in ref.strides:
         if dim not in grid:
             raise QueryError(
-                f"stride on {dim!r}, but this query's grid is ({', '.join(grid) or 'scalar'}); "
+                f"stride on {dim!r}, but this query's grid of {ref.dataset.id} is ({', '.join(grid) or 'scalar'}); "
                 "stride a dimension the selected columns have"
             )
-    ranges = {d: range(0, ds.dimensions[d].size) for d in grid}
-    coords = {
-        c.name: c for c in ds.coordinates.values()
-        if c.dimension in ranges and c.monotonic != 0
-    }
-    for conj in _conjuncts(q.where):
-        found = _interval_of(conj, coords)
-        if found is None:
+    conditions = [*ref.pushdown, *ref.implied] if matchup is None else list(matchup.right_pushdown)
+    pushed = tuple(c.sql(dialect=DIALECT) for c in conditions)
+    columns = list(ref.columns())
+    if ref.sampling is not None and ref.sampling.rows is not None:
+        columns += [ROWID, SAMPLE_KEY]
+    if matchup is not None:
+        columns += [index_column(d) for d in key_dims]
+    if ref.remote:
+        whole = Hyperslab(grid, tuple(range(0, ds.dimensions[d].size) for d in grid))
+        if matchup is not None:
+            return ScanPlan(ref, grid, whole, tuple(columns), remote_sql="(decided at run time)", pushed=pushed)
+        conditions += _key_ranges(ref, planned)
+        return ScanPlan(ref, grid, whole, tuple(columns), remote_sql=remote_sql(ref, conditions),
+                        pushed=tuple(c.sql(dialect=DIALECT) for c in conditions))
+    hyperslab = hyperslab_of(ds, grid, conditions, ref.strides, frozen=key_dims)
+    return ScanPlan(ref, grid, hyperslab, tuple(columns), pushed=pushed)
+
+
+def remote_sql(ref: DatasetRef, conditions: list[exp.Expression], columns: tuple[str, ...] | None = None) -> str:
+    """Return the dstp query that asks a remote server for a reference's records."""
+    ds = ref.dataset
+    names = columns if columns is not None else ref.columns()
+    if not names:
+        names = tuple(ds.star_columns())
+    table: exp.Expression = exp.to_identifier(ds.remote_id, quoted=True)
+    if ref.strides:
+        table = exp.Anonymous(this="stride", expressions=[exp.column(ds.remote_id, quoted=True), *[
+            exp.EQ(this=exp.column(d), expression=exp.Literal.number(k)) for d, k in ref.strides.items()]])
+    source = exp.Table(this=table)
+    if ref.sampling is not None and ref.sampling.percent is not None:
+        source.set("sample", exp.TableSample(percent=exp.Literal.number(ref.sampling.percent),
+                                             seed=exp.Literal.number(ref.sampling.seed)))
+    select = exp.select(*[exp.column(n, quoted=True) for n in names]).from_(source)
+    for condition in conditions:
+        select = select.where(condition.copy())
+    return select.sql(dialect=DIALECT)
+
+
+def _key_ranges(ref: DatasetRef, planned: dict[int, ScanPlan]) -> list[exp.Expression]:
+    """Return ``key between lo and hi`` for each key of ``ref`` equal to a key of a planned local reference."""
+    out: list[exp.Expression] = []
+    for other, other_column, column in ref.equal_keys:
+        scan = planned.get(other.index)
+        if scan is None or other.remote:
             continue
-        name, iv = found
-        dim = coords[name].dimension
-        assert dim is not None
-        try:
-            r = _index_range(coords[name], iv)
-        except TypeError:
-            continue  # a literal of another type: leave it to DuckDB's error
-        cur = ranges[dim]
-        ranges[dim] = range(max(cur.start, r.start), max(max(cur.start, r.start), min(cur.stop, r.stop)))
-    cells = _prune_by_auxiliaries(q, ranges)
-    for dim, step in q.strides.items():
-        r = ranges[dim]
-        start = -(-r.start // step) * step
-        ranges[dim] = range(start, max(start, r.stop), step)
-    strip_dims: tuple[str, ...] = ()
-    strips: tuple[tuple[range, range], ...] = ()
-    if cells is not None and not set(cells[0]) & set(q.strides):
-        (y, x), ok = cells
-        if grid.index(y) > grid.index(x):
-            y, x, ok = x, y, ok.T
-        strips = _strips(ok, ranges[y].start, ranges[x].start)
-        if len(strips) > 1 or (strips and (strips[0][0] != ranges[y] or strips[0][1] != ranges[x])):
-            strip_dims = (y, x)
-        else:
-            strips = ()
-        cell_mask = ok if strips else None
-    else:
-        cell_mask = None
-    hyperslab = Hyperslab(grid, tuple(ranges[d] for d in grid), strip_dims, strips, cell_mask)
-
-    scan_columns = list(q.columns)
-    if q.sampling is not None and q.sampling.rows is not None:
-        scan_columns += [ROWID, SAMPLE_KEY]
-    sql = _generate_sql(q)
-    # Padding of station/profile files is dropped by the scan: then the grid is not the record count.
-    exact = q.where is None and q.sampling is None and not ds.has_presence(grid)
-    return QueryPlan(q, grid, hyperslab, tuple(scan_columns), sql, exact)
+        bounds = value_range(other.dataset, other_column, scan.hyperslab)
+        if bounds is None:
+            continue
+        lo, hi = (literal(v) for v in bounds)
+        out.append(exp.Between(this=exp.column(column, quoted=True), low=lo, high=hi))
+    return out
 
 
-def _generate_sql(q: ValidatedQuery) -> str:
-    outputs = [o.copy() for o in q.outputs]
-    source: exp.Expression = exp.to_table(SCAN_TABLE, quoted=True)
-    where = q.where.copy() if q.where is not None else None
-    if q.sampling is not None and q.sampling.rows is not None:
-        picked = exp.select(exp.Star()).from_(source)
-        if where is not None:
-            picked = picked.where(where)
-        picked = picked.order_by(exp.column(SAMPLE_KEY, quoted=True)).limit(q.sampling.rows)
-        source = picked.subquery("picked")
-        where = None
-    select = exp.select(*outputs).from_(source)
-    if where is not None:
-        select = select.where(where)
-    order = [o.copy() for o in q.order]
-    if not order and q.sampling is not None and q.sampling.rows is not None:
-        order = [exp.Ordered(this=exp.column(ROWID, quoted=True))]
-    if order:
-        select = select.order_by(*order)
-    if q.limit is not None:
-        select = select.limit(q.limit)
-    if q.offset is not None:
-        select = select.offset(q.offset)
-    return select.sql(dialect=DIALECT, identify=True)
-
+def literal(value: Any) -> exp.Expression:
+    """Return a coordinate value as a SQL literal that reads back exactly (times, text, floats)."""
+    if isinstance(value, np.datetime64):
+        text = str(value.astype("datetime64[us]")).replace("T", " ")
+        return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"no literal for {value!r}")
+    text = repr(int(number)) if number == int(number) and abs(number) < 2**53 else repr(number)
+    return exp.Literal.number(text) if number >= 0 else exp.Neg(this=exp.Literal.number(text.lstrip("-")))

@@ -17,13 +17,21 @@ its flat index in the whole dataset and the seed (splitmix64), and a point
 is kept when its key falls below the percentage. The draw of a point never
 depends on batching, threads or other predicates, so a seed reproduces a
 sample exactly.
+
+A matchup's grid side also yields each point's index along its key
+dimensions (``__dstp_i_<dim>``), which DuckDB joins the records on.
+
+DuckDB may open a registered table more than once (to learn its schema, or
+to read it again in a plan that needs it twice): :class:`ReplayableScan`
+starts a fresh scan each time, so a second read sees every record again
+rather than an exhausted stream.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +42,10 @@ from dstp.errors import CancelledError
 from dstp.query.parse import Sampling
 from dstp.query.plan import ROWID, SAMPLE_KEY, Hyperslab
 
-__all__ = ["GridScan", "sample_keys"]
+__all__ = ["GridScan", "INDEX_PREFIX", "ReplayableScan", "sample_keys"]
+
+#: Prefix of the columns that carry a grid point's index along one dimension (matchups).
+INDEX_PREFIX = "__dstp_i_"
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -124,7 +135,7 @@ class GridScan:
         self.error: BaseException | None = None
         fields = []
         for name in columns:
-            if name == ROWID:
+            if name == ROWID or name.startswith(INDEX_PREFIX):
                 fields.append(pa.field(name, pa.int64(), nullable=False))
             elif name == SAMPLE_KEY:
                 fields.append(pa.field(name, pa.uint64(), nullable=False))
@@ -189,7 +200,8 @@ class GridScan:
                 cells = [math.prod(len(r) for r in p) for p in pieces]
                 keep = _interleave([(np.ones(n, bool) if k is None else k, None) for (_, k), n in zip(parts, cells)],
                                    prefix)[0]
-        arrays = [_arrow(values, mask, f.type) if f.name not in (ROWID, SAMPLE_KEY) else pa.array(values)
+        arrays = [_arrow(values, mask, f.type) if f.name not in (ROWID, SAMPLE_KEY)
+                  and not f.name.startswith(INDEX_PREFIX) else pa.array(values)
                   for (values, mask), f in zip(columns, self.schema)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         if keep is not None:
@@ -216,6 +228,11 @@ class GridScan:
                 continue
             if name == SAMPLE_KEY:
                 columns.append((sample_keys(rowids, self.sampling.seed), None))  # type: ignore[arg-type, union-attr]
+                continue
+            if name.startswith(INDEX_PREFIX):
+                dim = name[len(INDEX_PREFIX):]
+                r = block[grid.index(dim)]
+                columns.append((_flat(np.arange(r.start, r.stop, r.step, dtype=np.int64), (dim,), grid, shape), None))
                 continue
             coord = ds.coordinates.get(name)
             if coord is not None:
@@ -277,3 +294,24 @@ class GridScan:
     def reader(self) -> pa.RecordBatchReader:
         """Return a one-shot reader over ``batches()``, for DuckDB to scan."""
         return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+
+class ReplayableScan:
+    """A table DuckDB can open any number of times: each opening starts a new scan of the same hyperslab.
+
+    Every scan shares ``stats`` and ``cancel``; ``error`` is the first error any of them raised.
+    """
+
+    def __init__(self, open_scan: "Callable[[], GridScan]", schema: pa.Schema) -> None:
+        self._open = open_scan
+        self.schema = schema
+        self.scans: list[GridScan] = []
+
+    @property
+    def error(self) -> BaseException | None:
+        return next((s.error for s in self.scans if s.error is not None), None)
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        scan = self._open()
+        self.scans.append(scan)
+        return scan.reader().__arrow_c_stream__(requested_schema)

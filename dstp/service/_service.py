@@ -6,17 +6,21 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog
 from dstp.errors import TicketError
 from dstp.metadata import DatasetDetails, DatasetSummary, dataset_details, dataset_summary
 from dstp.query.execute import PreparedQuery
+from dstp.service.access import Access
 from dstp.service.admission import Admission
+from dstp.service.audit import AuditLog
 from dstp.service.files import FileHandle, FileRequest, Files
 from dstp.service.offers import ChannelInfo, Offers
 from dstp.service.queries import Execution, Queries, QueryHandle
+from dstp.service.quotas import Quota, Quotas, Usage
 from dstp.settings import Settings
 from dstp.transport.sources import MessageSource
-from dstp.transport.tickets import TicketStore
+from dstp.transport.tickets import Ticket, TicketStore
 
 __all__ = ["DstpService"]
 
@@ -25,7 +29,13 @@ class DstpService:
     """Serves one catalog under one set of settings.
 
     ``clock`` gives wall-clock seconds: tickets are issued and expire by it
-    (a test advances it instead of sleeping out ``ticket_ttl_s``).
+    (a test advances it instead of sleeping out ``ticket_ttl_s``), and
+    embargoes end by it.
+
+    Every call takes the :class:`~dstp.auth.Principal` the adapter
+    authenticated (``ANONYMOUS`` when none is given) and answers only about
+    the datasets it may read (:class:`~dstp.service.access.Access`, the one
+    place :func:`~dstp.auth.can_read` is asked); its tickets are bound to it.
     """
 
     def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
@@ -34,9 +44,16 @@ class DstpService:
         self.clock = clock
         self.tickets = TicketStore(settings.ticket_ttl_s, clock)
         self.offers = Offers(self.tickets)
-        self.admission = Admission(settings.max_concurrent_queries)
-        self.queries = Queries(catalog, settings, self.offers, self.admission)
-        self.files = Files(catalog, settings, self.offers, self.admission)
+        quotas = Quotas(Quota(settings.quota_concurrent_queries, settings.quota_bytes_per_day),
+                        settings.max_concurrent_queries, clock)
+        self.admission = Admission(settings.max_concurrent_queries, quotas=quotas, wait_s=settings.admission_wait_s,
+                                   max_waiting=settings.max_waiting, stall_timeout_s=settings.stall_timeout_s,
+                                   clock=clock)
+        #: One line per query and download (dstp/service/audit.py; the ``audit_log`` setting).
+        self.audit = AuditLog(clock)
+        self.access = Access(catalog, clock)
+        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
 
     # -- channels -----------------------------------------------------------------------
 
@@ -51,19 +68,27 @@ class DstpService:
 
     # -- discovery ----------------------------------------------------------------------
 
-    def datasets(self) -> list[DatasetSummary]:
-        """Return the summaries of all published datasets, by id."""
-        return sorted((dataset_summary(ds) for ds in self.catalog), key=lambda s: s.id)
+    def datasets(self, principal: Principal = ANONYMOUS) -> list[DatasetSummary]:
+        """Return the summaries of the published datasets ``principal`` may read, by id."""
+        return sorted((dataset_summary(ds) for ds in self.access.catalog_for(principal)), key=lambda s: s.id)
 
-    def describe(self, dataset_id: str) -> DatasetDetails:
-        """Return the full description of one dataset."""
-        return dataset_details(self.catalog.get(dataset_id))
+    def describe(self, dataset_id: str, principal: Principal = ANONYMOUS) -> DatasetDetails:
+        """Return the full description of one dataset (DatasetNotFoundError if ``principal`` may not read it)."""
+        return dataset_details(self.access.catalog_for(principal).get(dataset_id))
+
+    def can_read(self, principal: Principal, dataset_id: str) -> bool:
+        """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""
+        return self.access.can_read(principal, dataset_id)
+
+    def require(self, principal: Principal, dataset_id: str) -> None:
+        """Raise DatasetNotFoundError, as for a dataset that does not exist, unless ``principal`` may read it."""
+        self.access.require(principal, dataset_id)
 
     # -- queries and files --------------------------------------------------------------
 
-    def prepare(self, sql: str) -> PreparedQuery:
-        """Return the validated, planned query (raises QueryError and friends)."""
-        return self.queries.prepare(sql)
+    def prepare(self, sql: str, principal: Principal = ANONYMOUS) -> PreparedQuery:
+        """Return the validated, planned query (raises QueryError and friends; hidden datasets are not found)."""
+        return self.queries.prepare(sql, principal)
 
     def query(
         self,
@@ -73,14 +98,19 @@ class DstpService:
         streams: int = 0,
         compression: str = "none",
         congestion_control: str = "",
+        principal: Principal = ANONYMOUS,
     ) -> QueryHandle:
-        """Plan ``sql`` and issue tickets for the requested channels the server has."""
+        """Plan ``sql`` and issue tickets, bound to ``principal``, for the requested channels the server has."""
         return self.queries.plan(sql, channels, streams=streams, compression=compression,
-                                 congestion_control=congestion_control)
+                                 congestion_control=congestion_control, principal=principal)
 
-    def run(self, sql: str, cancel: threading.Event | None = None) -> Execution:
-        """Plan and start ``sql`` at once, no ticket (HTTP, gRPC Run); the execution holds a slot."""
-        return self.queries.run(sql, cancel)
+    def run(self, sql: str, cancel: threading.Event | None = None, principal: Principal = ANONYMOUS, *,
+            channel: str = "direct") -> Execution:
+        """Plan and start ``sql`` at once, no ticket (HTTP, gRPC Run); the execution holds a slot.
+
+        ``channel`` names the adapter in the audit log ("http", "grpc").
+        """
+        return self.queries.run(sql, cancel, principal, channel=channel)
 
     def open_file(
         self,
@@ -93,28 +123,50 @@ class DstpService:
         *,
         streams: int = 0,
         congestion_control: str = "",
+        principal: Principal = ANONYMOUS,
     ) -> FileHandle:
-        """Check a bulk-file request, checksum its range and issue tickets for it."""
+        """Check a bulk-file request, checksum its range and issue tickets for it, bound to ``principal``."""
         return self.files.open(dataset_id, name, offset, length, missing, channels, streams=streams,
-                               congestion_control=congestion_control)
+                               congestion_control=congestion_control, principal=principal)
 
-    def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None) -> MessageSource:
+    def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
+                    proof: Callable[[bytes], bool], principal: Principal | None = None) -> MessageSource:
         """Redeem ``token`` on channel ``kind``; return what to send: a query's records or a file's blocks.
 
         The one way a ticket becomes data, for every channel (gRPC Fetch and
-        FetchFile, striped TCP, UDT). It takes a transfer slot (LimitExceededError
-        if none is free), given back when the source is closed; ``cancel``
-        interrupts it. TicketError or TicketExpiredError for a bad ticket.
+        FetchFile, striped TCP, UDT). ``proof(ticket key)`` says whether the
+        redeemer proved it holds the ticket's key (an HMAC over the ticket,
+        transport/tickets.py); ``principal``, when the channel authenticates its
+        caller (gRPC), must be the one the ticket was issued to. Either failing
+        leaves the ticket to its owner (TicketError). It takes a transfer slot
+        (LimitExceededError if none is free), given back when the source is
+        closed; ``cancel`` interrupts it. TicketError or TicketExpiredError for
+        a bad ticket.
         """
-        ticket, grant = self.offers.claim(token, kind)
+        def check(ticket: Ticket, grant: object) -> None:
+            owner = getattr(grant, "principal", ANONYMOUS)
+            if principal is not None and principal.key != owner.key:
+                raise TicketError("this ticket was issued to another client: only the client that asked for it "
+                                  "can redeem it; run the query yourself")
+            if not proof(ticket.key):
+                raise TicketError("the ticket's proof is missing or wrong: only the client that asked for the "
+                                  "ticket can redeem it (it proves so with the offer's key; proto/README.md)")
+
+        ticket, grant = self.offers.claim(token, kind, check)
         subject = grant.subject
+        # Checked again where the data leaves, for the principal the ticket was issued to.
+        dataset_ids = subject.prepared.query.dataset_ids if isinstance(subject, QueryHandle) \
+            else (subject.dataset_id,) if isinstance(subject, FileRequest) else ()
+        for dataset_id in dataset_ids:
+            self.access.require(grant.principal, dataset_id)
         if isinstance(subject, QueryHandle):
-            execution = self.queries.start(subject, cancel)
+            execution = self.queries.start(subject, cancel, channel=kind)
             return execution.source(grant.compression, expires_at=ticket.expires_at,
                                     congestion_control=grant.congestion_control)
         if isinstance(subject, FileRequest):
             return self.files.source(subject, label=ticket.query_id, expires_at=ticket.expires_at,
-                                     congestion_control=grant.congestion_control, cancel=cancel)
+                                     congestion_control=grant.congestion_control, cancel=cancel,
+                                     principal=grant.principal, channel=kind)
         raise TicketError("this ticket refers to nothing this server can send")
 
     # -- what runs now ------------------------------------------------------------------
@@ -128,9 +180,17 @@ class DstpService:
         found = self.admission.get(query_id)
         return found if isinstance(found, Execution) else None
 
+    def usage(self, principal: Principal = ANONYMOUS) -> Usage:
+        """Return what ``principal`` runs now and fetched today, against its quotas."""
+        return self.admission.usage(principal.key, principal.name)
+
     def cancel_all(self) -> None:
         """Interrupt every running query (server shutdown)."""
         self.admission.cancel_all()
+
+    def close(self) -> None:
+        """Stop the service's own thread (the watcher of stalled readers); the server is stopping."""
+        self.admission.close()
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no transfer holds a slot; False if ``timeout`` seconds passed first."""

@@ -4,21 +4,30 @@
     files.source(request, …)  -> FileSource of a redeemed ticket, holding a transfer slot
 
 Only files that belong to a published dataset can be opened (no path leaves
-the catalog). The CRC-32C of a requested range is computed once per file
-version and range, and kept for the next request.
+the catalog), and each is opened the careful way every time — at OpenFile and
+again when its ticket is redeemed — by the catalog's handles (``open_raw``:
+real path, O_NOFOLLOW, the file first seen): a file swapped for a symlink
+after the server started is refused. The CRC-32C of a requested range is
+computed once per file version and range (holding a slot: it reads the whole
+range), and kept for the next request. A transfer holds a slot until its
+source is closed, then writes its audit line.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Sequence
 
+from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog
 from dstp.errors import QueryError
+from dstp.service.access import Access
 from dstp.service.admission import Admission
+from dstp.service.audit import AuditLog
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
 from dstp.transport.files import crc32c_of_file
@@ -43,6 +52,8 @@ class FileRequest:
     length: int
     missing: tuple[tuple[int, int], ...]
     crc32c: int
+    #: The dataset the file belongs to (access is checked again when its ticket is redeemed).
+    dataset_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +69,14 @@ class FileHandle:
 class Files:
     """Bulk access to the published files of one catalog."""
 
-    def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission) -> None:
+    def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission,
+                 access: Access | None = None, audit: AuditLog | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.offers = offers
         self.admission = admission
+        self.access = access or Access(catalog)
+        self.audit = audit or AuditLog(admission.clock)
         self._lock = threading.Lock()
         self._checksums: dict[tuple[str, int, int, int, int], int] = {}
 
@@ -77,11 +91,29 @@ class Files:
         *,
         streams: int = 0,
         congestion_control: str = "",
+        principal: Principal = ANONYMOUS,
     ) -> FileHandle:
-        """Check a bulk-file request, checksum its range and issue tickets for it."""
+        """Check a bulk-file request, checksum its range and issue tickets for it, bound to ``principal``.
+
+        A file of a dataset ``principal`` may not read is DatasetNotFoundError, as if there were none.
+        """
         available = self.offers.available(channels, "none")
-        path = self.catalog.published_file(dataset_id, name)
-        st = path.stat()
+        path = self.access.catalog_for(principal).published_file(dataset_id, name)
+        fd = self.catalog.get(dataset_id).handles.open_raw(path)
+        try:
+            st = os.fstat(fd)
+            request = self._check(path, st, name, offset, length, missing, dataset_id, fd, principal)
+        finally:
+            os.close(fd)
+        file_id = self.offers.label("f")
+        offers = self.offers.issue(file_id, available, request, streams=streams, compression="none",
+                                   congestion_control=congestion_control, principal=principal)
+        log.info("file %s opened: %s/%s %d+%d (%d parts)", file_id, dataset_id, name, request.offset,
+                 request.length, len(request.missing))
+        return FileHandle(file_id, request, offers, self.settings.block_bytes)
+
+    def _check(self, path: Path, st: os.stat_result, name: str, offset: int, length: int,
+               missing: Sequence[tuple[int, int]], dataset_id: str, fd: int, principal: Principal) -> FileRequest:
         if length < 0:
             length = st.st_size - offset
         if not 0 <= offset <= st.st_size or length < 0 or offset + length > st.st_size:
@@ -92,27 +124,51 @@ class Files:
         for start, size in parts:
             if start < offset or size < 0 or start + size > offset + length:
                 raise QueryError(f"missing range {start}+{size} lies outside the requested {offset}+{length}")
-        request = FileRequest(path, st.st_size, st.st_mtime_ns, offset, length, parts,
-                              self._range_checksum(path, st.st_size, st.st_mtime_ns, offset, length))
-        file_id = self.offers.label("f")
-        offers = self.offers.issue(file_id, available, request, streams=streams, compression="none",
-                                   congestion_control=congestion_control)
-        log.info("file %s opened: %s/%s %d+%d (%d parts)", file_id, dataset_id, name, offset, length, len(parts))
-        return FileHandle(file_id, request, offers, self.settings.block_bytes)
+        checksum = self._range_checksum(path, st.st_size, st.st_mtime_ns, offset, length, fd, principal)
+        return FileRequest(path, st.st_size, st.st_mtime_ns, offset, length, parts, checksum, dataset_id)
 
     def source(self, request: FileRequest, *, label: str, expires_at: float, congestion_control: str = "",
-               cancel: threading.Event | None = None) -> FileSource:
+               cancel: threading.Event | None = None, principal: Principal = ANONYMOUS,
+               channel: str = "") -> FileSource:
         """Return the blocks of a redeemed file request, holding a slot until the source is closed."""
-        self.admission.acquire("transfers")
-        return FileSource(request.path, request.missing, self.settings.block_bytes, on_close=self.admission.release,
-                          label=label, expires_at=expires_at, congestion_control=congestion_control, cancel=cancel)
+        slot = self.admission.acquire(principal.key, "transfers", label)
+        handles = self.catalog.get(request.dataset_id).handles if request.dataset_id else None
 
-    def _range_checksum(self, path: Path, size: int, mtime_ns: int, offset: int, length: int) -> int:
+        def opener(path: Path) -> BinaryIO:
+            if handles is None:
+                return open(path, "rb")
+            return os.fdopen(handles.open_raw(path), "rb")
+
+        def finished() -> None:
+            summary = source.summary()
+            slot.release(summary.bytes)
+            wanted = sum(size for _, size in request.missing)
+            reclaimed = slot.reclaimed
+            outcome = ("stalled" if reclaimed.code == "cancelled" else reclaimed.code) if reclaimed is not None \
+                else "ok" if summary.bytes >= wanted else "client_closed"
+            self.audit.record("file", label, principal=principal.name, credential=principal.key, channel=channel,
+                              datasets=(request.dataset_id,), outcome=outcome, sent=summary.bytes,
+                              seconds=self.admission.clock() - slot.started, file=request.path.name,
+                              range=f"{request.offset}+{request.length}")
+
+        source = FileSource(request.path, request.missing, self.settings.block_bytes, on_close=finished,
+                            label=label, expires_at=expires_at, congestion_control=congestion_control, cancel=cancel,
+                            opener=opener, pace=slot)
+        slot.on_stall(lambda error: source.cancel())
+        return source
+
+    def _range_checksum(self, path: Path, size: int, mtime_ns: int, offset: int, length: int, fd: int,
+                        principal: Principal) -> int:
         key = (str(path), size, mtime_ns, offset, length)
         with self._lock:
             if key in self._checksums:
                 return self._checksums[key]
-        value = crc32c_of_file(path, offset, length)
+        slot = self.admission.acquire(principal.key, "transfers", f"checksum of {path.name}")
+        try:
+            here = Path(f"/proc/self/fd/{fd}")  # exactly the file checked, whatever the path names now
+            value = crc32c_of_file(here if here.exists() else path, offset, length)
+        finally:
+            slot.release()
         with self._lock:
             self._checksums[key] = value
             while len(self._checksums) > CHECKSUMS_KEPT:

@@ -6,9 +6,11 @@
     offers.claim(token, kind)                  (Ticket, Grant): what the ticket grants
 
 A :class:`Grant` is what the server keeps behind a ticket: the subject (a
-planned query or a checked file request), the channel and the terms agreed
-for it (streams, compression, congestion control). The ticket itself carries
-nothing that could be edited to reach another request.
+planned query or a checked file request), the principal that asked, the
+channel and the terms agreed for it (streams, compression, congestion
+control). The ticket itself carries nothing that could be edited to reach
+another request; its key (``Ticket.key``) goes only to the principal that
+asked, who proves it to redeem (transport/tickets.py).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import itertools
 import uuid
 from dataclasses import dataclass
-from typing import Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
+from dstp.auth import ANONYMOUS, Principal
 from dstp.errors import TransportUnavailableError
 from dstp.transport.ipc import COMPRESSIONS
 from dstp.transport.tickets import Ticket, TicketStore
@@ -41,6 +44,8 @@ class ChannelInfo:
     endpoint: str = ""
     max_streams: int = 1
     congestion_controls: tuple[str, ...] = ()
+    #: How the channel seals its transfers' frames ("aes-256-gcm"), "" for plaintext (or gRPC: TLS's own).
+    cipher: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,7 @@ class Offer:
     streams: int
     compression: str
     congestion_control: str
+    cipher: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,8 @@ class Grant(Generic[S]):
     streams: int
     compression: str
     congestion_control: str
+    #: Who asked: only this principal's proof redeems the ticket.
+    principal: Principal = ANONYMOUS
 
 
 class Offers:
@@ -111,6 +119,7 @@ class Offers:
         streams: int,
         compression: str,
         congestion_control: str,
+        principal: Principal = ANONYMOUS,
     ) -> tuple[Offer, ...]:
         """Issue one ticket per available channel for ``subject`` (all of them one group: one is redeemed)."""
         offers = []
@@ -125,11 +134,15 @@ class Offers:
                         f"(allowed: {', '.join(info.congestion_controls) or 'kernel default only'})"
                     )
                 cc = congestion_control
-            ticket = self.tickets.issue(label, kind, Grant(subject, kind, granted, compression, cc))
-            offers.append(Offer(kind, ticket, info.endpoint, granted, compression, cc))
+            ticket = self.tickets.issue(label, kind, Grant(subject, kind, granted, compression, cc, principal))
+            offers.append(Offer(kind, ticket, info.endpoint, granted, compression, cc, info.cipher))
         return tuple(offers)
 
-    def claim(self, token: bytes, kind: str) -> tuple[Ticket, Grant[object]]:
-        """Redeem ``token`` for channel ``kind`` (TicketError, TicketExpiredError); return it and its grant."""
-        ticket, grant = self.tickets.claim(token, kind)
+    def claim(self, token: bytes, kind: str,
+              check: Callable[[Ticket, Any], None] | None = None) -> tuple[Ticket, Grant[object]]:
+        """Redeem ``token`` for channel ``kind`` (TicketError, TicketExpiredError); return it and its grant.
+
+        ``check(ticket, grant)`` may refuse first (TicketError), leaving the ticket to its owner.
+        """
+        ticket, grant = self.tickets.claim(token, kind, check)
         return ticket, grant

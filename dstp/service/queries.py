@@ -4,10 +4,16 @@
     queries.run(sql, cancel)        -> Execution, started at once (no ticket: HTTP, gRPC Run)
     queries.start(handle, cancel)   -> Execution of a planned query (a redeemed ticket)
 
+Every step that costs something holds a slot of :mod:`.admission`, taken
+*before* the SQL is even parsed: planning (``plan``: released once the
+tickets are issued; ``run``: kept for the execution) and execution. A
+refused request costs nothing, and planning runs under the time limit.
+
 An :class:`Execution` holds a transfer slot from its start until its batches
 are consumed or it is closed, and shows adapters what they need — its
-``plan``, the ``settings`` it runs under, its typed ``summary`` — without
-reaching into the query engine.
+``plan``, the ``settings`` it runs under, its typed ``summary``, its
+``slot`` (the pace of its reader) — without reaching into the query engine.
+When it ends it writes its audit line (:mod:`.audit`).
 """
 
 from __future__ import annotations
@@ -15,15 +21,20 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Generator, Sequence
 
 import pyarrow as pa
 
+from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog
+from dstp.errors import DstpError
 from dstp.query.execute import PreparedQuery, QueryExecution, QuerySummary, prepare_query
 from dstp.query.plan import QueryPlan
-from dstp.service.admission import Admission
+from dstp.service.access import Access
+from dstp.service.admission import Admission, Slot
+from dstp.service.audit import AuditLog
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
 from dstp.transport.sources import QuerySource
@@ -54,6 +65,8 @@ class QueryHandle:
     query_id: str
     prepared: PreparedQuery
     offers: tuple[Offer, ...] = ()
+    #: Who asked (its tickets are bound to it; admission and the audit log count by it).
+    principal: Principal = ANONYMOUS
 
     @property
     def schema(self) -> pa.Schema:
@@ -86,15 +99,28 @@ class QueryHandle:
         return known if known >= 0 else self.max_rows * row_bytes(self.schema)
 
 
+def _dataset_ids(prepared: PreparedQuery) -> tuple[str, ...]:
+    query = prepared.query
+    return tuple(getattr(query, "dataset_ids", None) or (query.dataset.id,))
+
+
 class Execution:
     """A running query, holding a transfer slot until its batches are consumed or it is closed."""
 
-    def __init__(self, admission: Admission, handle: QueryHandle, run: QueryExecution) -> None:
+    def __init__(self, admission: Admission, handle: QueryHandle, run: QueryExecution, slot: Slot | None = None,
+                 *, audit: AuditLog | None = None, channel: str = "") -> None:
         self.handle = handle
         self.query_id = handle.query_id
         #: The engine's run (kept for adapters written before ``plan``/``settings``; use those).
         self.execution = run
+        #: The slot it holds: producers mark on it when they wait on the reader (a stalled one loses it).
+        self.slot = slot if slot is not None else admission.acquire(handle.principal.key, "queries", handle.query_id)
+        self.slot.deadline = self.slot.started + run.settings.query_time_limit_s
+        self.slot.on_stall(lambda error: self.cancel.set())
+        self.channel = channel
         self._admission = admission
+        self._audit = audit
+        self._outcome = ""
         self._released = False
         admission.register(self.query_id, self)
 
@@ -124,34 +150,81 @@ class Execution:
         """Yield result batches; the slot is released when this generator ends (or is closed)."""
         try:
             yield from self.execution.batches()
+            self._outcome = "truncated" if self.summary.truncated else "ok"
+        except DstpError as exc:
+            self._outcome = exc.code
+            raise
         finally:
             self.close()
 
     def source(self, compression: str = "none", *, expires_at: float = math.inf,
                congestion_control: str = "") -> QuerySource:
         """Return this query's records as a data channel's messages (Arrow IPC; closing it closes this)."""
-        return QuerySource(self, compression, expires_at=expires_at, congestion_control=congestion_control)
+        return QuerySource(self, compression, expires_at=expires_at, congestion_control=congestion_control,
+                           pace=self.slot)
+
+    @property
+    def outcome(self) -> str:
+        """How it ended, as the audit log says: ``ok``, ``truncated``, ``stalled``, an error code, or
+        ``client_closed`` (the reader stopped before the end: gone, or its own row limit); "" while running."""
+        reclaimed = self.slot.reclaimed
+        if reclaimed is not None:
+            return "stalled" if reclaimed.code == "cancelled" else reclaimed.code
+        return self._outcome or ("client_closed" if self._released else "")
 
     def close(self) -> None:
         """Give the slot back (idempotent); a query still reading is cancelled by its owner first."""
         if not self._released:
             self._released = True
             self._admission.unregister(self.query_id)
-            self._admission.release()
+            summary = self.summary
+            self.slot.release(summary.bytes)
+            if self._audit is not None:
+                handle = self.handle
+                self._audit.record("query", self.query_id, principal=handle.principal.name,
+                                   credential=handle.principal.key, channel=self.channel,
+                                   datasets=_dataset_ids(handle.prepared), outcome=self.outcome,
+                                   rows=summary.rows, sent=summary.bytes,
+                                   seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql)
 
 
 class Queries:
     """Planning and starting the queries of one catalog."""
 
-    def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission) -> None:
+    def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission,
+                 access: Access | None = None, audit: AuditLog | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.offers = offers
         self.admission = admission
+        self.access = access or Access(catalog)
+        self.audit = audit or AuditLog(admission.clock)
 
-    def prepare(self, sql: str) -> PreparedQuery:
-        """Return the validated, planned query (raises QueryError and friends)."""
-        return prepare_query(sql, self.catalog, self.settings)
+    def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
+                cancel: threading.Event | None = None) -> PreparedQuery:
+        """Return the validated, planned query (raises QueryError and friends).
+
+        It is planned against the catalog ``principal`` sees, and every dataset it reads is
+        checked again: a dataset it may not read is DatasetNotFoundError, as if it did not exist.
+        Planning counts against the time limit from ``started`` (``time.monotonic()``; default now).
+        """
+        prepared = prepare_query(sql, self.access.catalog_for(principal), self.settings, started=started,
+                                 cancel=cancel)
+        self.access.check_query(principal, prepared)
+        return prepared
+
+    def _admit(self, principal: Principal, query_id: str, sql: str, channel: str) -> Slot:
+        """Return a slot for planning or running ``sql``, taken before anything is parsed; a refusal is audited."""
+        try:
+            return self.admission.acquire(principal.key, "queries", query_id)
+        except DstpError as exc:
+            self._audit_failure(principal, query_id, sql, channel, exc)
+            raise
+
+    def _audit_failure(self, principal: Principal, query_id: str, sql: str, channel: str, exc: DstpError,
+                       seconds: float = 0.0) -> None:
+        self.audit.record("query", query_id, principal=principal.name, credential=principal.key, channel=channel,
+                          datasets=(), outcome=exc.code, seconds=seconds, sql=sql)
 
     def plan(
         self,
@@ -161,28 +234,53 @@ class Queries:
         streams: int = 0,
         compression: str = "none",
         congestion_control: str = "",
+        principal: Principal = ANONYMOUS,
     ) -> QueryHandle:
-        """Prepare ``sql`` and issue tickets for the requested channels the server has."""
+        """Prepare ``sql`` and issue tickets, bound to ``principal``, for the requested channels the server has."""
         available = self.offers.available(channels, compression)
         query_id = self.offers.label("q")
-        handle = QueryHandle(query_id, self.prepare(sql))
+        slot = self._admit(principal, query_id, sql, "plan")
+        started = time.monotonic()
+        try:
+            handle = QueryHandle(query_id, self.prepare(sql, principal, started=started), principal=principal)
+        except DstpError as exc:
+            self._audit_failure(principal, query_id, sql, "plan", exc, time.monotonic() - started)
+            raise
+        finally:
+            slot.release()
         offers = self.offers.issue(query_id, available, handle, streams=streams, compression=compression,
-                                   congestion_control=congestion_control)
-        log.info("query %s planned: %s (scan %d grid points)", query_id, sql.strip()[:200], handle.prepared.scan_rows)
-        return QueryHandle(query_id, handle.prepared, offers)
+                                   congestion_control=congestion_control, principal=principal)
+        log.info("query %s planned for %s: %s (scan %d grid points)", query_id, principal.describe(),
+                 sql.strip()[:200], handle.prepared.scan_rows)
+        return QueryHandle(query_id, handle.prepared, offers, principal)
 
-    def run(self, sql: str, cancel: threading.Event | None = None) -> Execution:
-        """Prepare and start ``sql`` in one step, no ticket: for adapters that answer in the same request."""
-        handle = QueryHandle(self.offers.label("q"), self.prepare(sql))
+    def run(self, sql: str, cancel: threading.Event | None = None, principal: Principal = ANONYMOUS, *,
+            channel: str = "direct") -> Execution:
+        """Prepare and start ``sql`` in one step, no ticket: for adapters that answer in the same request.
+
+        One slot, taken before planning, serves planning and execution; the time limit counts from then.
+        """
+        query_id = self.offers.label("q")
+        slot = self._admit(principal, query_id, sql, channel)
+        started = time.monotonic()
+        try:
+            handle = QueryHandle(query_id, self.prepare(sql, principal, started=started, cancel=cancel),
+                                 principal=principal)
+            run = QueryExecution(handle.prepared, self.settings, cancel, started=started)
+        except BaseException as exc:
+            slot.release()
+            if isinstance(exc, DstpError):
+                self._audit_failure(principal, query_id, sql, channel, exc, time.monotonic() - started)
+            raise
         log.info("query %s (direct): %s", handle.query_id, sql.strip()[:200])
-        return self.start(handle, cancel)
+        return Execution(self.admission, handle, run, slot, audit=self.audit, channel=channel)
 
-    def start(self, handle: QueryHandle, cancel: threading.Event | None = None) -> Execution:
+    def start(self, handle: QueryHandle, cancel: threading.Event | None = None, *, channel: str = "") -> Execution:
         """Return a running execution of a planned query, holding one slot (LimitExceededError if none is free)."""
-        self.admission.acquire("queries")
+        slot = self._admit(handle.principal, handle.query_id, handle.prepared.query.sql, channel)
         try:
             run = QueryExecution(handle.prepared, self.settings, cancel)
         except BaseException:
-            self.admission.release()
+            slot.release()
             raise
-        return Execution(self.admission, handle, run)
+        return Execution(self.admission, handle, run, slot, audit=self.audit, channel=channel)

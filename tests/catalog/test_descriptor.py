@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,19 @@ GOOD = b"""<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+def test_access_policies_parse() -> None:
+    restricted = parse_descriptor(GOOD.replace(b'<access policy="public"/>',
+                                               b'<access policy="restricted" groups="polar admins"/>'))
+    assert (restricted.access_policy, restricted.access_groups, restricted.embargo_until) == \
+        ("restricted", ("polar", "admins"), None)
+    embargoed = parse_descriptor(GOOD.replace(b'<access policy="public"/>',
+                                              b'<access policy="public" groups="polar" embargo-until="2027-01-01"/>'))
+    assert (embargoed.access_policy, embargoed.access_groups, embargoed.embargo_until) == \
+        ("public", ("polar",), datetime.date(2027, 1, 1))
+    plain = parse_descriptor(GOOD.replace(b'<access policy="public"/>', b""))
+    assert (plain.access_policy, plain.access_groups, plain.embargo_until) == ("public", (), None)
+
+
 def test_good_descriptor_parses() -> None:
     d = parse_descriptor(GOOD)
     assert d.id == "demo" and d.aggregate == "time" and d.default_grid == ("time", "lat")
@@ -57,6 +72,12 @@ def test_good_descriptor_parses() -> None:
         ((b'default-grid="time lat"', b'default-grid="time lev"'), 9, "default-grid"),
         ((b'<key name="time" column="time"/>', b'<key name="time" column="nope"/>'), 15, "nope"),
         ((b"</dataset>", b"</datasets>"), 17, "well-formed"),
+        ((b'<access policy="public"/>', b'<access policy="restricted"/>'), 16, "needs groups"),
+        ((b'<access policy="public"/>', b'<access policy="public" groups="polar"/>'), 16, 'policy="restricted"'),
+        ((b'<access policy="public"/>', b'<access policy="restricted" groups="polar" embargo-until="2027-01-01"/>'),
+         16, "embargo"),
+        ((b'<access policy="public"/>', b'<access policy="public" embargo-until="next year"/>'), 16, "embargo-until"),
+        ((b'<access policy="public"/>', b'<access policy="restricted" groups="a b;c"/>'), 16, "groups"),
         ((b'<dataset xmlns="urn:dstp:descriptor:1"', b'<dataset'), 2, "root element"),
     ],
 )
@@ -107,5 +128,8 @@ def test_render_round_trips() -> None:
         attributes=(AttributeSpec("t", "T", ("time",), "K", "Temp & <stuff>", (("long_name", "T \"q\""),)),),
         default_grid=("time",), summary="S", license="CC0", source="src", keywords=("a", "b c"),
         correlation_keys=(CorrelationKey("time", "time", "time", "days"),), access_policy="restricted",
+        access_groups=("polar", "admins"),
     )
     assert parse_descriptor(render_descriptor(d)) == d
+    embargoed = dataclasses.replace(d, access_policy="public", embargo_until=datetime.date(2027, 1, 1))
+    assert parse_descriptor(render_descriptor(embargoed)) == embargoed

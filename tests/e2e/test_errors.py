@@ -14,6 +14,7 @@ from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
 from dstp.settings import Settings
+from dstp.transport.tickets import fetch_proof
 from clock import Clock
 from query_cases import HOSTILE
 
@@ -86,11 +87,11 @@ def test_ticket_is_single_use_and_bound_to_its_channel(server) -> None:
         stub = pb_grpc.DstpStub(channel)
         reply = stub.Query(pb.QueryRequest(sql="select temperature from ccm3 limit 3",
                                            channels=[pb.CHANNEL_KIND_GRPC_STREAM]))
-        ticket = reply.offers[0].ticket
-        assert len(list(stub.Fetch(pb.FetchRequest(ticket=ticket)))) >= 2
+        ticket, key = reply.offers[0].ticket, reply.offers[0].key
+        assert len(list(stub.Fetch(pb.FetchRequest(ticket=ticket, proof=fetch_proof(key, ticket))))) >= 2
         for bad in (ticket, b"garbage", ticket[:-1] + bytes([ticket[-1] ^ 1])):
             with pytest.raises(grpc.RpcError) as info:
-                list(stub.Fetch(pb.FetchRequest(ticket=bad)))
+                list(stub.Fetch(pb.FetchRequest(ticket=bad, proof=fetch_proof(key, bad))))
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -131,13 +132,16 @@ def test_expired_ticket_is_refused(catalog_root: Path) -> None:
         reply = stub.Query(pb.QueryRequest(sql="select temperature from ccm3 limit 1"))
         clock.advance(srv.settings.ticket_ttl_s + 1)
         with pytest.raises(grpc.RpcError) as info:
-            list(stub.Fetch(pb.FetchRequest(ticket=reply.offers[0].ticket)))
+            list(stub.Fetch(pb.FetchRequest(ticket=reply.offers[0].ticket,
+                                            proof=fetch_proof(reply.offers[0].key, reply.offers[0].ticket))))
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "expired" in info.value.details()
 
 
 def test_concurrent_query_limit(catalog_root: Path) -> None:
-    with _strict(catalog_root, max_concurrent_queries=1) as srv, dstp.connect(srv.endpoints.grpc) as c:
+    # admission_wait_s=0: refused at once (tests/service/test_admission.py covers the fair queue)
+    with _strict(catalog_root, max_concurrent_queries=1, admission_wait_s=0) as srv, \
+            dstp.connect(srv.endpoints.grpc) as c:
         first = c.query_batches("select temperature from ccm3")
         next(iter(first))  # holds the only slot
         with pytest.raises(dstp.LimitExceededError, match="maximum of 1"):
@@ -178,7 +182,8 @@ def test_run_sends_the_plan_then_what_fetch_sends(server) -> None:
             list(stub.Fetch(pb.FetchRequest(ticket=plan.offers[0].ticket)))
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         reply = stub.Query(pb.QueryRequest(sql=sql, channels=[pb.CHANNEL_KIND_GRPC_STREAM]))
-        fetched = list(stub.Fetch(pb.FetchRequest(ticket=reply.offers[0].ticket)))
+        offer = reply.offers[0]
+        fetched = list(stub.Fetch(pb.FetchRequest(ticket=offer.ticket, proof=fetch_proof(offer.key, offer.ticket))))
         assert plan.arrow_schema == reply.arrow_schema
         assert [m.ipc_message for m in run[1:-1]] == [m.ipc_message for m in fetched[:-1]]
         assert run[-1].summary.rows == fetched[-1].summary.rows == 700

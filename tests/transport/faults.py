@@ -17,7 +17,7 @@ from typing import Any
 
 from dstp.errors import TransportError
 from dstp.transport.channels import DataChannel, StripedChannel
-from dstp.transport.frames import HEADER, Conn, Kind
+from dstp.transport.frames import HEADER, SEALED, Conn, Kind
 
 
 @dataclass
@@ -119,7 +119,7 @@ class _SendingFault:
         head = bytes(parts[0]) if parts else b""
         if fault is not None and len(head) == HEADER.size:
             _, _, kind, stripe, sequence, _, _, _ = HEADER.unpack(head)
-            if kind == Kind.DATA and sequence == fault.sequence and self.listener.claim(fault, stripe):
+            if kind & ~SEALED == Kind.DATA and sequence == fault.sequence and self.listener.claim(fault, stripe):
                 if fault.action == "abort":
                     getattr(self.inner, "abort", self.inner.close)()
                 else:

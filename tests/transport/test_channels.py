@@ -7,13 +7,15 @@ listener — in-process pipes, a TCP port, a UDT port — handed the service's
 same tests: the records equal a direct run of the query, and the same faults
 (injected through public seams: a fault-injecting channel on the client, a
 fault-injecting listener on the server, a clock for expiry) are survived or
-refused the same way.
+refused the same way. The sealed classes run the whole suite again with
+every frame after HELLO sealed (AES-256-GCM), as a TLS server's channels are.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,6 +36,7 @@ from dstp.transport.ipc import BatchDecoder
 from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
 from dstp.transport.receiver import StripedReceiver
 from dstp.transport.tcp import TcpChannel, TcpListener
+from dstp.transport.tickets import hello_proof
 from faults import Fault, FaultyChannel, FaultyListener, SendFault
 from query_cases import CASES
 
@@ -44,26 +47,41 @@ FILE = "ccm3_1990-01.nc"
 SETTINGS = dict(batch_rows=2048, window_bytes=2 * 2**20, block_bytes=256 * 1024)
 
 
+class Ticket(bytes):
+    """A ticket's bytes, carrying what its offer gave only to the client that asked: the key and the cipher."""
+
+    key: bytes = b""
+    cipher: str = ""
+
+
+def issued(offer: Any) -> Ticket:
+    """Return the ticket of a service ``Offer`` with its key and cipher."""
+    ticket = Ticket(offer.ticket.token)
+    ticket.key, ticket.cipher = offer.ticket.key, offer.cipher
+    return ticket
+
+
 class Harness:
     """The service in process, a channel server on ``listener``, and the channel's client end."""
 
-    def __init__(self, catalog: Catalog, kind: str, listener: Any, channel: DataChannel) -> None:
+    def __init__(self, catalog: Catalog, kind: str, listener: Any, channel: DataChannel, sealed: bool = False) -> None:
         self.clock = Clock()
         self.kind = kind
         self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **SETTINGS), clock=self.clock)
         self.listener = FaultyListener(listener)
         self.server = DataChannelServer(kind, self.listener, self.service.open_source, window_bytes=2 * 2**20,
-                                        resume_timeout=10.0, clock=self.clock)
-        self.service.register_channel(ChannelInfo(kind, self.server.endpoint, max_streams=64))
+                                        resume_timeout=10.0, clock=self.clock, sealed=sealed)
+        self.service.register_channel(ChannelInfo(kind, self.server.endpoint, max_streams=64,
+                                                  cipher="aes-256-gcm" if sealed else ""))
         self.channel = channel
         self._references: dict[str, pa.Table] = {}
         self.server.start()
 
-    def ticket(self, sql: str, streams: int, compression: str) -> tuple[bytes, int, pa.Schema]:
-        """Return a ticket of ``sql`` for this channel, the streams granted and the result schema."""
+    def ticket(self, sql: str, streams: int, compression: str) -> tuple[Ticket, int, pa.Schema]:
+        """Return a ticket of ``sql`` for this channel (with its key), the streams granted and the result schema."""
         handle = self.service.query(sql, [self.kind], streams=streams, compression=compression)
         offer = handle.offers[0]
-        return offer.ticket.token, offer.streams, handle.schema
+        return issued(offer), offer.streams, handle.schema
 
     def reference(self, sql: str) -> pa.Table:
         """Return the records of ``sql`` from a direct run (no channel)."""
@@ -78,7 +96,7 @@ class Harness:
 
 def receive(channel: DataChannel, ticket: bytes, streams: int, schema: pa.Schema) -> tuple[pa.Table, TransferSummary]:
     """Return the records a channel delivers for ``ticket``, decoded, and the transfer's summary."""
-    transfer = channel.open(ticket, streams)
+    transfer = channel.open(ticket, streams, key=getattr(ticket, "key", b""), cipher=getattr(ticket, "cipher", ""))
     decoder = BatchDecoder()
     batches = []
     for sequence, _, payload in transfer.messages():
@@ -97,6 +115,7 @@ class ChannelConformance:
     kind = "striped"
     streams = 1
     compression = "none"
+    sealed = False
 
     @classmethod
     def make_listener(cls) -> Listener:
@@ -110,7 +129,7 @@ class ChannelConformance:
     @classmethod
     def harness(cls, catalog: Catalog) -> Iterator[Harness]:
         listener = cls.make_listener()
-        harness = Harness(catalog, cls.kind, listener, cls.make_channel(listener))
+        harness = Harness(catalog, cls.kind, listener, cls.make_channel(listener), cls.sealed)
         yield harness
         harness.stop()
 
@@ -148,7 +167,8 @@ class ChannelConformance:
         sink = FileSink(out, RemoteFile("ccm3", FILE, request.size, request.mtime_ns, request.offset,
                                         request.length, request.crc32c))
         sink.open()
-        transfer = harness.channel.open(offer.ticket.token, offer.streams, sink=sink)
+        transfer = harness.channel.open(offer.ticket.token, offer.streams, sink=sink, key=offer.ticket.key,
+                                        cipher=offer.cipher)
         for _, _, block in transfer.messages():
             sink.block_done(block)
         sink.finish()  # checks the CRC-32C of the whole file
@@ -207,6 +227,60 @@ class ChannelConformance:
         with pytest.raises(dstp.TicketError, match="already used|unknown"):
             receive(harness.channel, ticket, streams, schema)
 
+    def hello_from(self, harness: Harness, ticket: bytes, stripe: int, *, key: bytes = b"", attempt: int = 0,
+                   acked: int = 0) -> Any:
+        """Return the frame the server answers a HELLO with, sent on a connection of our own."""
+        proof = hello_proof(key, ticket, stripe, attempt, acked).hex() if key else "00" * 32
+        conn = harness.channel.connect(stripe)
+        try:
+            send_frame(conn, Kind.HELLO, stripe, 0, 0, control_payload(
+                {"ticket": ticket.hex(), "stripe": stripe, "stripes": 1, "acked": acked, "have": [],
+                 "attempt": attempt, "proof": proof}))
+            return recv_frame(conn)
+        finally:
+            conn.close()
+
+    def test_a_stranger_with_the_ticket_cannot_redeem_it(self, harness: Harness) -> None:
+        ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
+        for key in (b"", os.urandom(32)):  # no proof; a proof made with a key of its own
+            frame = self.hello_from(harness, ticket, 0, key=key)
+            assert frame is not None and frame.kind == Kind.ERROR and frame.json()["code"] == "bad_ticket"
+            assert "proof" in frame.json()["message"]
+        table, summary = receive(harness.channel, ticket, streams, schema)  # still the owner's
+        assert table.equals(harness.reference(SMALL)) and summary.reconnects == 0
+
+    def test_a_stranger_joining_a_running_transfer_gets_an_error_and_the_owner_is_unaffected(
+            self, harness: Harness) -> None:
+        # The attack of issue 13: a ticket holder joined a victim's striped transfer as an extra stripe,
+        # took its data and stalled it. Here the owner opens the transfer and reads nothing yet (the
+        # server's window fills and waits); strangers then present the ticket on a new stripe, on the
+        # owner's stripe 0, and replay the owner's own first HELLO.
+        ticket, streams, schema = harness.ticket(BIG, self.streams, self.compression)
+        before = harness.server.active_transfers()  # earlier tests' broken transfers may still await a resume
+        transfer = harness.channel.open(ticket, streams, key=ticket.key, cipher=ticket.cipher)
+        try:
+            deadline = time.monotonic() + 10
+            while harness.server.active_transfers() == before and time.monotonic() < deadline:
+                time.sleep(0.01)  # the owner's HELLO is being handled on the server's thread
+            assert harness.server.active_transfers() == before + 1
+            answers = [self.hello_from(harness, ticket, streams),                      # an extra stripe
+                       self.hello_from(harness, ticket, 0, key=os.urandom(32)),        # the owner's stripe
+                       self.hello_from(harness, ticket, 0, key=ticket.key)]            # a replayed HELLO
+            for frame in answers:
+                assert frame is not None and frame.kind == Kind.ERROR, frame
+                assert frame.json()["code"] == "bad_ticket"
+            assert "proof" in answers[0].json()["message"] and "attempt" in answers[2].json()["message"]
+            decoder, batches = BatchDecoder(), []
+            for sequence, _, payload in transfer.messages():
+                if sequence == 0:
+                    decoder.decode_schema(payload)
+                else:
+                    batches.append(decoder.decode(payload))
+        finally:
+            transfer.close()
+        assert pa.Table.from_batches(batches, schema=decoder.schema).equals(harness.reference(BIG))
+        assert transfer.summary().reconnects == 0  # no stripe of the owner was touched
+
     def test_forged_ticket(self, harness: Harness) -> None:
         ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
         with pytest.raises(dstp.TicketError):
@@ -261,6 +335,11 @@ class TestMemoryFourStreamsLz4(TestMemoryOneStream):
     compression = "lz4"
 
 
+class TestMemorySealedFourStreams(TestMemoryOneStream):
+    streams = 4
+    sealed = True
+
+
 class TestStripedOneStream(ChannelConformance):
     @classmethod
     def make_listener(cls) -> TcpListener:
@@ -275,6 +354,10 @@ class TestStripedOneStream(ChannelConformance):
 class TestStripedFourStreamsLz4(TestStripedOneStream):
     streams = 4
     compression = "lz4"
+
+
+class TestStripedSealedFourStreamsLz4(TestStripedFourStreamsLz4):
+    sealed = True
 
 
 class TestUdt(ChannelConformance):
@@ -293,6 +376,12 @@ class TestUdt(ChannelConformance):
 
         host, port = listener.endpoint.rsplit(":", 1)
         return udt.UdtChannel(host, int(port), rtt_s=0.001)
+
+
+class TestUdtSealed(TestUdt):
+    """UDT cannot carry TLS: a TLS server's UDT transfers are sealed frame by frame instead."""
+
+    sealed = True
 
 
 # ---------------------------------------------------------------------- a hostile server

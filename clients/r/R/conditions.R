@@ -15,6 +15,7 @@
 #   +-- dstp_cancelled                  cancelled (499)
 #   +-- dstp_ticket_error               bad_ticket (403)
 #   |   +-- dstp_ticket_expired         ticket_expired (403)
+#   +-- dstp_unauthenticated            unauthenticated (401)
 #   +-- dstp_transport_error            transport_error (503)
 #   |   +-- dstp_connection_error       (client side: the server cannot be reached)
 #   |   +-- dstp_transport_unavailable  transport_unavailable (409)
@@ -40,6 +41,7 @@ DSTP_CLASSES <- list(
   cancelled = "dstp_cancelled",
   bad_ticket = "dstp_ticket_error",
   ticket_expired = c("dstp_ticket_expired", "dstp_ticket_error"),
+  unauthenticated = "dstp_unauthenticated",
   transport_error = "dstp_transport_error",
   connection_error = c("dstp_connection_error", "dstp_transport_error"),
   transport_unavailable = c("dstp_transport_unavailable", "dstp_transport_error"),
@@ -55,6 +57,7 @@ DSTP_CLASSES <- list(
 # Fallback for codes this client does not know, by HTTP status.
 STATUS_CLASSES <- list(
   "400" = "dstp_query_error",
+  "401" = "dstp_unauthenticated",
   "403" = "dstp_ticket_error",
   "404" = "dstp_not_found",
   "405" = "dstp_method_not_allowed",

@@ -12,12 +12,20 @@
 #'   `"striped"`, `"udt"`, `"auto"` in [dstp_query()]). `NULL` (the default)
 #'   discovers it from the server on first use.
 #' @param timeout Seconds to wait for a connection to be established.
+#' @param token An API token (or a JWT of the server's OIDC issuer) for a
+#'   server that needs one, sent as `Authorization: Bearer` on every request
+#'   and handed to the Python transports. Defaults to the `DSTP_TOKEN`
+#'   environment variable; `""` sends none.
+#' @param ca_file A PEM certificate to trust for an `https://` server whose
+#'   certificate no system authority signed (a `dstp serve --tls-self-signed`
+#'   server's). Defaults to `DSTP_CA_FILE`; `""` uses the system's roots.
 #' @param check If `TRUE` (the default), ask the server for its catalog now, so
 #'   that a wrong address fails here with a clear message.
 #' @param x A `dstp_connection` (for `print()`).
 #' @param ... Ignored.
 #' @return An object of class `dstp_connection`: a list with `url`, `grpc`,
-#'   `timeout` and, when `check = TRUE`, `datasets` (the published ids).
+#'   `timeout`, `token`, `ca_file` and, when `check = TRUE`, `datasets` (the
+#'   ids the token may read).
 #'   A wrong address, a server that does not answer or an answer that is not
 #'   a dstp catalog raise a `dstp_connection_error` (or another `dstp_error`)
 #'   whose message names the URL.
@@ -29,12 +37,14 @@
 #' }
 #' @export
 dstp_connect <- function(url = Sys.getenv("DSTP_URL", "http://127.0.0.1:8080"), grpc = NULL, timeout = 10,
-                         check = TRUE) {
+                         check = TRUE, token = Sys.getenv("DSTP_TOKEN"), ca_file = Sys.getenv("DSTP_CA_FILE")) {
   stopifnot(is.character(url), length(url) == 1L, nzchar(url))
+  stopifnot(is.character(token), length(token) == 1L, is.character(ca_file), length(ca_file) == 1L)
   if (!grepl("^[A-Za-z][A-Za-z0-9+.-]*://", url)) url <- paste0("http://", url)
   url <- sub("/+$", "", url)
   con <- structure(
-    list(url = url, grpc = grpc, timeout = timeout, datasets = NULL, cache = new.env(parent = emptyenv())),
+    list(url = url, grpc = grpc, timeout = timeout, datasets = NULL, token = token, ca_file = ca_file,
+         cache = new.env(parent = emptyenv())),
     class = "dstp_connection"
   )
   if (check) {
@@ -50,7 +60,7 @@ dstp_connect <- function(url = Sys.getenv("DSTP_URL", "http://127.0.0.1:8080"), 
 #' @rdname dstp_connect
 #' @export
 print.dstp_connection <- function(x, ...) {
-  cat("<dstp connection>", x$url, "\n")
+  cat("<dstp connection>", x$url, if (nzchar(x$token %||% "")) "(with a token)" else "", "\n")
   if (!is.null(x$datasets)) {
     cat("  datasets:", if (length(x$datasets)) paste(x$datasets, collapse = ", ") else "(none)", "\n")
   }

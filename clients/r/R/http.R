@@ -5,11 +5,21 @@ USER_AGENT <- "dstp-r/0.1.0 (https://github.com/dstp; R package dstp)"
 # GET URLs longer than this (URL-encoded) use POST /query with a JSON body instead.
 MAX_GET_URL <- 8000L
 
-new_dstp_handle <- function(con) {
+new_dstp_handle <- function(con, ...) {
   h <- curl::new_handle()
   curl::handle_setopt(h, useragent = USER_AGENT, connecttimeout = con$timeout, followlocation = TRUE,
                       failonerror = FALSE)
+  if (nzchar(con$ca_file %||% "")) curl::handle_setopt(h, cainfo = con$ca_file)
+  dstp_headers(h, con, ...)
   h
+}
+
+# Set the request headers of `h`: the token, if the connection has one, and `...` (curl replaces them all).
+dstp_headers <- function(h, con, ...) {
+  headers <- list(...)
+  if (nzchar(con$token %||% "")) headers[["Authorization"]] <- paste("Bearer", con$token)
+  if (length(headers)) do.call(curl::handle_setheaders, c(list(h), headers))
+  invisible(h)
 }
 
 # A curl failure (no answer at all) as a dstp_connection_error naming the URL.
@@ -148,7 +158,7 @@ http_query_to_file <- function(con, sql, format, path, limit = NULL, allow_trunc
   if (nchar(url) > MAX_GET_URL) {
     body <- jsonlite::toJSON(list(sql = sql, format = format, limit = limit), auto_unbox = TRUE, null = "null")
     curl::handle_setopt(h, post = TRUE, postfields = as.character(body))
-    curl::handle_setheaders(h, "Content-Type" = "application/json")
+    dstp_headers(h, con, "Content-Type" = "application/json")
     url <- paste0(con$url, "/query")
     shown <- url
   }

@@ -99,7 +99,8 @@ python_query <- function(con, sql, transport, streams = 0L, limit = NULL) {
   path <- tempfile("dstp-", fileext = ".arrows")
   on.exit(unlink(path), add = TRUE)
   res <- tryCatch(
-    bridge$fetch(target, sql, transport, as.integer(streams), path, as.integer(limit %||% -1L)),
+    bridge$fetch(target, sql, transport, as.integer(streams), path, as.integer(limit %||% -1L),
+                 con$token %||% "", startsWith(con$url, "https://"), con$ca_file %||% ""),
     error = function(e) {
       stop_dstp("transport_error", sprintf("the Python client failed on %s: %s", target, conditionMessage(e)),
                 url = target)

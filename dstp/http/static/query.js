@@ -22,8 +22,21 @@ function encodeConditions() {
   });
 }
 
+function encodeAggregates() {
+  form.querySelectorAll(".aggregate").forEach((row) => {
+    const fn = row.querySelector(".agg-function").value;
+    const column = row.querySelector(".agg-column").value;
+    row.querySelector("input[name=agg]").value = fn + ":" + column;
+  });
+  // With groups or aggregates the result is one record per group: picked columns are not used.
+  const reduces = form.querySelector(".aggregate") !== null ||
+    form.querySelector("input[name=group]:checked") !== null;
+  form.querySelector("fieldset.columns").classList.toggle("unused", reduces);
+}
+
 function builderParams() {
   encodeConditions();
+  encodeAggregates();
   const params = new URLSearchParams();
   for (const [name, value] of new FormData(form)) {
     if (String(value).trim() !== "") params.append(name, value);
@@ -136,6 +149,12 @@ async function preview() {
     : "no rows match";
 }
 
+function addAggregate() {
+  const template = document.getElementById("aggregate-template");
+  document.getElementById("aggregates").append(template.content.cloneNode(true));
+  refreshSoon();
+}
+
 function addCondition() {
   const template = document.getElementById("condition-template");
   document.getElementById("conditions").append(template.content.cloneNode(true));
@@ -151,8 +170,14 @@ form.addEventListener("click", (event) => {
     custom = false;
     refreshSoon();
   }
+  if (event.target.classList.contains("agg-remove")) {
+    event.target.closest(".aggregate").remove();
+    custom = false;
+    refreshSoon();
+  }
 });
 document.getElementById("add-condition").addEventListener("click", addCondition);
+document.getElementById("add-aggregate").addEventListener("click", addAggregate);
 sqlBox.addEventListener("input", () => { custom = true; refreshSoon(); });
 sqlBox.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); preview(); }

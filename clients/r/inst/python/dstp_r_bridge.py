@@ -34,15 +34,17 @@ def _error(err: DstpError) -> dict[str, Any]:
     return {"error": out}
 
 
-def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit: int = -1) -> dict[str, Any]:
+def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit: int = -1, token: str = "",
+          tls: bool = False, ca_file: str = "") -> dict[str, Any]:
     """Run ``sql`` on the server at ``target`` over ``transport``; write the result to ``path``.
 
-    ``limit`` >= 0 keeps that many records and then stops the transfer.
+    ``limit`` >= 0 keeps that many records and then stops the transfer. ``token``, ``tls`` and
+    ``ca_file`` are the R connection's (an https:// server speaks TLS on gRPC too).
     Returns the fetch summary (rows, transport, seconds, ...) or an error.
     """
     started = time.perf_counter()
     try:
-        with dstp.connect(target) as client:
+        with dstp.connect(target, token=token or None, tls=bool(tls) or None, ca_file=ca_file or None) as client:
             # R signals truncation itself (a dstp_truncated condition), from the summary returned below
             stream = client.query_batches(sql, transport=transport, streams=streams, allow_truncated=True)
             stream._warn = False
