@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
@@ -62,7 +63,8 @@ class ErddapTable:
     names: list[str]
     types: list[str]
     units: list[str]
-    columns: list[list[Any]]
+    #: Python lists (metadata tables), or Arrow columns (query results: written column by column).
+    columns: Sequence[Sequence[Any] | pa.ChunkedArray]
     #: A catalog table (info, search): ERDDAP writes no units line for it.
     metadata: bool = False
 
@@ -70,10 +72,21 @@ class ErddapTable:
     def rows(self) -> int:
         return len(self.columns[0]) if self.columns else 0
 
+    def values(self) -> list[list[Any]]:
+        """Return the columns as Python lists."""
+        return [c.to_pylist() if isinstance(c, pa.ChunkedArray) else list(c) for c in self.columns]
+
+    def texts(self) -> list[list[str]]:
+        """Return the columns as ERDDAP's CSV cells, an Arrow column converted in one pass."""
+        return [_csv_column(c) for c in self.columns]
+
 
 def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
     """Return an Arrow result as an ErddapTable (times as ISO text in UTC, units from the dataset)."""
-    names, types, units, columns = [], [], [], []
+    names: list[str] = []
+    types: list[str] = []
+    units: list[str] = []
+    columns: list[Sequence[Any] | pa.ChunkedArray] = []
     infos = ds.columns if ds is not None else {}
     for f, col in zip(table.schema, table.columns):
         info = infos.get(f.name)
@@ -82,13 +95,17 @@ def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
         if is_time:
             types.append("String")
             units.append("UTC")
-            columns.append([render_time(v) if v is not None else None for v in col.to_pylist()])
+            if pa.types.is_timestamp(f.type):  # whole seconds, as ERDDAP writes them
+                seconds = pc.cast(col, pa.timestamp("s", f.type.tz), safe=False)
+                columns.append(pc.strftime(seconds, format="%Y-%m-%dT%H:%M:%SZ"))
+            else:
+                columns.append([render_time(v) if v is not None else None for v in col.to_pylist()])
             continue
         arrow = str(f.type)
         types.append(erddap_type(arrow))
         meta = f.metadata or {}
         units.append(meta.get(b"units", b"").decode() or (info.units if info is not None else ""))
-        columns.append(col.to_pylist())
+        columns.append(col)
     return ErddapTable(names, types, units, columns)
 
 
@@ -100,6 +117,23 @@ def _csv_cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def _csv_column(column: Sequence[Any] | pa.ChunkedArray) -> list[str]:
+    """Return one column as CSV cells; numbers of an Arrow column are formatted by Arrow in one pass."""
+    if not isinstance(column, pa.ChunkedArray):
+        return [_csv_cell(v) for v in column]
+    t = column.type
+    if pa.types.is_floating(t):
+        wide = pc.cast(column, pa.float64())  # float32 written as the exact double, like repr() of its value
+        text = pc.if_else(pc.is_nan(wide), "NaN", pc.cast(wide, pa.string()))
+        out: list[str] = pc.fill_null(text, "NaN").to_pylist()
+        return out
+    if pa.types.is_integer(t):
+        return pc.fill_null(pc.cast(column, pa.string()), "NaN").to_pylist()  # type: ignore[no-any-return]
+    if pa.types.is_boolean(t):
+        return pc.fill_null(pc.if_else(column, "true", "false"), "NaN").to_pylist()  # type: ignore[no-any-return]
+    return [_csv_cell(v) for v in column.to_pylist()]
 
 
 def _json_cell(value: Any) -> Any:
@@ -116,18 +150,17 @@ def render(t: ErddapTable, fmt: str, title: str = "") -> bytes:
             out.write(",".join(t.names) + "\n" + ",".join(t.units) + "\n")
         else:
             out.write(",".join(f"{n} ({u})" if u else n for n, u in zip(t.names, t.units)) + "\n")
-        for row in zip(*t.columns):
-            out.write(",".join(_csv_cell(v) for v in row) + "\n")
+        out.writelines(",".join(row) + "\n" for row in zip(*t.texts()))
         return out.getvalue().encode("latin-1", "replace")
     if fmt == "json":
-        rows = [[_json_cell(v) for v in row] for row in zip(*t.columns)]
+        rows = [[_json_cell(v) for v in row] for row in zip(*t.values())]
         document = {"table": {"columnNames": t.names, "columnTypes": t.types, "columnUnits": t.units, "rows": rows}}
         return json.dumps(document, allow_nan=False).encode()
     if fmt in ("htmlTable", "html"):
         head = "".join(f"<th>{html.escape(n)}</th>" for n in t.names)
         unit_row = "".join(f"<th>{html.escape(u)}</th>" for u in t.units)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_csv_cell(v))}</td>" for v in row) + "</tr>\n"
-                       for row in zip(*t.columns))
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>\n"
+                       for row in zip(*t.texts()))
         page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"UTF-8\"><title>{html.escape(title)}</title></head>"
                 f"<body><table class=\"erd commonBGColor nowrap\">\n<tr>{head}</tr>\n<tr>{unit_row}</tr>\n{body}"
                 "</table></body></html>\n")
