@@ -18,6 +18,17 @@ unavailable. Environment variables (see docs/udt.md):
 ``DSTP_UDT_REQUIRED=1``
     make a missing header or a failed build an error instead of a notice
     (for CI jobs that must ship the UDT channel).
+
+The native data path ``dstp.transport._native`` (pybind11, sources in
+``transport/_native_src/``; no library beyond libc) moves file blocks between
+sockets and files with CRC-32C in the same pass and the GIL released
+(docs/transport.md). It is built whenever a C++ compiler is there; without it
+dstp moves the same frames in Python (``dstp get -v`` says which path ran).
+
+``DSTP_NATIVE_DISABLE=1``
+    never build it.
+``DSTP_NATIVE_REQUIRED=1``
+    make a failed build an error instead of a notice.
 """
 
 from __future__ import annotations
@@ -79,6 +90,27 @@ def udt_extensions() -> list[Pybind11Extension]:
     ]
 
 
+NATIVE = "dstp.transport._native"
+
+
+def native_extensions() -> list[Pybind11Extension]:
+    if _flag("DSTP_NATIVE_DISABLE"):
+        _notice("dstp: DSTP_NATIVE_DISABLE is set; data channels will move bytes in Python")
+        return []
+    return [
+        Pybind11Extension(
+            NATIVE,
+            sources=["transport/_native_src/native_module.cpp"],
+            extra_compile_args=["-O3"],
+            cxx_std=17,
+        )
+    ]
+
+
+def _required(name: str) -> bool:
+    return _flag("DSTP_NATIVE_REQUIRED") if name == NATIVE else _flag("DSTP_UDT_REQUIRED")
+
+
 def _build_errors() -> tuple[type[BaseException], ...]:
     from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
 
@@ -86,7 +118,7 @@ def _build_errors() -> tuple[type[BaseException], ...]:
 
 
 class optional_build_ext(build_ext):
-    """build_ext that turns a failed UDT build into a notice (unless DSTP_UDT_REQUIRED)."""
+    """build_ext that turns a failed optional build into a notice (unless DSTP_UDT_REQUIRED / DSTP_NATIVE_REQUIRED)."""
 
     def run(self) -> None:
         try:
@@ -101,15 +133,16 @@ class optional_build_ext(build_ext):
             self._give_up(exc, ext)
 
     def _give_up(self, exc: BaseException, ext) -> None:
-        if _flag("DSTP_UDT_REQUIRED"):
+        names = [ext.name] if ext is not None else [e.name for e in self.extensions]
+        if any(_required(n) for n in names):
             raise exc
-        name = getattr(ext, "name", "dstp.transport._udt")
         reason = str(exc).splitlines()[0][:200] if isinstance(exc, OSError) else type(exc).__name__
-        _notice(f"dstp: building {name} failed ({reason}; see the compiler output above); "
-                "the UDT channel will be unavailable")
+        for name in names:
+            what = "data channels will move bytes in Python" if name == NATIVE else "the UDT channel will be unavailable"
+            _notice(f"dstp: building {name} failed ({reason}; see the compiler output above); {what}")
         # Forget the extension (rebinding, not mutating the list being iterated) so
         # that get_outputs() and the in-place copy of editable installs skip it.
         self.extensions = [e for e in self.extensions if ext is not None and e is not ext]  # type: ignore[has-type]
 
 
-setup(ext_modules=udt_extensions(), cmdclass={"build_ext": optional_build_ext})
+setup(ext_modules=udt_extensions() + native_extensions(), cmdclass={"build_ext": optional_build_ext})

@@ -5,22 +5,50 @@ UDT in ``transport/udt.py``, in-process pipes in ``transport/memory.py``) and
 the service's ``open_source(ticket, kind, cancel)``, which redeems a ticket
 and returns what to send (:class:`~dstp.transport.sources.MessageSource`).
 Both are given at construction; nothing here calls back into the server
-assembly. Every connection starts with a HELLO frame within
-``hello_timeout`` seconds; a connection that sends anything else, random
-bytes, a bad or expired ticket, gets an ERROR frame (when possible) and is
-closed — and the server goes on serving everyone else.
+assembly. Every connection starts with a HELLO frame, all of it within
+``hello_timeout`` seconds of the connection's arrival (measured by ``clock``
+and enforced by the janitor, however slowly its bytes trickle in); a
+connection that sends anything else, random bytes, a bad or expired ticket,
+gets an ERROR frame (when possible) and is closed — and the server goes on
+serving everyone else. One source address holds at most
+``max_pending_per_address`` connections that have not finished their HELLO:
+a new one beyond that closes that address's oldest, so a flood from one host
+cannot lock out the transfers of others (nor a fast client behind the same
+address, whose HELLO is done in a round trip).
+
+Every HELLO proves it comes from the client the ticket was issued to: its
+``proof`` is an HMAC over the ticket, the stripe, an ``attempt`` number and
+``acked``, keyed from the ticket key only that client received
+(transport/tickets.py). The first HELLO's proof is checked by the service
+before the ticket is redeemed; a later stripe's (or a resumed stripe's)
+against the transfer's key before it touches the transfer, and its attempt
+must exceed the last one of that stripe. A stranger holding only the ticket
+gets an ERROR frame; the owner's transfer never notices. With ``sealed`` the
+transfer's frames are sealed with AES-256-GCM (transport/frames.py).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from typing import Any, Callable, Protocol
 
-from dstp.errors import DstpError, ProtocolError, TicketExpiredError, TransportError
-from dstp.transport.frames import MAX_CONTROL_PAYLOAD, Conn, Kind, control_payload, recv_frame, send_frame
+from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
+from dstp.transport.frames import (
+    MAX_CONTROL_PAYLOAD,
+    Conn,
+    Frame,
+    Kind,
+    Seal,
+    control_payload,
+    recv_header,
+    recv_payload,
+    send_frame,
+)
 from dstp.transport.sources import MessageSource
+from dstp.transport.tickets import check_proof, hello_proof, seal_key
 from dstp.transport.transfer import Transfer
 
 __all__ = ["DataChannelServer", "Listener", "OpenSource"]
@@ -28,6 +56,11 @@ __all__ = ["DataChannelServer", "Listener", "OpenSource"]
 log = logging.getLogger("dstp.transport")
 
 MAX_STRIPES = 256
+#: How often the janitor checks HELLO deadlines and idle transfers (real seconds).
+JANITOR_INTERVAL_S = 0.1
+#: The janitor wakes a connection this long after its HELLO deadline: a handshake that is reading checks the
+#: deadline itself before every read, so the janitor only catches one waiting on silence.
+HELLO_GRACE_S = 0.5
 MAX_HAVE = 1_000_000
 
 
@@ -46,8 +79,53 @@ class Listener(Protocol):
         """Stop accepting."""
 
 
-#: Redeems a ticket for a channel kind and returns what to send (DstpService.open_source).
-OpenSource = Callable[[bytes, str, threading.Event | None], MessageSource]
+class OpenSource(Protocol):
+    """Redeems a ticket for a channel kind and returns what to send (DstpService.open_source).
+
+    ``proof(ticket key)`` says whether the HELLO proved the redeemer holds the ticket's key; the
+    ticket is redeemed only if it does.
+    """
+
+    def __call__(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
+                 proof: Callable[[bytes], bool]) -> MessageSource: ...
+
+
+#: What a stranger who presents someone else's ticket hears.
+NOT_YOURS = ("this HELLO does not prove it comes from the client the ticket was issued to (its proof is missing "
+             "or wrong); only that client can join the transfer")
+
+
+class _Deadline:
+    """A connection during its HELLO: every read checks the one deadline of the whole HELLO first."""
+
+    def __init__(self, conn: Conn, deadline: float, clock: Callable[[], float]) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.clock = clock
+
+    def recv_into(self, view: memoryview) -> int:
+        if self.clock() > self.deadline:
+            raise TimeoutError
+        return self.conn.recv_into(view)
+
+    def send_parts(self, parts: list[memoryview | bytes]) -> None:
+        self.conn.send_parts(parts)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _wake(conn: Conn) -> None:
+    """Wake the handshake reading ``conn`` without closing its sending side (a TCP socket: shut reading
+    down), so the ERROR frame still goes out; another kind of connection is closed."""
+    sock = getattr(conn, "sock", None)
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RD)
+            return
+        except OSError:
+            pass
+    conn.close()
 
 
 class DataChannelServer:
@@ -67,16 +145,25 @@ class DataChannelServer:
         resume_timeout: float = 60.0,
         hello_timeout: float = 10.0,
         max_connections: int = 512,
+        max_pending_per_address: int = 16,
         clock: Callable[[], float] = time.time,
+        sealed: bool = False,
     ) -> None:
         self.kind = kind
+        #: Whether transfers are sealed (AES-256-GCM): the offers of this channel say cipher "aes-256-gcm".
+        self.sealed = sealed
         self.listener = listener
         self.open_source = open_source
         self.window_bytes = window_bytes
         self.resume_timeout = resume_timeout
         self.hello_timeout = hello_timeout
+        self.max_pending_per_address = max(1, max_pending_per_address)
         self.clock = clock
         self._slots = threading.BoundedSemaphore(max_connections)
+        # Connections still in their HELLO: conn -> (source address, clock time it arrived), oldest first.
+        self._pending: dict[Conn, tuple[str, float]] = {}
+        self.hello_timeouts = 0
+        self.evicted = 0
         self._transfers: dict[bytes, Transfer] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -107,17 +194,40 @@ class DataChannelServer:
         while not self._stopped.is_set():
             try:
                 conn, peer = self.listener.accept()
-            except OSError:
+            except OSError as exc:
                 if self._stopped.is_set():
                     return
-                log.exception("%s channel: accept failed", self.kind)
-                time.sleep(0.1)
+                # Out of descriptors, typically: wait for some to free, without a traceback per attempt.
+                log.warning("%s channel: accept failed: %s", self.kind, exc)
+                self._stopped.wait(0.5)
                 continue
             if not self._slots.acquire(blocking=False):
                 self._refuse(conn, TransportError("the server has too many data connections; try again"))
                 continue
+            self._admit_pending(conn, peer)
             threading.Thread(target=self._handle, args=(conn, peer), name=f"dstp-{self.kind}-conn",
                              daemon=True).start()
+
+    def _admit_pending(self, conn: Conn, peer: str) -> None:
+        """Track a connection until its HELLO is done; at its address's cap, close that address's oldest."""
+        address = peer.rsplit(":", 1)[0]
+        with self._lock:
+            same = [c for c, (a, _) in self._pending.items() if a == address]
+            oldest = same[0] if len(same) >= self.max_pending_per_address else None
+            if oldest is not None:
+                del self._pending[oldest]
+            self._pending[conn] = (address, self.clock())
+        if oldest is not None:
+            self.evicted += 1
+            oldest.close()  # its handshake thread wakes, refuses it and frees its slot
+
+    def _hello_done(self, conn: Conn) -> None:
+        with self._lock:
+            self._pending.pop(conn, None)
+
+    def _pending_now(self) -> set[Conn]:
+        with self._lock:
+            return set(self._pending)
 
     def _refuse(self, conn: Conn, error: DstpError) -> None:
         self.rejected += 1
@@ -130,7 +240,10 @@ class DataChannelServer:
 
     def _handle(self, conn: Conn, peer: str) -> None:
         try:
-            transfer, stripe, generation = self._handshake(conn)
+            try:
+                transfer, stripe, generation = self._handshake(conn)
+            finally:
+                self._hello_done(conn)
         except DstpError as exc:
             log.info("%s channel: refused %s: %s", self.kind, peer, exc)
             self._refuse(conn, exc)
@@ -154,14 +267,23 @@ class DataChannelServer:
         settimeout = getattr(conn, "settimeout", None)
         if settimeout is not None:
             settimeout(self.hello_timeout)
+        with self._lock:
+            arrived = self._pending.get(conn, ("", self.clock()))[1]
+        hello_conn = _Deadline(conn, arrived + self.hello_timeout, self.clock)
         try:
-            frame = recv_frame(conn, max_payload=MAX_CONTROL_PAYLOAD)
+            header = recv_header(hello_conn, max_payload=MAX_CONTROL_PAYLOAD)
+            if header is not None and header.kind != Kind.HELLO:  # refused before its payload is read
+                raise ProtocolError(f"expected HELLO, got {header.kind.name}")
+            frame = None if header is None else \
+                Frame(header.kind, header.stripe, header.sequence, header.offset, recv_payload(hello_conn, header))
         except TimeoutError:
-            raise ProtocolError(f"no HELLO within {self.hello_timeout:g} s") from None
+            raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+        except TransportError as exc:
+            if not isinstance(exc, ProtocolError) and conn not in self._pending_now():
+                raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+            raise
         if frame is None:
             raise ProtocolError("the connection closed before HELLO")
-        if frame.kind != Kind.HELLO:
-            raise ProtocolError(f"expected HELLO, got {frame.kind.name}")
         hello = frame.json()
         if not isinstance(hello, dict):
             raise ProtocolError("HELLO payload must be a JSON object")
@@ -170,26 +292,43 @@ class DataChannelServer:
             stripe = int(hello.get("stripe", 0))
             acked = int(hello.get("acked", 0))
             have = {int(s) for s in hello.get("have", [])}
+            attempt = int(hello.get("attempt", 0))
+            proof = bytes.fromhex(str(hello.get("proof", "")))
         except (KeyError, TypeError, ValueError):
-            raise ProtocolError("HELLO needs ticket (hex), stripe, acked and have") from None
-        if not 0 <= stripe < MAX_STRIPES or acked < 0 or len(have) > MAX_HAVE:
+            raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from None
+        if not 0 <= stripe < MAX_STRIPES or not 0 <= acked < 2**64 or not 0 <= attempt < 2**32 \
+                or len(have) > MAX_HAVE:
             raise ProtocolError("HELLO fields out of range")
         if settimeout is not None:
             settimeout(None)
+
+        def proves(key: bytes) -> bool:
+            return bool(key) and check_proof(hello_proof(key, ticket, stripe, attempt, acked), proof)
+
         with self._lock:
             transfer = self._transfers.get(ticket)
             if transfer is None:
-                source = self.open_source(ticket, self.kind, None)
+                keys: list[bytes] = []
+
+                def verify(key: bytes) -> bool:
+                    keys.append(key)
+                    return proves(key)
+
+                source = self.open_source(ticket, self.kind, None, proof=verify)
+                key = keys[-1]
                 transfer = Transfer(
                     ticket, source, expires_at=source.expires_at, window_bytes=self.window_bytes,
                     resume_timeout=self.resume_timeout, on_done=self._forget, label=source.label,
+                    ticket_key=key, seal=Seal(seal_key(key)) if self.sealed else None,
                 )
                 self._transfers[ticket] = transfer
                 transfer.start()
+            elif not proves(transfer.ticket_key):
+                raise TicketError(NOT_YOURS)
             elif self.clock() > transfer.expires_at:
                 raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
         self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
-        generation = transfer.attach(stripe, conn, acked, have)
+        generation = transfer.attach(stripe, conn, acked, have, attempt)
         return transfer, stripe, generation
 
     def _forget(self, transfer: Transfer) -> None:
@@ -199,10 +338,17 @@ class DataChannelServer:
                 del self._transfers[key]
 
     def _janitor(self) -> None:
-        while not self._stopped.wait(1.0):
+        while not self._stopped.wait(JANITOR_INTERVAL_S):
+            now = self.clock()
             with self._lock:
                 transfers = list(self._transfers.values())
-            now = self.clock()
+                late = [c for c, (_, since) in self._pending.items()
+                        if now - since > self.hello_timeout + HELLO_GRACE_S]
+                for conn in late:
+                    del self._pending[conn]
+            for conn in late:  # a HELLO trickled in byte by byte still has one deadline
+                self.hello_timeouts += 1
+                _wake(conn)
             for t in transfers:
                 idle = t.idle_for()
                 if idle > self.resume_timeout or (idle > 0 and now > t.expires_at):

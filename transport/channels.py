@@ -1,7 +1,7 @@
 """The client end of a data channel: open a ticket's transfer, receive its messages, close.
 
     channel = TcpChannel(host, port)           # or UdtChannel(host, port, rtt_s=…), MemoryChannel(listener)
-    transfer = channel.open(ticket, streams=4)  # connected, HELLO sent on every stripe
+    transfer = channel.open(ticket, streams=4, key=offer.key, cipher=offer.cipher)  # HELLO sent on every stripe
     for sequence, offset, payload in transfer.messages():   # in order; ACKs as it goes
         ...                                                 # (a sink takes file blocks in place)
     transfer.summary()                          # the server's account and what arrived
@@ -33,8 +33,12 @@ class DataChannel(Protocol):
     def connect(self, stripe: int) -> Conn:
         """Return a new connection for ``stripe`` (its HELLO not yet sent)."""
 
-    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None) -> StripedReceiver:
-        """Return the started transfer of ``ticket`` over ``streams`` stripes."""
+    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None, key: bytes = b"",
+             cipher: str = "") -> StripedReceiver:
+        """Return the started transfer of ``ticket`` over ``streams`` stripes.
+
+        ``key`` is the offer's ticket key (every HELLO proves it), ``cipher`` the offer's sealing ("" plaintext).
+        """
 
 
 class StripedChannel:
@@ -50,7 +54,9 @@ class StripedChannel:
     def connect(self, stripe: int) -> Conn:
         raise NotImplementedError
 
-    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None) -> StripedReceiver:
-        receiver = StripedReceiver(ticket, streams, self.connect, sink=sink, **self.receiver_options)
+    def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None, key: bytes = b"",
+             cipher: str = "") -> StripedReceiver:
+        receiver = StripedReceiver(ticket, streams, self.connect, sink=sink, key=key, cipher=cipher,
+                                   **self.receiver_options)
         receiver.start()
         return receiver

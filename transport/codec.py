@@ -44,6 +44,8 @@ __all__ = [
     "CHANNEL_KINDS",
     "COMPRESSIONS",
     "ChannelOffer",
+    "OrderKeyInfo",
+    "PartitionInfo",
     "QueryInfo",
     "TransferSummary",
     "channel_kind_name",
@@ -59,6 +61,8 @@ __all__ = [
     "offer_pb",
     "parse_fetch_response",
     "parse_file_chunk",
+    "partition_from_pb",
+    "partition_pb",
     "query_info_from_pb",
     "query_response_pb",
     "query_transfer_summary",
@@ -238,6 +242,10 @@ class ChannelOffer:
     streams: int
     compression: str = "none"
     congestion_control: str = ""
+    #: The ticket key (only the client that asked gets it): proves a redeemer is that client.
+    key: bytes = field(default=b"", repr=False)
+    #: How the data channel seals the transfer's frames ("aes-256-gcm"), or "" for plaintext.
+    cipher: str = ""
 
 
 def offer_pb(o: ChannelOffer) -> pb.ChannelOffer:
@@ -245,7 +253,7 @@ def offer_pb(o: ChannelOffer) -> pb.ChannelOffer:
     return pb.ChannelOffer(
         kind=channel_kind_pb(o.kind), ticket=o.ticket, expires_at_unix_ms=o.expires_at_unix_ms,
         endpoint=o.endpoint, streams=o.streams, compression=compression_pb(o.compression),
-        congestion_control=o.congestion_control,
+        congestion_control=o.congestion_control, key=o.key, cipher=o.cipher,
     )
 
 
@@ -254,7 +262,7 @@ def offer_from_pb(m: pb.ChannelOffer) -> ChannelOffer:
     return ChannelOffer(
         kind=_CHANNEL_NAMES.get(m.kind, ""), ticket=m.ticket, expires_at_unix_ms=m.expires_at_unix_ms,
         endpoint=m.endpoint, streams=m.streams, compression=compression_name(m.compression),
-        congestion_control=m.congestion_control,
+        congestion_control=m.congestion_control, key=m.key, cipher=m.cipher,
     )
 
 
@@ -278,6 +286,10 @@ class QueryInfo:
     sample_seed: int | None
     max_rows: int = -1
     max_bytes: int = -1
+    #: Scale-out: the partitions cluster workers hold (then ``offers`` is empty); docs/scale-out.md.
+    partitions: tuple["PartitionInfo", ...] = ()
+    #: Scale-out: the ORDER BY keys every partition is sorted by (merge by them).
+    order: tuple["OrderKeyInfo", ...] = ()
 
     def offer(self, kind: str) -> ChannelOffer:
         """Return the offer for channel ``kind``; TransportUnavailableError if the server made none."""
@@ -285,6 +297,40 @@ class QueryInfo:
             if o.kind == kind:
                 return o
         raise TransportUnavailableError(f"the server made no {kind} offer for this query")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition of a partitioned (scale-out) result: which worker holds it and how to fetch it."""
+
+    index: int
+    worker: str
+    offer: ChannelOffer
+    rows: int
+    bytes: int
+    hyperslab: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OrderKeyInfo:
+    """One ORDER BY key of a partitioned result, as an output column."""
+
+    column: str
+    descending: bool = False
+    nulls_first: bool = False
+
+
+def partition_pb(p: PartitionInfo) -> pb.Partition:
+    """Return the wire form of one partition (Query's answer and Resolve's)."""
+    return pb.Partition(index=p.index, worker=p.worker, offer=offer_pb(p.offer), rows=p.rows, bytes=p.bytes,
+                        hyperslab=[pb.HyperslabRange(dimension=d, start=r[0], stop=r[1], step=r[2])
+                                   for d, r in p.hyperslab.items()])
+
+
+def partition_from_pb(m: pb.Partition) -> PartitionInfo:
+    """Return the partition a Partition message carries."""
+    return PartitionInfo(index=m.index, worker=m.worker, offer=offer_from_pb(m.offer), rows=m.rows, bytes=m.bytes,
+                         hyperslab={h.dimension: (h.start, h.stop, h.step) for h in m.hyperslab})
 
 
 def _known(value: int) -> int | None:
@@ -306,6 +352,9 @@ def query_response_pb(info: QueryInfo) -> pb.QueryResponse:
         hyperslab=[pb.HyperslabRange(dimension=d, start=r[0], stop=r[1], step=r[2])
                    for d, r in info.hyperslab.items()],
         sample_seed=info.sample_seed,
+        partitions=[partition_pb(p) for p in info.partitions],
+        order=[pb.OrderKey(column=k.column, descending=k.descending, nulls_first=k.nulls_first)
+               for k in info.order],
     )
 
 
@@ -328,6 +377,8 @@ def query_info_from_pb(m: pb.QueryResponse) -> QueryInfo:
         sample_seed=m.sample_seed if m.HasField("sample_seed") else None,
         max_rows=size("max_rows"),
         max_bytes=size("max_bytes"),
+        partitions=tuple(partition_from_pb(p) for p in m.partitions),
+        order=tuple(OrderKeyInfo(k.column, k.descending, k.nulls_first) for k in m.order),
     )
 
 

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import crc32c
-
 from dstp.errors import IntegrityError, ProtocolError
-from dstp.transport.crc import combine
+from dstp.transport import native
+from dstp.transport.crc import combine, crc32c
 
 __all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "subtract_ranges"]
 
@@ -47,14 +46,14 @@ def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
     if length < 0:
         length = size - offset
     if length == 0:
-        return crc32c.crc32c(b"")
+        return crc32c(b"")
     value = 0
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
             for start in range(offset, offset + length, CHECKSUM_CHUNK):
                 chunk = view[start:min(offset + length, start + CHECKSUM_CHUNK)]
-                value = crc32c.crc32c(chunk, value)
+                value = crc32c(chunk, value)
                 chunk.release()
         finally:
             view.release()
@@ -131,6 +130,7 @@ class FileSink:
         self._saved = 0.0
         self.written = 0
         self._discarded = False
+        self._map: native.OutputMap | None = None
 
     # -- state --------------------------------------------------------------------------
 
@@ -182,6 +182,8 @@ class FileSink:
         self._fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != self.remote.length:
             os.ftruncate(self._fd, self.remote.length)
+        if native.enabled() and self.remote.length:
+            self._map = native.OutputMap(self._fd, self.remote.length)
 
     def _check_range(self, sequence: int, offset: int, length: int) -> int:
         start = offset - self.remote.offset
@@ -196,6 +198,18 @@ class FileSink:
         if buf is None or len(buf) < length:
             buf = self._buffers.buf = bytearray(max(length, 4 * 2**20))
         return memoryview(buf)[:length]
+
+    def receive_in_place(self, fd: int, sequence: int, header: Any) -> Block:
+        """Receive a plaintext block from socket ``fd`` straight to its place (native path); return its record.
+
+        Without the native map (the extension is not built or switched off) the receiver never calls
+        this: it calls ``buffer_for`` and ``received``.
+        """
+        start = self._check_range(sequence, header.offset, header.length)
+        if self._map is None:
+            buffer = self.buffer_for(sequence, header.offset, header.length)
+            return self.received(sequence, header.offset, buffer, native.recv_checked(fd, header, buffer))
+        return Block(header.offset, header.length, self._map.recv_block(fd, header, start))
 
     def received(self, sequence: int, offset: int, payload: memoryview, crc: int) -> Block:
         """Write a checked block at its place (in the reader thread); return its record."""
@@ -216,9 +230,12 @@ class FileSink:
     def write(self, offset: int, data: Any) -> None:
         """Write a block received outside the data channel (the gRPC path)."""
         view = memoryview(data)
-        self.block_done(self.received(-1, offset, view, crc32c.crc32c(view)))
+        self.block_done(self.received(-1, offset, view, crc32c(view)))
 
     def close(self) -> None:
+        mapped, self._map = self._map, None
+        if mapped is not None:
+            mapped.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

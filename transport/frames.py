@@ -7,7 +7,7 @@ Every byte on a data connection belongs to a frame: a 32-byte header, then
 |-------:|-----:|----------|---------|
 | 0      | 4    | magic    | ``b"DSTP"`` |
 | 4      | 1    | version  | 1 |
-| 5      | 1    | kind     | HELLO, DATA, END, ACK, ERROR, BYE (below) |
+| 5      | 1    | kind     | HELLO, DATA, END, ACK, ERROR, BYE (below); + 0x80 when sealed |
 | 6      | 2    | stripe   | index of the connection within the transfer |
 | 8      | 8    | sequence | message number (DATA, END); highest in-order number received (ACK) |
 | 16     | 8    | offset   | byte offset in the target file (file transfers); 0 for query results |
@@ -31,19 +31,37 @@ Kinds:
 * ACK (client → server): sequence = every message below it has been delivered.
 * ERROR (either way): JSON ``{"code", "message"}``; the connection then closes.
 * BYE (client → server): the client has everything; the server may release it.
+
+Sealed transfers (the offer's ``cipher`` is ``aes-256-gcm``: the server runs
+TLS on its control plane). Every DATA, END, ACK and BYE frame of the transfer
+is *sealed*: its kind byte has 0x80 added, and its payload is
+
+    nonce (12 random bytes) ‖ AES-256-GCM ciphertext of the plaintext payload ‖ tag (16 bytes)
+
+with the 32-byte header (checksum field 0) as associated data, so the header
+cannot be edited either; ``length`` counts the sealed payload (plaintext + 28)
+and the checksum covers it as sent, so corruption in transit is still told
+apart (``integrity_error``, resume) from a forgery (a tag that does not
+verify: also ``integrity_error``). The key is HKDF-SHA256 of the ticket key
+(transport/tickets.py ``seal_key``), which only the client that asked
+received, over TLS. HELLO and ERROR frames are never sealed: HELLO carries
+what finds the transfer and proves the client (its ``proof``), and an ERROR
+may come from a server that never learnt which transfer a connection wanted.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import mmap
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import crc32c
-
 from dstp.errors import IntegrityError, ProtocolError, TransportError
+from dstp.transport import native
+from dstp.transport.crc import crc32c
 
 __all__ = [
     "Conn",
@@ -52,10 +70,15 @@ __all__ = [
     "MAX_CONTROL_PAYLOAD",
     "MAX_PAYLOAD",
     "VERSION",
+    "CIPHERS",
     "Frame",
     "Header",
     "Kind",
+    "SEALED",
+    "SEAL_OVERHEAD",
+    "Seal",
     "encode_header",
+    "fresh_buffer",
     "payload_views",
     "recv_checked",
     "recv_frame",
@@ -70,6 +93,14 @@ VERSION = 1
 HEADER = struct.Struct(">4sBBHQQII")
 MAX_PAYLOAD = 64 * 2**20
 MAX_CONTROL_PAYLOAD = 1 * 2**20  # HELLO, ACK, ERROR, END and BYE payloads
+#: Added to the kind byte of a sealed frame.
+SEALED = 0x80
+NONCE_BYTES = 12
+TAG_BYTES = 16
+#: Bytes a sealed payload has beyond its plaintext: the nonce and the tag.
+SEAL_OVERHEAD = NONCE_BYTES + TAG_BYTES
+#: The ciphers a transfer may be sealed with (``ChannelOffer.cipher``).
+CIPHERS = ("aes-256-gcm",)
 
 
 class Kind(enum.IntEnum):
@@ -99,6 +130,42 @@ class Frame:
             raise ProtocolError(f"{self.kind.name} frame payload is not JSON") from exc
 
 
+class Seal:
+    """AES-256-GCM over the frames of one transfer (``key``: transport/tickets.py ``seal_key``)."""
+
+    cipher = "aes-256-gcm"
+
+    def __init__(self, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._aead = AESGCM(key)
+
+    def seal(self, blank_header: bytes, views: list[memoryview]) -> bytearray:
+        """Return nonce ‖ ciphertext ‖ tag of the payload ``views``, authenticating ``blank_header`` too."""
+        data: Any = views[0] if len(views) == 1 else b"".join(views)
+        size = sum(v.nbytes for v in views)
+        out = bytearray(NONCE_BYTES + size + TAG_BYTES)
+        nonce = os.urandom(NONCE_BYTES)
+        out[:NONCE_BYTES] = nonce
+        self._aead.encrypt_into(nonce, data, blank_header, memoryview(out)[NONCE_BYTES:])
+        return out
+
+    def open_into(self, blank_header: bytes, sealed: memoryview, into: memoryview) -> None:
+        """Decrypt a sealed payload into ``into`` (its plaintext size); IntegrityError if it does not verify."""
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            self._aead.decrypt_into(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], blank_header, into)
+        except InvalidTag:
+            raise IntegrityError("a sealed frame failed authentication: it was altered in transit, or not sent "
+                                 "by the server of this transfer") from None
+
+
+def _sealable(kind: Kind) -> bool:
+    """HELLO and ERROR frames are never sealed (see the module docstring)."""
+    return kind not in (Kind.HELLO, Kind.ERROR)
+
+
 def payload_views(payload: Any) -> list[memoryview]:
     """Return a payload's bytes as views, without copying: one buffer, or a message held in ``parts``.
 
@@ -125,8 +192,8 @@ def _checksum(header: bytes, views: list[memoryview]) -> tuple[int, int]:
     """
     body = 0
     for view in views:
-        body = crc32c.crc32c(view, body)
-    return crc32c.crc32c(header, body), body
+        body = crc32c(view, body)
+    return crc32c(header, body), body
 
 
 def encode_header(kind: Kind, stripe: int, sequence: int, offset: int, payload: Any) -> bytes:
@@ -163,12 +230,51 @@ class Conn(Protocol):
         """Close the connection (idempotent)."""
 
 
-def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"") -> int:
-    """Send one frame without copying ``payload`` (bytes-like, or a message in ``parts``); return the bytes sent."""
+def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"",
+               seal: Seal | None = None, *, file: Any = None) -> int:
+    """Send one frame without copying ``payload`` (bytes-like, or a message in ``parts``); return the bytes sent.
+
+    With ``seal`` a DATA, END, ACK or BYE frame is sealed (one copy: the ciphertext). ``file``: the
+    payload is the bytes at ``offset`` of the file this handle holds (transport/native.py
+    ``file_handle``), which the native path sends with ``sendfile``.
+    """
     views = payload_views(payload)
+    fd = native.fd_of(conn) if seal is None or not _sealable(kind) else -1
+    if fd >= 0:
+        size = sum(v.nbytes for v in views)
+        if size > MAX_PAYLOAD:
+            raise ProtocolError(f"frame payload of {size} bytes exceeds {MAX_PAYLOAD}")
+        return native.send_frame(fd, int(kind), stripe, sequence, offset, views, MAX_PAYLOAD, file)
+    if seal is not None and _sealable(kind):
+        size = sum(v.nbytes for v in views)
+        if size > MAX_PAYLOAD:
+            raise ProtocolError(f"frame payload of {size} bytes exceeds {MAX_PAYLOAD}")
+        code = int(kind) | SEALED
+        blank = HEADER.pack(MAGIC, VERSION, code, stripe, sequence, offset, size + SEAL_OVERHEAD, 0)
+        sealed = seal.seal(blank, views)
+        body = [memoryview(sealed)]
+        header = HEADER.pack(MAGIC, VERSION, code, stripe, sequence, offset, len(sealed), _checksum(blank, body)[0])
+        conn.send_parts([header, *body])
+        return len(header) + len(sealed)
     header = _header(kind, stripe, sequence, offset, views)
     conn.send_parts([header, *views])
     return len(header) + sum(v.nbytes for v in views)
+
+
+#: Payloads up to this size are received into an ordinary buffer; larger ones into pages taken as bytes arrive.
+LAZY_BUFFER_BYTES = 256 * 2**10
+
+
+def fresh_buffer(length: int) -> memoryview:
+    """Return a writable buffer of ``length`` bytes whose memory is committed only as it is written.
+
+    A header may claim up to 64 MiB before a byte of its payload arrives; an anonymous mapping costs
+    address space, not memory, until the payload fills it (a bytearray would be zeroed, every page of it,
+    at once: sixteen such headers held a gigabyte).
+    """
+    if length <= LAZY_BUFFER_BYTES:
+        return memoryview(bytearray(length))
+    return memoryview(mmap.mmap(-1, length))
 
 
 def _recv_exact(conn: Conn, view: memoryview) -> None:
@@ -191,6 +297,13 @@ class Header:
     length: int
     checksum: int
     blank: bytes
+    #: Whether the payload is sealed (kind byte + 0x80).
+    sealed: bool = False
+
+    @property
+    def payload_length(self) -> int:
+        """Bytes of the payload once opened (``length`` less the nonce and tag of a sealed frame)."""
+        return self.length - SEAL_OVERHEAD if self.sealed else self.length
 
 
 def recv_header(conn: Conn, *, max_payload: int = MAX_PAYLOAD) -> Header | None:
@@ -210,45 +323,79 @@ def recv_header(conn: Conn, *, max_payload: int = MAX_PAYLOAD) -> Header | None:
         raise ProtocolError("not a dstp data connection (bad magic)")
     if version != VERSION:
         raise ProtocolError(f"data frame version {version}; this side speaks version {VERSION}")
+    code, sealed = kind, bool(kind & SEALED)
     try:
-        kind = Kind(kind)
+        kind = Kind(code & ~SEALED)
     except ValueError:
-        raise ProtocolError(f"unknown frame kind {kind}") from None
+        raise ProtocolError(f"unknown frame kind {code}") from None
+    if sealed and not _sealable(kind):
+        raise ProtocolError(f"{kind.name} frames are never sealed")
     limit = max_payload if kind == Kind.DATA else min(max_payload, MAX_CONTROL_PAYLOAD)
+    if sealed:
+        limit += SEAL_OVERHEAD
+        if length < SEAL_OVERHEAD:
+            raise ProtocolError(f"sealed {kind.name} frame of {length} bytes is shorter than its nonce and tag")
     if length > limit:
         raise ProtocolError(f"{kind.name} frame of {length} bytes exceeds the limit of {limit}")
-    blank = HEADER.pack(magic, version, int(kind), stripe, sequence, offset, length, 0)
-    return Header(kind, stripe, sequence, offset, length, checksum, blank)
+    blank = HEADER.pack(magic, version, code, stripe, sequence, offset, length, 0)
+    return Header(kind, stripe, sequence, offset, length, checksum, blank, sealed)
 
 
-def recv_payload(conn: Conn, header: Header, into: memoryview | None = None) -> memoryview:
+def recv_payload(conn: Conn, header: Header, into: memoryview | None = None, seal: Seal | None = None) -> memoryview:
     """Return the payload of ``header``, received into ``into`` (exact size) or a fresh buffer.
 
-    Raises IntegrityError when the checksum does not match.
+    Raises IntegrityError when the checksum does not match (or a sealed payload does not verify).
     """
-    return recv_checked(conn, header, into)[0]
+    return recv_checked(conn, header, into, seal)[0]
 
 
-def recv_checked(conn: Conn, header: Header, into: memoryview | None = None) -> tuple[memoryview, int]:
-    """Return (payload, CRC-32C of the payload) of ``header``; IntegrityError if the frame is corrupt."""
-    payload = into if into is not None else memoryview(bytearray(header.length))
+def recv_checked(conn: Conn, header: Header, into: memoryview | None = None,
+                 seal: Seal | None = None) -> tuple[memoryview, int]:
+    """Return (payload, CRC-32C of the payload) of ``header``; IntegrityError if the frame is corrupt.
+
+    ``seal``: the transfer is sealed, so DATA, END, ACK and BYE frames must be, and are opened here
+    (into ``into``, of the plaintext's size); without it a sealed frame is refused.
+    """
+    if header.sealed != (seal is not None and _sealable(header.kind)):
+        what = "a plaintext" if seal is not None else "a sealed"
+        raise ProtocolError(f"{what} {header.kind.name} frame in a transfer that is "
+                            f"{'sealed' if seal is not None else 'not sealed'}")
+    if header.sealed:
+        assert seal is not None
+        raw = fresh_buffer(header.length)
+        _recv_exact(conn, raw)
+        _verify(header, raw)
+        payload = into if into is not None else fresh_buffer(header.payload_length)
+        if payload.nbytes != header.payload_length:
+            raise ProtocolError("payload buffer of the wrong size")
+        seal.open_into(header.blank, raw, payload)
+        return payload, crc32c(payload)
+    payload = into if into is not None else fresh_buffer(header.length)
     if payload.nbytes != header.length:
         raise ProtocolError("payload buffer of the wrong size")
+    fd = native.fd_of(conn) if header.length else -1
+    if fd >= 0:  # received and checksummed in one pass, GIL released
+        return payload, native.recv_checked(fd, header, payload)
     if header.length:
         _recv_exact(conn, payload)
+    return payload, _verify(header, payload)
+
+
+def _verify(header: Header, payload: memoryview) -> int:
+    """Check the frame's checksum over ``payload`` as received; return the payload's own CRC-32C."""
     frame_crc, body_crc = _checksum(header.blank, [payload])
     if frame_crc != header.checksum:
         raise IntegrityError(
             f"checksum mismatch in {header.kind.name} frame {header.sequence} on stripe {header.stripe}: "
             "the data was corrupted in transit"
         )
-    return payload, body_crc
+    return body_crc
 
 
-def recv_frame(conn: Conn, *, max_payload: int = MAX_PAYLOAD) -> Frame | None:
-    """Return the next whole frame, or None on a clean end of stream between frames."""
+def recv_frame(conn: Conn, *, max_payload: int = MAX_PAYLOAD, seal: Seal | None = None) -> Frame | None:
+    """Return the next whole frame, or None on a clean end of stream between frames (``seal``: sealed transfer)."""
     header = recv_header(conn, max_payload=max_payload)
     if header is None:
         return None
-    payload = recv_payload(conn, header)
+    payload = recv_payload(conn, header, seal=seal)
     return Frame(header.kind, header.stripe, header.sequence, header.offset, payload)

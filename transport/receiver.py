@@ -1,7 +1,9 @@
 """The client side of a data channel: stripes in, messages out in order.
 
 ``StripedReceiver`` opens ``streams`` connections, presents the ticket on
-each, and one thread per stripe reads frames into place. ``messages()``
+each, and one thread per stripe reads frames into place. Each HELLO proves the client
+holds the offer's ticket key (``key``), and a sealed transfer (``cipher``)
+has its frames opened here (transport/frames.py). ``messages()``
 yields the transfer's messages strictly in sequence order, acknowledging them
 to the server as it goes (which frees the server's retransmit window). It
 rejects duplicates, data after END, and a transfer that ends with gaps.
@@ -27,18 +29,23 @@ from dstp.errors import (
     IntegrityError,
     ProtocolError,
     TransportError,
+    TransportUnavailableError,
     error_from_status,
 )
+from dstp.transport import native
 from dstp.transport.codec import TransferSummary
 from dstp.transport.frames import (
+    CIPHERS,
     Conn,
     Kind,
+    Seal,
     control_payload,
     recv_checked,
     recv_header,
     recv_payload,
     send_frame,
 )
+from dstp.transport.tickets import hello_proof, seal_key
 
 __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
 
@@ -48,7 +55,12 @@ _END = object()
 
 
 class MessageSink(Protocol):
-    """Where payloads land (file blocks go straight to disk from the reader threads)."""
+    """Where payloads land (file blocks go straight to disk from the reader threads).
+
+    A sink may also offer ``receive_in_place(fd, sequence, header)``: receive a plaintext DATA
+    frame's payload from socket ``fd`` natively, straight to its place, check it and return what
+    ``received`` would (transport/files.py ``FileSink``).
+    """
 
     def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview | None:
         """Return the exact-size buffer to receive this payload into, or None for a fresh one."""
@@ -63,6 +75,8 @@ class ReceiverStats:
 
     bytes: int = 0
     frames: int = 0
+    #: Frames received by the native path (transport/native.py), the rest in Python.
+    native_frames: int = 0
     reconnects: int = 0
     corrupted: int = 0
     started: float = field(default_factory=time.perf_counter)
@@ -90,8 +104,18 @@ class StripedReceiver:
         max_reconnects: int = 5,
         stall_timeout: float = 60.0,
         ack_every_bytes: int = 8 * 2**20,
+        key: bytes = b"",
+        cipher: str = "",
     ) -> None:
+        if cipher and cipher not in CIPHERS:
+            raise TransportUnavailableError(f"the server seals this transfer with {cipher!r}, which this client "
+                                            f"does not speak ({', '.join(CIPHERS)})")
         self.ticket = ticket
+        #: The offer's ticket key: each HELLO proves it (transport/tickets.py ``hello_proof``).
+        self.key = key
+        #: Opens the sealed frames of a sealed transfer (the offer's ``cipher``); None for plaintext.
+        self.seal = Seal(seal_key(key)) if cipher else None
+        self._attempts: dict[int, int] = {}  # stripe -> connections made so far (each HELLO's attempt)
         self.streams = max(1, streams)
         self.dial = dial
         self.sink = sink
@@ -116,8 +140,11 @@ class StripedReceiver:
 
     def _hello(self, stripe: int, conn: Conn) -> None:
         with self._cond:
+            attempt = self._attempts.get(stripe, -1) + 1
+            self._attempts[stripe] = attempt
             hello = {"ticket": self.ticket.hex(), "stripe": stripe, "stripes": self.streams,
-                     "acked": self._next, "have": sorted(self._pending)}
+                     "acked": self._next, "have": sorted(self._pending), "attempt": attempt,
+                     "proof": hello_proof(self.key, self.ticket, stripe, attempt, self._next).hex() if self.key else ""}
         send_frame(conn, Kind.HELLO, stripe, 0, 0, control_payload(hello))
 
     def start(self) -> None:
@@ -231,13 +258,19 @@ class StripedReceiver:
                 if self._end_seq is not None and seq > self._end_seq:
                     self._fail(ProtocolError(f"message {seq} arrived after the END of the transfer"))
                     raise _Fatal()
-            target = None
-            if header.kind == Kind.DATA and self.sink is not None:
-                target = self.sink.buffer_for(seq, header.offset, header.length)
-            payload, crc = recv_checked(conn, header, target)
-            item: Any = payload
-            if header.kind == Kind.DATA and self.sink is not None:
-                item = self.sink.received(seq, header.offset, payload, crc)
+            native_fd = native.fd_of(conn) if self.seal is None and not header.sealed else -1
+            in_place = getattr(self.sink, "receive_in_place", None) if header.kind == Kind.DATA else None
+            item: Any
+            if in_place is not None and native_fd >= 0:  # straight to its place in the file, checked on the way
+                item = in_place(native_fd, seq, header)
+            else:
+                target = None
+                if header.kind == Kind.DATA and self.sink is not None:
+                    target = self.sink.buffer_for(seq, header.offset, header.payload_length)
+                payload, crc = recv_checked(conn, header, target, self.seal)
+                item = payload
+                if header.kind == Kind.DATA and self.sink is not None:
+                    item = self.sink.received(seq, header.offset, payload, crc)
             with self._cond:
                 if header.kind == Kind.END:
                     if self._end_seq is not None or any(s > seq for s in self._pending):
@@ -247,8 +280,9 @@ class StripedReceiver:
                     self.end = TransferSummary.from_end_payload(_json(payload))
                     self._pending[seq] = _END
                 else:
-                    self._pending[seq] = (header.offset, item, header.length)
+                    self._pending[seq] = (header.offset, item, header.payload_length)
                 self.stats.frames += 1
+                self.stats.native_frames += native_fd >= 0
                 self.stats.bytes += header.length
                 self.stats.per_stripe_bytes[stripe] = self.stats.per_stripe_bytes.get(stripe, 0) + header.length
                 self._last_frame = time.monotonic()
@@ -317,7 +351,7 @@ class StripedReceiver:
         lock = self._send_locks.setdefault(stripe, threading.Lock())
         try:
             with lock:
-                send_frame(conn, Kind.ACK, stripe, upto, 0)
+                send_frame(conn, Kind.ACK, stripe, upto, 0, seal=self.seal)
         except DstpError:
             pass  # the reader will notice the broken stripe and resume
 
@@ -328,8 +362,8 @@ class StripedReceiver:
         for stripe, conn in live:
             try:
                 with self._send_locks.setdefault(stripe, threading.Lock()):
-                    send_frame(conn, Kind.ACK, stripe, self._next, 0)
-                    send_frame(conn, Kind.BYE, stripe, 0, 0)
+                    send_frame(conn, Kind.ACK, stripe, self._next, 0, seal=self.seal)
+                    send_frame(conn, Kind.BYE, stripe, 0, 0, seal=self.seal)
             except DstpError:
                 pass
 

@@ -11,6 +11,13 @@ a ticket and takes a transfer slot; closing a source gives the slot back.
 Each carries what the channel needs to know about its ticket: a label for
 logs, the ticket's expiry (a transfer cannot be resumed after it) and the
 congestion control negotiated for the channel's sockets.
+
+Each also carries its :class:`Pace`: the slot's view of the consumer. A
+source marks itself *blocked* while a message it yielded has not been taken
+(the generator is suspended until the channel sends it, or finds room in its
+window), and a channel reports what else shows progress (an ACK); a reader
+that takes nothing for ``stall_timeout_s`` has its transfer aborted through
+:meth:`Pace.on_stall` and its slot given back (dstp/service/admission.py).
 """
 
 from __future__ import annotations
@@ -24,12 +31,49 @@ from typing import Any, BinaryIO, Callable, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
+from dstp.errors import DstpError
+from dstp.transport import native
 from dstp.transport.codec import TransferSummary, query_transfer_summary
 from dstp.transport.ipc import BatchEncoder, IpcMessage
 
-__all__ = ["DEFAULT_BLOCK", "FileSource", "MessageSource", "QueryRun", "QuerySource"]
+__all__ = ["DEFAULT_BLOCK", "UNWATCHED", "FileSource", "MessageSource", "Pace", "QueryRun", "QuerySource"]
 
 DEFAULT_BLOCK = 4 * 2**20
+
+
+class Pace(Protocol):
+    """How a transfer's consumer keeps up, as told to whoever watches for stalled readers (a slot)."""
+
+    def blocked(self) -> None:
+        """The producer waits on its consumer from now."""
+
+    def unblocked(self) -> None:
+        """The consumer took what it was handed."""
+
+    def progressed(self) -> None:
+        """The consumer took something while the producer still waits (an ACK): restart the stall timer."""
+
+    def on_stall(self, abort: Callable[[DstpError], None]) -> None:
+        """Run ``abort(error)`` if the consumer is declared stalled (or the time limit passes meanwhile)."""
+
+
+class _Unwatched:
+    """The pace of a source nobody watches (sources made outside a service, in tests and benchmarks)."""
+
+    def blocked(self) -> None:
+        pass
+
+    def unblocked(self) -> None:
+        pass
+
+    def progressed(self) -> None:
+        pass
+
+    def on_stall(self, abort: Callable[[DstpError], None]) -> None:
+        pass
+
+
+UNWATCHED: Pace = _Unwatched()
 
 
 class MessageSource(Protocol):
@@ -41,6 +85,8 @@ class MessageSource(Protocol):
     expires_at: float
     #: TCP congestion control negotiated for the channel's sockets; "" for the kernel default.
     congestion_control: str
+    #: How the consumer keeps up (the slot watches it for a stalled reader).
+    pace: Pace
 
     def messages(self) -> Iterator[tuple[Any, int]]:
         """Yield (payload, offset) for each message, in order."""
@@ -78,18 +124,25 @@ class QuerySource:
     """A query result as Arrow IPC messages: the schema, then one message per batch."""
 
     def __init__(self, execution: QueryRun, compression: str = "none", *, expires_at: float = math.inf,
-                 congestion_control: str = "") -> None:
+                 congestion_control: str = "", pace: Pace = UNWATCHED) -> None:
         self.execution = execution
         self.encoder = BatchEncoder(execution.schema, compression)
         self.label = execution.query_id
         self.expires_at = expires_at
         self.congestion_control = congestion_control
+        self.pace = pace
 
     def messages(self) -> Iterator[tuple[Any, int]]:
+        pace = self.pace
         schema = self.encoder.schema_message()
+        pace.blocked()
         yield IpcMessage((schema,), schema.size), 0
+        pace.unblocked()
         for batch in self.execution.batches():
-            yield self.encoder.encode(batch), 0
+            message = self.encoder.encode(batch)
+            pace.blocked()  # until the channel takes it: a reader that stops reading leaves it here
+            yield message, 0
+            pace.unblocked()
 
     def summary(self) -> TransferSummary:
         return query_transfer_summary(self.execution.summary)
@@ -115,6 +168,8 @@ class FileSource:
         expires_at: float = math.inf,
         congestion_control: str = "",
         cancel: threading.Event | None = None,
+        opener: Callable[[Path], BinaryIO] | None = None,
+        pace: Pace = UNWATCHED,
     ) -> None:
         self.path = path
         self.on_close = on_close
@@ -123,18 +178,33 @@ class FileSource:
         self.label = label or path.name
         self.expires_at = expires_at
         self.congestion_control = congestion_control
+        self.pace = pace
+        #: How the file is opened when sending starts (the service checks it is still the published file).
+        self.opener: Callable[[Path], BinaryIO] = opener or (lambda p: open(p, "rb"))
         self._cancel = cancel or threading.Event()
         self._sent = 0
         self._blocks = 0
         self._map: mmap.mmap | None = None
         self._file: BinaryIO | None = None
+        self._handle: Any = None
+
+    def file_handle(self) -> Any:
+        """Return what the native path sends this file's blocks from (transport/native.py), or None.
+
+        A block's frame offset is its offset in the file, so a sender can ``sendfile`` it.
+        """
+        return self._handle
 
     def messages(self) -> Iterator[tuple[Any, int]]:
-        size = os.path.getsize(self.path)
-        if size == 0 or not self.ranges:
+        if not self.ranges:
             return
         # The map outlives this generator: sent blocks stay referenced until acknowledged.
-        self._file = open(self.path, "rb")
+        self._file = self.opener(self.path)
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            return
+        if native.enabled():
+            self._handle = native.file_handle(self._file.fileno())
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         view = memoryview(self._map)
         for start, length in self.ranges:
@@ -145,7 +215,9 @@ class FileSource:
                 end = min(stop, offset + self.block_size)
                 self._sent += end - offset
                 self._blocks += 1
+                self.pace.blocked()
                 yield view[offset:end], offset
+                self.pace.unblocked()
 
     def summary(self) -> TransferSummary:
         return TransferSummary(content="file", bytes=self._sent, blocks=self._blocks)
@@ -154,6 +226,7 @@ class FileSource:
         self._cancel.set()
 
     def close(self) -> None:
+        self._handle = None  # its descriptor closes once no sender holds it
         mapped, self._map = self._map, None
         if mapped is not None:
             try:

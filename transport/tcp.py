@@ -157,6 +157,13 @@ class TcpConn:
         except OSError as exc:
             raise TransportError(f"data connection lost while sending: {exc.strerror or exc}") from exc
 
+    def native_fd(self) -> int:
+        """Return the descriptor the native data path may use (transport/native.py), or -1.
+
+        Only while the socket blocks without a timeout (the handshake's timeouts stay with Python).
+        """
+        return -1 if self._closed or self.sock.gettimeout() is not None else self.sock.fileno()
+
     def recv_into(self, view: memoryview) -> int:
         try:
             return self.sock.recv_into(view)

@@ -1,4 +1,4 @@
-"""Tickets: single-use, expiring capabilities to fetch one query's records.
+"""Tickets: single-use, expiring capabilities to fetch one query's records, bound to who asked.
 
 Query issues one ticket per channel offer; all offers of a query form a
 group, and claiming any ticket of a group voids the others, so a result can
@@ -6,22 +6,71 @@ be fetched once, on one channel. A ticket is 3 bytes of version (``DT1``)
 followed by 24 random bytes: unguessable, and meaningless outside the server
 that issued it. The server keeps what it refers to; nothing in the ticket can
 be edited to reach another query.
+
+A ticket alone is not enough to redeem it. Each comes with a *ticket key*
+(32 random bytes) that the server returns only to the client that asked, in
+the same answer (``ChannelOffer.key``). Redeeming proves knowledge of the key
+without sending it (proto/README.md, "Tickets are bound"):
+
+    fetch_proof(key, ticket)                          FetchRequest.proof (gRPC Fetch, FetchFile)
+    hello_proof(key, ticket, stripe, attempt, acked)  HELLO "proof" on a data channel, every stripe
+    seal_key(key)                                     the AES-256-GCM key of a sealed transfer (frames.py)
+
+Each is keyed by HKDF-SHA256(ticket key, info=label), so the proof key and
+the sealing key are independent. A stranger who learned a ticket (a log, a
+HELLO read off the wire) cannot redeem it, join its transfer or replay a
+stripe's HELLO (``attempt`` must grow).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
+import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dstp.errors import TicketError, TicketExpiredError
 
-__all__ = ["Ticket", "TicketStore", "TICKET_PREFIX", "TICKET_LENGTH"]
+__all__ = ["KEY_LENGTH", "Ticket", "TicketStore", "TICKET_PREFIX", "TICKET_LENGTH", "check_proof", "derive_key",
+           "fetch_proof", "hello_proof", "seal_key"]
 
 TICKET_PREFIX = b"DT1"
 TICKET_LENGTH = len(TICKET_PREFIX) + 24
+#: Bytes of a ticket key.
+KEY_LENGTH = 32
+
+
+def derive_key(key: bytes, label: bytes) -> bytes:
+    """Return HKDF-SHA256(``key``, salt empty, info ``label``), 32 bytes (RFC 5869)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(key)
+
+
+def fetch_proof(key: bytes, ticket: bytes) -> bytes:
+    """Return the proof a gRPC Fetch/FetchFile sends: HMAC-SHA256(K, "fetch" 0x00 ‖ ticket)."""
+    return hmac.new(derive_key(key, b"dstp proof v1"), b"fetch\0" + ticket, hashlib.sha256).digest()
+
+
+def hello_proof(key: bytes, ticket: bytes, stripe: int, attempt: int, acked: int) -> bytes:
+    """Return the proof a HELLO sends: HMAC-SHA256(K, "hello" 0x00 ‖ ticket ‖ u16 stripe ‖ u32 attempt ‖ u64 acked)."""
+    fields = struct.pack(">HIQ", stripe, attempt, acked)
+    return hmac.new(derive_key(key, b"dstp proof v1"), b"hello\0" + ticket + fields, hashlib.sha256).digest()
+
+
+def seal_key(key: bytes) -> bytes:
+    """Return the AES-256-GCM key a sealed transfer's frames use."""
+    return derive_key(key, b"dstp seal v1")
+
+
+def check_proof(expected: bytes, given: bytes) -> bool:
+    """Return whether ``given`` is ``expected`` (compared in constant time)."""
+    return hmac.compare_digest(expected, given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +81,8 @@ class Ticket:
     query_id: str
     kind: str
     expires_at: float
+    #: The ticket key: returned only to the client that asked; proves that a redeemer is that client.
+    key: bytes = field(default=b"", repr=False)
 
     @property
     def expires_at_unix_ms(self) -> int:
@@ -58,15 +109,20 @@ class TicketStore:
     def issue(self, query_id: str, kind: str, payload: Any) -> Ticket:
         """Return a new ticket of ``query_id`` for channel ``kind``."""
         token = TICKET_PREFIX + secrets.token_bytes(TICKET_LENGTH - len(TICKET_PREFIX))
-        ticket = Ticket(token, query_id, kind, self.clock() + self.ttl_s)
+        ticket = Ticket(token, query_id, kind, self.clock() + self.ttl_s, secrets.token_bytes(KEY_LENGTH))
         with self._lock:
             self._purge()
             self._entries[token] = _Entry(ticket, payload, query_id)
             self._groups.setdefault(query_id, []).append(token)
         return ticket
 
-    def claim(self, token: bytes, kind: str) -> tuple[Ticket, Any]:
-        """Redeem ``token`` for channel ``kind``; return (ticket, payload). Voids its siblings."""
+    def claim(self, token: bytes, kind: str,
+              check: Callable[[Ticket, Any], None] | None = None) -> tuple[Ticket, Any]:
+        """Redeem ``token`` for channel ``kind``; return (ticket, payload). Voids its siblings.
+
+        ``check(ticket, payload)`` runs before anything changes and raises (TicketError) to refuse:
+        a redeemer who cannot prove the ticket is theirs leaves it intact for its owner.
+        """
         if not isinstance(token, (bytes, bytearray)) or len(token) != TICKET_LENGTH or not token.startswith(TICKET_PREFIX):
             raise TicketError("this is not a dstp ticket; send the ticket from a Query response unchanged")
         with self._lock:
@@ -79,6 +135,8 @@ class TicketStore:
                 raise TicketError(
                     f"this ticket is for the {entry.ticket.kind} channel, not {kind}"
                 )
+            if check is not None:
+                check(entry.ticket, entry.payload)
             late = self.clock() - entry.ticket.expires_at
             if late <= 0:
                 for sibling in self._groups.pop(entry.group, []):

@@ -9,6 +9,16 @@ resumption exact: when a stripe breaks, the messages it owned and the client
 had not acknowledged become *orphans*; the client reconnects that stripe with
 the same ticket and says which later messages it already holds, and only the
 orphans it lacks are sent again. Nothing is lost, nothing is duplicated.
+
+A client that stops acknowledging stalls the transfer: the producer waits
+on a full window (its source marks itself blocked), or, once everything is
+produced, the transfer waits for the last ACK and BYE (marked here). Each
+ACK that moves the window restarts the stall timer; after
+``stall_timeout_s`` without one, admission aborts the transfer through the
+source's pace: every connection is closed and the slot is free. Frames from
+the client are control frames only (ACK, BYE, ERROR; at most 1 MiB): a
+header claiming anything else is refused before a byte of its payload is
+read or reserved.
 """
 
 from __future__ import annotations
@@ -20,8 +30,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dstp.errors import DstpError, ProtocolError, ServerError, TransportError
-from dstp.transport.frames import Conn, Kind, control_payload, recv_frame, send_frame
+from dstp.errors import DstpError, ProtocolError, ServerError, TicketError, TransportError
+from dstp.transport import native
+from dstp.transport.frames import (
+    MAX_CONTROL_PAYLOAD,
+    Conn,
+    Frame,
+    Kind,
+    Seal,
+    control_payload,
+    recv_header,
+    recv_payload,
+    send_frame,
+)
 from dstp.transport.sources import MessageSource
 
 __all__ = ["Transfer"]
@@ -50,8 +71,15 @@ class Transfer:
         resume_timeout: float = 60.0,
         on_done: Callable[["Transfer"], None] | None = None,
         label: str = "",
+        ticket_key: bytes = b"",
+        seal: Seal | None = None,
     ) -> None:
         self.key = key
+        #: The ticket's key: every stripe's HELLO proves it (channel_server.py).
+        self.ticket_key = ticket_key
+        #: Seals the frames of a sealed transfer (DATA, END out; ACK, BYE in); None: plaintext.
+        self.seal = seal
+        self._attempts: dict[int, int] = {}  # stripe -> attempt number of its last accepted HELLO
         self.source = source
         self.expires_at = expires_at
         self.window_bytes = max(1, window_bytes)
@@ -77,6 +105,7 @@ class Transfer:
         self.sent_bytes = 0
         self.resumes = 0
         self._producer = threading.Thread(target=self._produce, name=f"dstp-produce-{label}", daemon=True)
+        source.pace.on_stall(self._stalled)
 
     # -- production ---------------------------------------------------------------------
 
@@ -109,6 +138,7 @@ class Transfer:
                 self._end_seq = seq
                 self._queue.append(seq)
                 self._cond.notify_all()
+            self.source.pace.blocked()  # all produced: what is left is the client's to take and acknowledge
         except DstpError as exc:
             self.fail(exc)
         except Exception as exc:  # noqa: BLE001 - reported to the client as a server error
@@ -121,11 +151,19 @@ class Transfer:
 
     # -- stripes ------------------------------------------------------------------------
 
-    def attach(self, stripe: int, conn: Conn, acked: int, have: set[int]) -> int:
-        """Register a (re)connected stripe; return its generation. ``have``: messages ≥ ``acked`` it holds."""
+    def attach(self, stripe: int, conn: Conn, acked: int, have: set[int], attempt: int = 0) -> int:
+        """Register a (re)connected stripe; return its generation. ``have``: messages ≥ ``acked`` it holds.
+
+        ``attempt`` must exceed the stripe's previous one (TicketError): a replayed HELLO cannot take
+        a stripe over.
+        """
         with self._cond:
             if self._done:
                 raise TransportError("this transfer has already finished")
+            if attempt <= self._attempts.get(stripe, -1):
+                raise TicketError(f"stripe {stripe} was already opened with attempt {attempt}: a HELLO is good "
+                                  "for one connection (a resumed stripe counts its attempt up)")
+            self._attempts[stripe] = attempt
             old = self._live.pop(stripe, None)
             if old is not None:
                 self._orphan(stripe)
@@ -182,6 +220,10 @@ class Transfer:
         reader = threading.Thread(target=self._read_acks, args=(stripe, conn, generation),
                                   name=f"dstp-acks-{self.label}-{stripe}", daemon=True)
         reader.start()
+        file_handle = getattr(self.source, "file_handle", None)
+        if native.fd_of(conn) >= 0 and self.seal is None:
+            log.debug("transfer %s: stripe %d sends natively (%s%s)", self.label, stripe, native.reason(),
+                      ", sendfile" if file_handle is not None else "")
         try:
             while True:
                 seq = self._next_for(stripe, generation)
@@ -190,7 +232,8 @@ class Transfer:
                 msg = self._messages.get(seq)
                 if msg is None:
                     continue
-                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload)
+                send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload, self.seal,
+                           file=file_handle() if file_handle is not None and msg.kind == Kind.DATA else None)
                 self.sent_bytes += msg.size
         except TransportError as exc:
             log.info("transfer %s: stripe %d broke while sending: %s", self.label, stripe, exc)
@@ -208,13 +251,20 @@ class Transfer:
     def _read_acks(self, stripe: int, conn: Conn, generation: int) -> None:
         try:
             while True:
-                frame = recv_frame(conn)
-                if frame is None:
+                header = recv_header(conn, max_payload=MAX_CONTROL_PAYLOAD)
+                if header is None:
                     break
+                if header.kind not in (Kind.ACK, Kind.BYE, Kind.ERROR):  # before its payload is read or reserved
+                    raise ProtocolError(f"unexpected {header.kind.name} frame from the client")
+                frame = Frame(header.kind, header.stripe, header.sequence, header.offset,
+                              recv_payload(conn, header, seal=self.seal))
                 if frame.kind == Kind.ACK:
                     with self._cond:
+                        moved = frame.sequence > self._acked
                         self._ack(frame.sequence)
                         self._cond.notify_all()
+                    if moved:
+                        self.source.pace.progressed()
                 elif frame.kind == Kind.BYE:
                     self.finish()
                     break
@@ -258,6 +308,11 @@ class Transfer:
         """End a transfer no client is coming back to."""
         log.info("transfer %s abandoned: %s", self.label, reason)
         self._finish(cancel=True)
+
+    def _stalled(self, error: DstpError) -> None:
+        """End a transfer whose client stopped taking data: close every stripe (senders blocked on a full
+        socket wake up) rather than queue an ERROR frame no one reads."""
+        self.abandon(error.message)
 
     def _finish(self, cancel: bool) -> None:
         with self._cond:
