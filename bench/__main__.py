@@ -20,7 +20,8 @@ import platformdirs
 
 from dstp.samples import ensure_samples
 
-SUITES = ("seed_query", "table4", "bulk", "bulk_native", "rotpole", "facades", "tls_cost", "load", "cluster")
+SUITES = ("seed_query", "table4", "bulk", "bulk_native", "rotpole", "facades", "tls_cost", "load", "cluster",
+          "reductions")
 
 
 def samples(quick: bool) -> dict[str, Path]:

@@ -41,6 +41,7 @@ from dstp.query._clauses import (
     sampling_clause,
 )
 from dstp.query._expressions import AGGREGATES, Checker, meta_of
+from dstp.query._pushdown import conjuncts as _conjuncts
 from dstp.query._scope import ColumnMeta, DatasetRef, DatasetSource, DerivedSource, MatchupSource, Scope, Source
 from dstp.query._text import DIALECT, error_at, position, snippet
 from dstp.query.matchup import MatchupSpec, choose_keys, index_column, parse_options
@@ -84,16 +85,6 @@ class BoundQuery:
     info: SelectInfo
     references: list[DatasetRef]
     matchups: list[MatchupSpec]
-
-
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
 
 
 def _unqualified(node: exp.Expression) -> exp.Expression:
@@ -790,6 +781,10 @@ class Binder:
                     raise error_at(QueryError, f"the query reads no column of {ref.dataset.id}; select at least one "
                                    f"of its columns, e.g. select {star[-1] if star else '*'} from {ref.dataset.id}",
                                    self.sql, select.expressions[0] if ref.role == "scan" else ref.node)
+                if ref.whole and not ref.used:  # count(*) alone: DuckDB needs a column to count the grid's rows by
+                    star = ref.dataset.star_columns()
+                    if star:
+                        ref.used.add(star[0])
                 if ref.sampling is not None and ref.sampling.rows is not None:
                     self._rows_sample(ref, source, scope, select, where, ordered_otherwise)
             elif isinstance(source, MatchupSource):

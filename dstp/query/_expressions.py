@@ -416,6 +416,8 @@ class Checker:
 
     def _rewrite(self, node: exp.Expression) -> exp.Expression:
         """Return dstp's functions and calendar-dependent time functions rewritten for DuckDB."""
+        if isinstance(node, (exp.First, exp.Last)) and not isinstance(node.parent, exp.Window):
+            return self._grid_order(node)
         if isinstance(node, exp.Anonymous):
             name = node.name.lower()
             if name in _ALIASED:
@@ -452,6 +454,33 @@ class Checker:
 
     def _arity(self, node: exp.Expression, name: str, count: int) -> exp.Expression:
         raise error_at(QueryError, f"{name}() takes {count} argument{'s' if count > 1 else ''}", self.sql, node)
+
+    def _grid_order(self, node: exp.First | exp.Last) -> exp.Expression:
+        """Return first(x)/last(x) as the first/last non-NULL x in grid order: arg_min/arg_max over the row id.
+
+        DuckDB's own first/last take whichever record a thread met first, so they
+        would differ from run to run; a dataset's records have an order (the grid's
+        C order), and pandas' and xarray's first/last skip missing values.
+        """
+        from dstp.query._scope import DatasetSource
+
+        word = "first" if isinstance(node, exp.First) else "last"
+        columns = list(node.this.find_all(exp.Column)) if isinstance(node.this, exp.Expression) else []
+        tables = {c.table.lower() for c in columns}
+        sources = [s for s in self.scope.sources if isinstance(s, DatasetSource)
+                   and s.alias.lower() in tables] if len(tables) == 1 else []
+        if len(sources) != 1 or sources[0].ref.remote:
+            raise error_at(QueryError, f"{word}() takes columns of one dataset in FROM (its records have an order: "
+                           f"the grid's); over a CTE, subquery, remote dataset or join write "
+                           f"{'arg_min' if word == 'first' else 'arg_max'}(x, time)", self.sql, node)
+        ref = sources[0].ref
+        ref.rowid = True
+        rowid = exp.Column(this=exp.to_identifier("__dstp_rowid", quoted=True),
+                           table=exp.to_identifier(sources[0].alias, quoted=True))
+        call = exp.ArgMin if word == "first" else exp.ArgMax
+        result = call(this=node.this, expression=rowid)
+        result.meta.update(node.meta)
+        return result
 
     def _weighted_avg(self, node: exp.Anonymous) -> exp.Expression:
         if len(node.expressions) != 2:

@@ -118,6 +118,8 @@ class DatasetRef:
     implied: list[Any] = field(default_factory=list)
     #: (other reference, its column, this reference's column) for each key equality in an inner join.
     equal_keys: list[tuple["DatasetRef", str, str]] = field(default_factory=list)
+    #: first()/last() read it in grid order: its scan carries each record's row id.
+    rowid: bool = False
     #: "scan" (a table of DuckDB), "left" or "right" of a matchup.
     role: str = "scan"
     #: The node where it was named, for error carets.

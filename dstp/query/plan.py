@@ -236,6 +236,8 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
     columns = list(ref.columns())
     if ref.sampling is not None and ref.sampling.rows is not None:
         columns += [ROWID, SAMPLE_KEY]
+    elif ref.rowid:
+        columns.append(ROWID)
     if matchup is not None:
         columns += [index_column(d) for d in key_dims]
     if ref.remote:

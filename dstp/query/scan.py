@@ -215,8 +215,10 @@ class GridScan:
         index = {d: slice(r.start, r.stop, r.step) for d, r in zip(grid, block)}
         keep: np.ndarray | None = None
         rowids: np.ndarray | None = None
-        if self.sampling is not None:
+        if self.sampling is not None or ROWID in self.columns:
             rowids = self._rowids(block, shape)
+        if self.sampling is not None:
+            assert rowids is not None
             keys = sample_keys(rowids, self.sampling.seed)
             if self.sampling.percent is not None:
                 if self.sampling.percent < 100:

@@ -34,22 +34,23 @@ class Access:
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read dataset ``dataset_id`` now (False if there is none)."""
-        if dataset_id not in self.catalog:
+        if dataset_id not in self.catalog and dataset_id not in self.catalog.remotes:
             return False
-        return can_read(principal, self.catalog.get(dataset_id).descriptor, self.clock())
+        return can_read(principal, self.catalog.descriptor(dataset_id), self.clock())
 
     def catalog_for(self, principal: Principal) -> Catalog:
         """Return the catalog ``principal`` sees: a view holding only the datasets it may read."""
         now = self.clock()
         readable = {ds.id: ds for ds in self.catalog if can_read(principal, ds.descriptor, now)}
-        if len(readable) == len(self.catalog):
+        remotes = {i: r for i, r in self.catalog.remotes.items() if can_read(principal, r.descriptor, now)}
+        if len(readable) == len(self.catalog) and len(remotes) == len(self.catalog.remotes):
             return self.catalog
-        return Catalog(self.catalog.root, readable, self.catalog.problems)
+        return Catalog(self.catalog.root, readable, self.catalog.problems, remotes)
 
     def require(self, principal: Principal, dataset_id: str) -> None:
         """Raise DatasetNotFoundError (as for a dataset that does not exist) unless ``principal`` may read it."""
         if not self.can_read(principal, dataset_id):
-            self.catalog_for(principal).get(dataset_id)  # raises, naming only what the principal sees
+            self.catalog_for(principal).resolve(dataset_id)  # raises, naming only what the principal sees
 
     def check_query(self, principal: Principal, prepared: PreparedQuery) -> None:
         """Raise DatasetNotFoundError unless ``principal`` may read every dataset the query reads."""
