@@ -21,7 +21,7 @@ import platformdirs
 from dstp.samples import ensure_samples
 
 SUITES = ("seed_query", "table4", "bulk", "bulk_native", "rotpole", "facades", "tls_cost", "load", "cluster",
-          "reductions")
+          "reductions", "warm")
 
 
 def samples(quick: bool) -> dict[str, Path]:

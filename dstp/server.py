@@ -221,6 +221,8 @@ class DstpServer:
                 "striped", TcpListener(s.host, s.data_port), service.open_source,
                 window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
                 hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
+                idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
+                max_idle_per_address=s.max_idle_data_connections_per_address,
             )
             channel.start()
             self._extras.append(channel)
@@ -239,6 +241,8 @@ class DstpServer:
                     "udt", udt.UdtChannelListener(s.host, s.udt_port), service.open_source,
                     window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
                     hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
+                    idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
+                    max_idle_per_address=s.max_idle_data_connections_per_address,
                 )
                 channel.start()
                 self._extras.append(channel)

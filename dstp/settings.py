@@ -90,6 +90,18 @@ class Settings:
         16, "Data connections one source address may hold before their HELLO completes; at the limit its "
         "oldest is dropped."
     )
+    data_idle_timeout_s: float = _setting(
+        120.0, "Seconds a kept data connection (a client's warm stripe between transfers) may wait for its next "
+        "HELLO before the server closes it."
+    )
+    max_idle_data_connections: int = _setting(
+        256, "Kept data connections waiting for their next transfer, per data channel; past it the oldest idle "
+        "one is closed. 0: close every data connection when its transfer ends."
+    )
+    max_idle_data_connections_per_address: int = _setting(
+        64, "Kept data connections one source address may hold per data channel; past it that address's oldest "
+        "idle one is closed."
+    )
     http_header_timeout_s: float = _setting(10.0, "Seconds an HTTP client has to send a request's headers.")
     http_body_timeout_s: float = _setting(30.0, "Seconds an HTTP client has to send a request's body.")
     http_max_body_bytes: int = _setting(

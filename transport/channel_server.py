@@ -25,6 +25,20 @@ against the transfer's key before it touches the transfer, and its attempt
 must exceed the last one of that stripe. A stranger holding only the ticket
 gets an ERROR frame; the owner's transfer never notices. With ``sealed`` the
 transfer's frames are sealed with AES-256-GCM (transport/frames.py).
+
+Warm connections (transport/pool.py). A HELLO with ``"keep": true`` asks the
+server to keep its connection after a clean end: when the client's BYE has
+arrived on it and the transfer sent nothing more, the server answers with a
+BYE (sealed, in a sealed transfer) and waits on the connection for the next
+HELLO — of any ticket the client holds, proved and checked exactly like a
+first one; nothing of the finished transfer stays attached. An idle
+connection's next HELLO, once its first bytes arrive, has ``hello_timeout``
+to complete. The server keeps at most ``max_idle_per_address`` idle
+connections per source address and ``max_idle_connections`` in all (past
+either, the oldest idle one is closed) and closes any that stayed idle
+longer than ``idle_timeout`` (by ``clock``); ``max_idle_connections=0`` turns
+keeping off (a HELLO asking for it is then served as before and closed at
+the end).
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
 from dstp.transport.frames import (
+    HEADER,
     MAX_CONTROL_PAYLOAD,
     Conn,
     Frame,
@@ -115,6 +130,28 @@ class _Deadline:
         self.conn.close()
 
 
+class _Prefixed:
+    """A connection whose first bytes were already read (an idle connection's next HELLO): those come first."""
+
+    def __init__(self, conn: Conn, first: bytes) -> None:
+        self.conn = conn
+        self.first = memoryview(first)
+
+    def recv_into(self, view: memoryview) -> int:
+        if self.first.nbytes:
+            n = min(view.nbytes, self.first.nbytes)
+            view[:n] = self.first[:n]
+            self.first = self.first[n:]
+            return n
+        return self.conn.recv_into(view)
+
+    def send_parts(self, parts: list[memoryview | bytes]) -> None:
+        self.conn.send_parts(parts)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def _wake(conn: Conn) -> None:
     """Wake the handshake reading ``conn`` without closing its sending side (a TCP socket: shut reading
     down), so the ERROR frame still goes out; another kind of connection is closed."""
@@ -148,6 +185,9 @@ class DataChannelServer:
         max_pending_per_address: int = 16,
         clock: Callable[[], float] = time.time,
         sealed: bool = False,
+        idle_timeout: float = 120.0,
+        max_idle_connections: int = 256,
+        max_idle_per_address: int = 64,
     ) -> None:
         self.kind = kind
         #: Whether transfers are sealed (AES-256-GCM): the offers of this channel say cipher "aes-256-gcm".
@@ -169,6 +209,16 @@ class DataChannelServer:
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self.rejected = 0
+        self.idle_timeout = idle_timeout
+        self.max_idle_connections = max(0, max_idle_connections)
+        self.max_idle_per_address = max(1, max_idle_per_address)
+        # Kept connections waiting for their next HELLO: conn -> (source address, clock time it went idle).
+        self._idle: dict[Conn, tuple[str, float]] = {}
+        #: Connections accepted, HELLOs served on kept connections, idle ones closed (expired, over a cap).
+        self.accepted = 0
+        self.reused = 0
+        self.idle_expired = 0
+        self.idle_evicted = 0
 
     @property
     def endpoint(self) -> str:
@@ -185,6 +235,10 @@ class DataChannelServer:
         self.listener.close()
         with self._lock:
             transfers = list(self._transfers.values())
+            idle = list(self._idle)
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
         for t in transfers:
             t.abandon("server stopping")
         for t in self._threads:
@@ -204,6 +258,7 @@ class DataChannelServer:
             if not self._slots.acquire(blocking=False):
                 self._refuse(conn, TransportError("the server has too many data connections; try again"))
                 continue
+            self.accepted += 1
             self._admit_pending(conn, peer)
             threading.Thread(target=self._handle, args=(conn, peer), name=f"dstp-{self.kind}-conn",
                              daemon=True).start()
@@ -240,36 +295,113 @@ class DataChannelServer:
 
     def _handle(self, conn: Conn, peer: str) -> None:
         try:
+            first = b""
+            while True:
+                if not self._serve_one(conn, peer, first):
+                    return
+                first = self._idle_wait(conn, peer)  # the first bytes of its next HELLO
+                if not first:
+                    conn.close()
+                    return
+                self.reused += 1
+                self._admit_pending(conn, peer)
+        finally:
+            self._slots.release()
+
+    def _serve_one(self, conn: Conn, peer: str, first: bytes) -> bool:
+        """Run one HELLO and its transfer on ``conn``; return whether the connection was kept (BYE answered)."""
+        try:
             try:
-                transfer, stripe, generation = self._handshake(conn)
+                transfer, stripe, generation = self._handshake(conn, first)
             finally:
                 self._hello_done(conn)
         except DstpError as exc:
             log.info("%s channel: refused %s: %s", self.kind, peer, exc)
             self._refuse(conn, exc)
-            self._slots.release()
-            return
+            return False
         except Exception:  # noqa: BLE001 - one bad connection must not stop the channel
             log.exception("%s channel: handshake with %s failed", self.kind, peer)
             conn.close()
-            self._slots.release()
-            return
+            return False
         try:
-            transfer.serve(stripe, conn, generation)
+            kept = transfer.serve(stripe, conn, generation)
         except Exception:  # noqa: BLE001
             log.exception("%s channel: stripe %d of %s failed", self.kind, stripe, transfer.label)
             transfer.detach(stripe, generation)
             conn.close()
-        finally:
-            self._slots.release()
+            return False
+        if not kept:
+            return False
+        self._park(conn, peer)  # idle before the client can learn it is, so a count taken after the BYE holds
+        try:
+            send_frame(conn, Kind.BYE, stripe, 0, 0, seal=transfer.seal)
+        except (DstpError, OSError):
+            with self._lock:
+                self._idle.pop(conn, None)
+            conn.close()
+            return False
+        return True
 
-    def _handshake(self, conn: Conn) -> tuple[Transfer, int, int]:
+    # -- kept connections ---------------------------------------------------------------
+
+    def _park(self, conn: Conn, peer: str) -> None:
+        """Count ``conn`` idle; past a cap (its address's, or the total), close the oldest idle connection."""
+        address = peer.rsplit(":", 1)[0]
+        with self._lock:
+            self._idle[conn] = (address, self.clock())
+            same = [c for c, (a, _) in self._idle.items() if a == address]
+            over = same[:max(0, len(same) - self.max_idle_per_address)]
+            rest = [c for c in self._idle if c not in over]
+            over += rest[:max(0, len(rest) - self.max_idle_connections)]
+            for c in over:
+                del self._idle[c]
+        for c in over:
+            self.idle_evicted += 1
+            c.close()  # its thread wakes from its idle wait and ends
+
+    def _idle_wait(self, conn: Conn, peer: str) -> bytes:
+        """Wait on a kept connection for its next HELLO; return its first bytes, or b"" when it is over.
+
+        It is over when the client closes it, it breaks, or it is closed from here (expired, over a cap).
+        """
+        buffer = bytearray(HEADER.size)
+        try:
+            n = conn.recv_into(memoryview(buffer))
+        except (DstpError, OSError):
+            n = 0
+        with self._lock:
+            ours = self._idle.pop(conn, None) is not None
+        return bytes(buffer[:n]) if ours and n else b""
+
+    def idle_connections(self) -> int:
+        """Return how many kept connections wait for a HELLO."""
+        with self._lock:
+            return len(self._idle)
+
+    def expire_idle(self) -> int:
+        """Close the kept connections idle for longer than ``idle_timeout`` (by ``clock``); return how many.
+
+        The janitor calls this every tick; a test that moved its clock may call it to act at once.
+        """
+        now = self.clock()
+        with self._lock:
+            stale = [c for c, (_, since) in self._idle.items() if now - since > self.idle_timeout]
+            for conn in stale:
+                del self._idle[conn]
+        for conn in stale:
+            self.idle_expired += 1
+            conn.close()
+        return len(stale)
+
+    # -- the HELLO ----------------------------------------------------------------------
+
+    def _handshake(self, conn: Conn, first: bytes = b"") -> tuple[Transfer, int, int]:
         settimeout = getattr(conn, "settimeout", None)
         if settimeout is not None:
             settimeout(self.hello_timeout)
         with self._lock:
             arrived = self._pending.get(conn, ("", self.clock()))[1]
-        hello_conn = _Deadline(conn, arrived + self.hello_timeout, self.clock)
+        hello_conn = _Deadline(_Prefixed(conn, first) if first else conn, arrived + self.hello_timeout, self.clock)
         try:
             header = recv_header(hello_conn, max_payload=MAX_CONTROL_PAYLOAD)
             if header is not None and header.kind != Kind.HELLO:  # refused before its payload is read
@@ -294,6 +426,7 @@ class DataChannelServer:
             have = {int(s) for s in hello.get("have", [])}
             attempt = int(hello.get("attempt", 0))
             proof = bytes.fromhex(str(hello.get("proof", "")))
+            keep = hello.get("keep") is True and self.max_idle_connections > 0
         except (KeyError, TypeError, ValueError):
             raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from None
         if not 0 <= stripe < MAX_STRIPES or not 0 <= acked < 2**64 or not 0 <= attempt < 2**32 \
@@ -328,7 +461,7 @@ class DataChannelServer:
             elif self.clock() > transfer.expires_at:
                 raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
         self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
-        generation = transfer.attach(stripe, conn, acked, have, attempt)
+        generation = transfer.attach(stripe, conn, acked, have, attempt, keep)
         return transfer, stripe, generation
 
     def _forget(self, transfer: Transfer) -> None:
@@ -349,6 +482,7 @@ class DataChannelServer:
             for conn in late:  # a HELLO trickled in byte by byte still has one deadline
                 self.hello_timeouts += 1
                 _wake(conn)
+            self.expire_idle()
             for t in transfers:
                 idle = t.idle_for()
                 if idle > self.resume_timeout or (idle > 0 and now > t.expires_at):

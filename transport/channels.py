@@ -15,13 +15,21 @@ socket (:class:`~dstp.transport.tcp.TcpChannel`), a UDT socket
 (:class:`~dstp.transport.memory.MemoryChannel`). A channel that wraps
 another's connections — to inject faults, count bytes, go through a proxy —
 subclasses :class:`StripedChannel` and overrides ``connect``.
+
+A channel given a :class:`~dstp.transport.pool.ConnectionPool` keeps its
+stripes warm between transfers: they come from the pool under
+``(*pool_scope, cipher)`` and go back to it after a clean end (the server
+permitting), so the next transfer to the same server starts on connections
+whose congestion window and RTT estimate are already grown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 from dstp.transport.frames import Conn
+from dstp.transport.pool import ConnectionPool
 from dstp.transport.receiver import MessageSink, StripedReceiver
 
 __all__ = ["DataChannel", "StripedChannel"]
@@ -45,10 +53,17 @@ class StripedChannel:
     """A data channel made of stripes: ``open`` over ``connect``, which subclasses provide.
 
     ``receiver_options`` go to every transfer's :class:`StripedReceiver`
-    (``max_reconnects``, ``stall_timeout``, ``ack_every_bytes``).
+    (``max_reconnects``, ``stall_timeout``, ``ack_every_bytes``). With a
+    ``pool`` the stripes are kept between transfers (the module docstring);
+    ``pool_scope`` says what a kept connection is good for (its server and
+    socket options) and is set by the subclass that knows.
     """
 
-    def __init__(self, **receiver_options: Any) -> None:
+    #: What a kept connection of this channel is good for; the transfer's cipher is added to make the key.
+    pool_scope: tuple[Hashable, ...] = ()
+
+    def __init__(self, *, pool: ConnectionPool | None = None, **receiver_options: Any) -> None:
+        self.pool = pool
         self.receiver_options = receiver_options
 
     def connect(self, stripe: int) -> Conn:
@@ -57,6 +72,10 @@ class StripedChannel:
     def open(self, ticket: bytes, streams: int, *, sink: MessageSink | None = None, key: bytes = b"",
              cipher: str = "") -> StripedReceiver:
         receiver = StripedReceiver(ticket, streams, self.connect, sink=sink, key=key, cipher=cipher,
-                                   **self.receiver_options)
+                                   pool=self.pool, pool_key=self.pool_key(cipher), **self.receiver_options)
         receiver.start()
         return receiver
+
+    def pool_key(self, cipher: str = "") -> tuple[Hashable, ...]:
+        """Return the key this channel's kept connections go under for a transfer sealed with ``cipher``."""
+        return (*self.pool_scope, cipher)

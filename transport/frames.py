@@ -31,6 +31,8 @@ Kinds:
 * ACK (client → server): sequence = every message below it has been delivered.
 * ERROR (either way): JSON ``{"code", "message"}``; the connection then closes.
 * BYE (client → server): the client has everything; the server may release it.
+  (server → client, only on a connection whose HELLO said ``"keep": true``): the
+  server kept the connection; its next frame from the client is a new HELLO.
 
 Sealed transfers (the offer's ``cipher`` is ``aes-256-gcm``: the server runs
 TLS on its control plane). Every DATA, END, ACK and BYE frame of the transfer

@@ -14,6 +14,14 @@ reconnects with the same ticket, says which messages it already holds, and
 the server resends only what is missing. After ``max_reconnects`` failures on
 one stripe, or ``stall_timeout`` seconds without any frame, the transfer
 fails with a typed error.
+
+With a ``pool`` (transport/pool.py) the stripes are warm: each comes from the
+pool when it holds one for ``pool_key`` (else it is dialed), every HELLO asks
+the server to keep its connection (``"keep": true``), and after a clean END
+each stripe waits for the server's answering BYE and goes back to the pool.
+A pooled connection that turns out dead before its first frame arrives (the
+server expired it, a reset) is replaced by a fresh dial at once, without
+counting a failure or a reconnect.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Hashable
 from typing import Any, Callable, Iterator, Protocol
 
 from dstp.errors import (
@@ -45,6 +54,7 @@ from dstp.transport.frames import (
     recv_payload,
     send_frame,
 )
+from dstp.transport.pool import ConnectionPool
 from dstp.transport.tickets import hello_proof, seal_key
 
 __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
@@ -52,6 +62,9 @@ __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
 log = logging.getLogger("dstp.transport")
 
 _END = object()
+
+#: After a clean END, how long the stripes wait for the server's answering BYE before they are closed.
+RELEASE_WAIT_S = 10.0
 
 
 class MessageSink(Protocol):
@@ -79,6 +92,9 @@ class ReceiverStats:
     native_frames: int = 0
     reconnects: int = 0
     corrupted: int = 0
+    #: Stripes that started on a kept (pooled) connection, and pooled connections found dead and replaced.
+    reused: int = 0
+    stale: int = 0
     started: float = field(default_factory=time.perf_counter)
     per_stripe_bytes: dict[int, int] = field(default_factory=dict)
 
@@ -106,6 +122,8 @@ class StripedReceiver:
         ack_every_bytes: int = 8 * 2**20,
         key: bytes = b"",
         cipher: str = "",
+        pool: ConnectionPool | None = None,
+        pool_key: Hashable = None,
     ) -> None:
         if cipher and cipher not in CIPHERS:
             raise TransportUnavailableError(f"the server seals this transfer with {cipher!r}, which this client "
@@ -135,6 +153,13 @@ class StripedReceiver:
         self._finished = False
         self._threads: list[threading.Thread] = []
         self._last_frame = time.monotonic()
+        #: Where warm connections come from and go back to (None: every stripe dialed, closed at the end).
+        self.pool = pool
+        self.pool_key = pool_key
+        self._untried: set[int] = set()  # stripes on a pooled connection that has not delivered a frame yet
+        self._released: set[int] = set()  # id() of the connections that went back to the pool
+        self._releasing = False  # the pool expects this transfer's connections back
+        self._abandoned = False  # stripes not released by now are closed instead
 
     # -- stripes ------------------------------------------------------------------------
 
@@ -145,7 +170,35 @@ class StripedReceiver:
             hello = {"ticket": self.ticket.hex(), "stripe": stripe, "stripes": self.streams,
                      "acked": self._next, "have": sorted(self._pending), "attempt": attempt,
                      "proof": hello_proof(self.key, self.ticket, stripe, attempt, self._next).hex() if self.key else ""}
+            if self.pool is not None:
+                hello["keep"] = True
         send_frame(conn, Kind.HELLO, stripe, 0, 0, control_payload(hello))
+
+    def _connect(self, stripe: int) -> Conn:
+        """Return a connection for ``stripe`` with its HELLO sent: a pooled one if it still works, else dialed."""
+        while self.pool is not None:
+            taken = self.pool.take(self.pool_key)
+            if taken is None:
+                break
+            conn, warm = taken
+            try:
+                self._hello(stripe, conn)
+            except DstpError:
+                conn.close()
+                with self._cond:
+                    self.stats.stale += 1
+                continue
+            with self._cond:
+                self._untried.add(stripe)
+                self.stats.reused += warm
+            return conn
+        conn = self.dial(stripe)
+        try:
+            self._hello(stripe, conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def start(self) -> None:
         """Open every stripe at once (one round trip, not one per stripe); raise the first failure."""
@@ -154,9 +207,7 @@ class StripedReceiver:
 
         def open_stripe(stripe: int) -> None:
             try:
-                conn = self.dial(stripe)
-                conns[stripe] = conn
-                self._hello(stripe, conn)
+                conns[stripe] = self._connect(stripe)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
                 errors.append(exc)
 
@@ -187,7 +238,8 @@ class StripedReceiver:
         failures = 0
         while True:
             try:
-                self._read_frames(stripe, conn)
+                if self._read_frames(stripe, conn):
+                    self._release(stripe, conn)
                 return  # clean end: transfer complete
             except _Fatal:
                 return
@@ -196,6 +248,16 @@ class StripedReceiver:
                     if self._finished or self._error is not None:
                         return
                     self._live.pop(stripe, None)
+                    stale = stripe in self._untried
+                    self._untried.discard(stripe)
+                if stale:  # a kept connection died while it waited: dial a fresh one, no failure counted
+                    log.info("stripe %d: kept connection was closed (%s); dialing a fresh one", stripe, exc)
+                    conn.close()
+                    self.stats.stale += 1
+                    conn = self._reconnect(stripe, 0)
+                    if conn is None:
+                        return
+                    continue
                 if isinstance(exc, IntegrityError):
                     self.stats.corrupted += 1
                 failures += 1
@@ -210,7 +272,8 @@ class StripedReceiver:
                     return
 
     def _reconnect(self, stripe: int, attempt: int) -> Conn | None:
-        delay = min(2.0, 0.05 * 2 ** (attempt - 1))
+        """Return a new connection for a broken stripe (``attempt`` 0: a dead kept one, replaced at once)."""
+        delay = min(2.0, 0.05 * 2 ** (attempt - 1)) if attempt else 0.0
         last: DstpError | None = None
         for _ in range(3):
             time.sleep(delay)
@@ -219,19 +282,26 @@ class StripedReceiver:
                     return None
             try:
                 conn = self.dial(stripe)
-                self._hello(stripe, conn)
             except DstpError as exc:
                 last = exc
-                delay = min(2.0, delay * 2)
+                delay = min(2.0, max(delay, 0.05) * 2)
+                continue
+            try:
+                self._hello(stripe, conn)
+            except DstpError as exc:
+                conn.close()
+                last = exc
+                delay = min(2.0, max(delay, 0.05) * 2)
                 continue
             with self._cond:
                 self._live[stripe] = conn
-            self.stats.reconnects += 1
+            self.stats.reconnects += attempt > 0
             return conn
         self._fail(last or TransportError(f"stripe {stripe} could not reconnect"))
         return None
 
-    def _read_frames(self, stripe: int, conn: Conn) -> None:
+    def _read_frames(self, stripe: int, conn: Conn) -> bool:
+        """Read the stripe's frames to the end of the transfer; return whether the server kept the connection."""
         while True:
             header = recv_header(conn)
             if header is None:
@@ -239,11 +309,21 @@ class StripedReceiver:
                     whole = self._end_seq is not None and all(
                         s in self._pending for s in range(self._next, self._end_seq + 1))
                     if self._finished or whole or (self._end_seq is not None and self._next > self._end_seq):
-                        return
+                        return False
                 raise TransportError("the server closed the data connection before the transfer ended")
+            if header.kind == Kind.BYE and self._releasing:
+                # The server's answer to our BYE: it sent nothing after it and waits for the next HELLO.
+                recv_payload(conn, header, seal=self.seal)
+                return True
             if header.kind == Kind.ERROR:
                 payload = recv_payload(conn, header)
                 info = _json(payload)
+                with self._cond:
+                    stale = stripe in self._untried
+                if stale and info.get("code") == "protocol_error":
+                    # A kept or pre-dialed connection the server gave up on (its HELLO deadline passed
+                    # while it waited), not an answer to this HELLO.
+                    raise TransportError(str(info.get("message", "kept connection refused")))
                 self._fail(error_from_status(str(info.get("status", "UNAVAILABLE")),
                                              str(info.get("message", "the server reported an error")),
                                              info.get("code")))
@@ -252,6 +332,7 @@ class StripedReceiver:
                 raise ProtocolError(f"unexpected {header.kind.name} frame from the server")
             seq = header.sequence
             with self._cond:
+                self._untried.discard(stripe)
                 if seq < self._next or seq in self._pending:
                     self._fail(IntegrityError(f"message {seq} arrived twice (stripe {stripe})"))
                     raise _Fatal()
@@ -359,6 +440,9 @@ class StripedReceiver:
         with self._cond:
             self._finished = True
             live = list(self._live.items())
+            if self.pool is not None and live:
+                self._releasing = True
+                self.pool.expect(self.pool_key, len(live))
         for stripe, conn in live:
             try:
                 with self._send_locks.setdefault(stripe, threading.Lock()):
@@ -382,7 +466,10 @@ class StripedReceiver:
             self._live.clear()
             self._pending.clear()  # drop payload views (they may point into a file mapping)
             self._cond.notify_all()
-        if complete and live:
+        if complete and live and self._releasing:
+            threading.Thread(target=self._return_stripes, args=(live,), name="dstp-stripes-return",
+                             daemon=True).start()
+        elif complete and live:
             threading.Thread(target=self._shut, args=(live,), name="dstp-stripes-close").start()
         else:
             self._shut(live)
@@ -393,6 +480,30 @@ class StripedReceiver:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=5.0)
+
+    def _release(self, stripe: int, conn: Conn) -> None:
+        """Hand a stripe the server kept back to the pool (the reader thread, after the server's BYE)."""
+        assert self.pool is not None
+        with self._cond:
+            if self._abandoned:
+                return
+            self._released.add(id(conn))
+        self.pool.give(self.pool_key, conn)
+
+    def _return_stripes(self, live: list[Conn]) -> None:
+        """Wait for the readers to hand their connections back; close the ones the server did not keep."""
+        assert self.pool is not None
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            self._abandoned = True
+            dropped = [conn for conn in live if id(conn) not in self._released]
+        self.pool.forfeit(self.pool_key, len(dropped))
+        for conn in dropped:
+            conn.close()
+        for t in self._threads:
+            t.join(timeout=5.0)
 
 
 def _json(payload: memoryview) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dstp.errors import TransportError, TransportUnavailableError
 from dstp.transport.channels import StripedChannel
+from dstp.transport.pool import ConnectionPool
 
 __all__ = [
     "KernelLimits",
@@ -175,6 +176,22 @@ class TcpConn:
     def settimeout(self, seconds: float | None) -> None:
         self.sock.settimeout(seconds)
 
+    def alive(self) -> bool:
+        """Return whether an idle connection can still carry a transfer: open, and nothing unread on it.
+
+        A peer that closed shows as end of stream, a reset as an error, and bytes nobody asked for (an
+        ERROR frame of a server that gave up on it) as readable data: each makes the connection unusable.
+        """
+        if self._closed:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
+
     def path_stats(self) -> dict[str, float]:
         """Return the kernel's RTT and retransmission counts for this connection."""
         return tcp_path_stats(self.sock)
@@ -292,11 +309,12 @@ class TcpChannel(StripedChannel):
     """Striped TCP: each stripe its own connection to ``host:port`` (buffers set before connecting)."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 10.0, buffer_bytes: int = 0,
-                 **receiver_options: object) -> None:
-        super().__init__(**receiver_options)
+                 pool: ConnectionPool | None = None, **receiver_options: object) -> None:
+        super().__init__(pool=pool, **receiver_options)
         self.host, self.port = host, port
         self.timeout = timeout
         self.buffer_bytes = buffer_bytes
+        self.pool_scope = ("striped", host, port, buffer_bytes)
 
     def connect(self, stripe: int) -> TcpConn:
         return connect(self.host, self.port, timeout=self.timeout, buffer_bytes=self.buffer_bytes)

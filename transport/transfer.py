@@ -19,6 +19,12 @@ source's pace: every connection is closed and the slot is free. Frames from
 the client are control frames only (ACK, BYE, ERROR; at most 1 MiB): a
 header claiming anything else is refused before a byte of its payload is
 read or reserved.
+
+A stripe whose HELLO asked to keep its connection (``"keep": true``) is not
+closed when the transfer ends: its reader stops at that stripe's BYE, its
+sender at the end of the transfer, and :meth:`serve` returns True — the
+connection is at a frame boundary both ways and the channel server may
+answer the BYE and wait for the connection's next HELLO (channel_server.py).
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class Transfer:
         #: Seals the frames of a sealed transfer (DATA, END out; ACK, BYE in); None: plaintext.
         self.seal = seal
         self._attempts: dict[int, int] = {}  # stripe -> attempt number of its last accepted HELLO
+        self._keep: set[int] = set()  # generations whose client asked to keep the connection after the transfer
+        self._byes: set[int] = set()  # generations whose reader read the client's BYE
         self.source = source
         self.expires_at = expires_at
         self.window_bytes = max(1, window_bytes)
@@ -151,11 +159,12 @@ class Transfer:
 
     # -- stripes ------------------------------------------------------------------------
 
-    def attach(self, stripe: int, conn: Conn, acked: int, have: set[int], attempt: int = 0) -> int:
+    def attach(self, stripe: int, conn: Conn, acked: int, have: set[int], attempt: int = 0,
+               keep: bool = False) -> int:
         """Register a (re)connected stripe; return its generation. ``have``: messages ≥ ``acked`` it holds.
 
         ``attempt`` must exceed the stripe's previous one (TicketError): a replayed HELLO cannot take
-        a stripe over.
+        a stripe over. ``keep``: the connection outlives a clean end of the transfer (:meth:`serve`).
         """
         with self._cond:
             if self._done:
@@ -177,6 +186,8 @@ class Transfer:
                 self._queue.extendleft(reversed(missing))
             self._generation += 1
             self._live[stripe] = (self._generation, conn)
+            if keep:
+                self._keep.add(self._generation)
             self._all_dead_since = None
             self._cond.notify_all()
             return self._generation
@@ -215,8 +226,12 @@ class Transfer:
                     return seq
                 self._cond.wait(1.0)
 
-    def serve(self, stripe: int, conn: Conn, generation: int) -> None:
-        """Send this stripe's share until the transfer ends or the stripe breaks (blocks)."""
+    def serve(self, stripe: int, conn: Conn, generation: int) -> bool:
+        """Send this stripe's share until the transfer ends or the stripe breaks (blocks).
+
+        Return True when the connection is kept (its HELLO asked, the transfer ended cleanly and the client
+        said BYE on it): nothing more of this transfer will be sent or read on it. Otherwise it is closed.
+        """
         reader = threading.Thread(target=self._read_acks, args=(stripe, conn, generation),
                                   name=f"dstp-acks-{self.label}-{stripe}", daemon=True)
         reader.start()
@@ -247,6 +262,12 @@ class Transfer:
                 pass
             getattr(conn, "close_after_error", conn.close)()
         reader.join(timeout=5.0)
+        with self._cond:
+            kept = generation in self._keep and generation in self._byes and self._error is None \
+                and not reader.is_alive()
+        if not kept:
+            conn.close()
+        return kept
 
     def _read_acks(self, stripe: int, conn: Conn, generation: int) -> None:
         try:
@@ -260,12 +281,14 @@ class Transfer:
                               recv_payload(conn, header, seal=self.seal))
                 if frame.kind == Kind.ACK:
                     with self._cond:
-                        moved = frame.sequence > self._acked
+                        moved = frame.sequence > self._acked and not self._done
                         self._ack(frame.sequence)
                         self._cond.notify_all()
                     if moved:
                         self.source.pace.progressed()
                 elif frame.kind == Kind.BYE:
+                    with self._cond:
+                        self._byes.add(generation)
                     self.finish()
                     break
                 else:
@@ -275,7 +298,10 @@ class Transfer:
         finally:
             if not self._done:
                 self.detach(stripe, generation)
-            conn.close()
+            with self._cond:
+                keep = generation in self._keep and generation in self._byes
+            if not keep:
+                conn.close()
 
     def _ack(self, upto: int) -> None:
         if upto <= self._acked:
@@ -324,8 +350,9 @@ class Transfer:
         if cancel:
             self.source.cancel()
         if self._error is None:
-            for _, conn in live:
-                conn.close()
+            for generation, conn in live:
+                if cancel or generation not in self._keep:  # a kept stripe ends at its own BYE (serve)
+                    conn.close()
         if threading.current_thread() is not self._producer:
             self._producer.join(timeout=10.0)
         with self._cond:

@@ -162,6 +162,8 @@ class Client:
         if transport == "grpc":
             info, call = self._rpc.run(sql, compression)  # one round trip instead of Query + Fetch
         else:
+            if transport == "striped":  # (auto may yet choose gRPC: its stripes would go unused)
+                self.policy.predial(choice)  # the stripes' handshakes overlap the Query rpc
             info = self.plan(sql, transport=transport, streams=choice.streams, compression=compression,
                              congestion_control=choice.congestion_control)
         if info.partitions:  # a scale-out coordinator: one partition per worker, fetched in parallel
@@ -294,6 +296,7 @@ class Client:
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
+        self.policy.close()
         self._rpc.close()
 
     def __enter__(self) -> "Client":

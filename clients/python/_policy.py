@@ -16,16 +16,24 @@ from Pings, cached for :data:`RTT_MAX_AGE_S`.
 ``wrap_channel`` is the public seam for what goes between the client and a
 data channel (a fault-injecting channel in tests, a proxy, a byte counter):
 it receives each channel the policy opens and returns the one to use.
+
+Striped connections are kept warm between transfers (``pool``,
+:mod:`dstp.transport.pool`): the next transfer to the same data endpoint
+starts on connections whose congestion window and RTT estimate are grown, and
+:meth:`ChannelPolicy.predial` opens the stripes that the pool lacks while the
+Query rpc is in flight (once an earlier offer has named the endpoint).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Collection
 
-from dstp.errors import TransportUnavailableError
+from dstp.errors import DstpError, TransportUnavailableError
 from dstp.transport.channels import DataChannel
+from dstp.transport.pool import ConnectionPool
 from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
 from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
 
@@ -73,6 +81,7 @@ class ChannelPolicy:
         timeout: float = 30.0,
         wrap_channel: Callable[[DataChannel], DataChannel] | None = None,
         require_sealed: bool = False,
+        keep_connections: bool = True,
     ) -> None:
         self.key = key
         #: Refuse data channels whose offers are not sealed (the client speaks TLS to the control plane).
@@ -83,6 +92,10 @@ class ChannelPolicy:
         self._ping = ping
         #: (monotonic time, seconds) of the Ping round trips measured lately.
         self._rtt_samples: list[tuple[float, float]] = []
+        #: Striped connections kept between transfers (None: each transfer dials its own and closes them).
+        self.pool = ConnectionPool() if keep_connections else None
+        #: The striped channel the last striped offer named: (host, port, cipher), for pre-dialing.
+        self._striped_at: tuple[str, int, str] | None = None
 
     # -- round-trip time ----------------------------------------------------------------
 
@@ -170,10 +183,48 @@ class ChannelPolicy:
             from dstp.transport.tcp import TcpChannel
 
             buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
-            channel = TcpChannel(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes)
+            channel = TcpChannel(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes, pool=self.pool)
+            self._striped_at = (host, port, offer.cipher)
         else:
             raise TransportUnavailableError(f"{offer.kind or 'this'} offer is not a data channel")
         return self.wrap_channel(channel) if self.wrap_channel is not None else channel
+
+    def predial(self, choice: ChannelChoice) -> None:
+        """Open, in the background, the striped connections the pool lacks for ``choice``.
+
+        Only for a striped choice to an endpoint an earlier offer named, and only without ``wrap_channel``
+        (whose channel makes its own connections). The connection handshakes overlap the Query rpc; a
+        pre-dialed connection the transfer does not take is closed by the pool after a few seconds.
+        """
+        if self.pool is None or self.wrap_channel is not None or self._striped_at is None \
+                or choice.transport != "striped" or choice.streams < 1:
+            return
+        from dstp.transport.tcp import TcpChannel
+
+        host, port, cipher = self._striped_at
+        channel = TcpChannel(host, port, timeout=self.timeout,
+                             buffer_bytes=choice.plan.buffer_bytes if choice.plan else 0, pool=self.pool)
+        key, pool = channel.pool_key(cipher), self.pool
+        missing = choice.streams - pool.idle(key)
+        if missing <= 0:
+            return
+
+        def dial() -> None:
+            try:
+                conn = channel.connect(0)
+            except DstpError:
+                pool.forfeit(key)
+                return
+            pool.give(key, conn, predialed=True)
+
+        pool.expect(key, missing)
+        for _ in range(missing):
+            threading.Thread(target=dial, name="dstp-predial", daemon=True).start()
+
+    def close(self) -> None:
+        """Close the kept connections."""
+        if self.pool is not None:
+            self.pool.close()
 
     # -- learning -----------------------------------------------------------------------
 
