@@ -8,7 +8,10 @@ partition is delivered only once all of it has arrived: if its fetch fails
 dropped, the coordinator is asked where it is now (``Resolve``: a fresh
 ticket, or the piece run again on another worker) and it is fetched again
 from its start — so a failure can never leave a gap or a duplicate, only a
-clear error after ``ATTEMPTS`` tries.
+clear error after ``ATTEMPTS`` tries. A partition may still be being computed
+when the answer arrives (``rows`` -1): its worker sends the batches as they
+are computed and END only once the piece is whole, so the fetch simply runs
+alongside the computation.
 
 Partitions are yielded in the order they complete (the union is the
 result; records inside a partition keep grid order); a query with ORDER BY
@@ -81,7 +84,9 @@ def _fetch_one(rpc: Any, policy: Any, choice: Any, info: QueryInfo, target: str,
             continue
         summary = summaries[0] if summaries else TransferSummary()
         rows = sum(b.num_rows for b in batches)
-        if rows != part.rows:
+        # rows -1: the partition was still being computed when the answer was made; receive_stripes has
+        # checked the arrived rows against its END, which the worker sends only once the piece is whole.
+        if part.rows >= 0 and rows != part.rows:
             error = TransportError(f"partition {part.index} from {part.worker} held {part.rows} records but "
                                    f"{rows} arrived")
             continue

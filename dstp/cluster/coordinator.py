@@ -7,8 +7,11 @@ and a client that accepts the striped channel. That query is planned and
 checked here (the principal's catalog: a hidden dataset is not found), cut
 into one piece per worker, and each piece submitted as a Dask task pinned to
 a worker (``allow_other_workers``: Dask moves it when that worker dies). The
-answer, once every piece has run, lists one partition per piece: the worker,
-its data endpoint, a ticket and key of that worker's, and the rows it holds.
+answer lists one partition per piece: the worker, its data endpoint, a ticket
+and key of that worker's, and the rows it holds. When the result is surely
+within the result limits the pieces are *streamed*: each task publishes its
+ticket (a Dask event) before computing, Query answers once every piece has
+one (rows -1), and the workers send while they compute.
 
 Everything else — LIMIT, aggregates and reductions, joins, sampling, Run (the
 one-round-trip gRPC path), HTTP, Flight, files — the coordinator answers
@@ -34,13 +37,14 @@ from typing import Any
 import grpc
 
 from dstp.auth import Principal
-from dstp.cluster.partitions import PartitionSpec, order_keys, plan_partitions, why_not_partitioned
-from dstp.cluster.worker import PartitionResult, node_report, reissue, run_partition
+from dstp.cluster.partitions import PartitionSpec, order_keys, plan_partitions, why_not_partitioned, within_limits
+from dstp.cluster.worker import PartitionResult, node_report, published, reissue, run_partition
 from dstp.errors import DstpError, NotFoundError, TransportError
 from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
 from dstp.proto import dstp_pb2 as pb
 from dstp.query.execute import PreparedQuery
 from dstp.service import DstpService
+from dstp.service.queries import row_bytes
 from dstp.settings import Settings
 from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, OrderKeyInfo, PartitionInfo, QueryInfo
@@ -66,6 +70,10 @@ class ClusterQuery:
     expires_at: float
     #: Stripes granted per partition transfer.
     streams: int = 1
+    #: Streamed: each partition's running Dask task (None once it has finished), else empty.
+    futures: list[Any] = field(default_factory=list)
+    #: Generation of the published ticket behind ``results[i]`` (streamed partitions; see Coordinator).
+    generations: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -86,6 +94,13 @@ class Coordinator:
         self.cluster: Any = None
         self._queries: dict[str, ClusterQuery] = {}
         self._lock = threading.Lock()
+        #: Where each streamed partition task published its ticket (the latest run of each label wins), with
+        #: a generation that grows with every publication; ``_arrived`` is notified on each, and whenever a
+        #: partition task ends.
+        self._topic = f"dstp-partitions-{uuid.uuid4().hex}"
+        self._published: dict[str, tuple[int, PartitionResult]] = {}
+        self._generation = 0
+        self._arrived = threading.Condition()
 
     def start(self) -> "Coordinator":
         """Connect, register the worker plugin (every worker, and each that joins later), wait for one worker."""
@@ -101,6 +116,7 @@ class Coordinator:
             self.client = Client(self.address, timeout=30)
         try:
             self.client.register_plugin(DstpWorkerPlugin(self.settings, sealed=self.sealed))
+            self.client.subscribe_topic(self._topic, self._on_published)
             self.client.wait_for_workers(1, timeout=60)
         except BaseException:
             self.stop()
@@ -157,10 +173,56 @@ class Coordinator:
             for f in futures:
                 f.release()
 
+    def _on_published(self, event: tuple[float, dict[str, Any]]) -> None:
+        """A streaming partition task has its ticket (Dask event, on the client's loop): remember it."""
+        result = published(event[1])
+        with self._arrived:
+            self._generation += 1
+            self._published[result.label] = (self._generation, result)
+            self._arrived.notify_all()
+
+    def _ended(self, future: Any) -> None:
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def _submit(self, label: str, sql: str, spec: PartitionSpec, compression: str, workers: list[str],
+                key: str, publish: bool) -> Any:
+        future = self.client.submit(run_partition, label, sql, spec, compression, self._topic if publish else "",
+                                    key=key, workers=workers, allow_other_workers=True, pure=False)
+        future.add_done_callback(self._ended)
+        return future
+
+    def _await_published(self, labels: list[str], futures: list[Any], after: list[int],
+                         what: str) -> list[tuple[int, PartitionResult]]:
+        """Return, per label, the first ticket published after generation ``after[i]`` — waiting within the
+        query time limit; a task that fails first (workers kept dying, the query failed) raises."""
+        deadline = time.monotonic() + self.settings.query_time_limit_s
+        with self._arrived:
+            while True:
+                got = [self._published.get(label) for label in labels]
+                if all(g is not None and g[0] > a for g, a in zip(got, after)):
+                    return [g for g in got if g is not None]
+                failed = [f for f in futures if f.status in ("error", "cancelled")]
+                remaining = deadline - time.monotonic()
+                if failed or remaining <= 0:
+                    break
+                self._arrived.wait(remaining)
+        if failed:
+            self._gather(failed, what)  # raises the task's error, typed
+        outstanding = sum(1 for g, a in zip(got, after) if g is None or g[0] <= a)
+        raise TransportError(f"the cluster did not start {what} within {self.settings.query_time_limit_s:g} s "
+                             f"({outstanding} of {len(labels)} partitions outstanding); is any worker alive?")
+
     def plan(self, service: DstpService, sql: str, principal: Principal, compression: str,
              streams: int = 0) -> QueryInfo | None:
         """Run ``sql`` as partitions on the workers and return the answer listing them; None when the
-        coordinator must answer it itself (not partitionable, no worker, or over a result limit)."""
+        coordinator must answer it itself (not partitionable, no worker, or over a result limit).
+
+        A query whose result is surely within the result limits (:func:`~.partitions.within_limits`) is
+        *streamed*: Query answers as soon as every partition task has its ticket, and each worker sends
+        its piece while computing it (rows and bytes -1 in the answer). Any other is computed first, and
+        answered by the coordinator itself when its total is over a limit.
+        """
         prepared = service.prepare(sql, principal)
         reason = why_not_partitioned(prepared)
         workers = self.workers()
@@ -172,34 +234,87 @@ class Coordinator:
         query_id = service.offers.label("q")
         label = f"{query_id}-{uuid.uuid4().hex[:8]}"
         specs = plan_partitions(prepared, len(workers))
+        labels = [f"{label}.p{s.index}" for s in specs]
+        s = self.settings
+        stream = within_limits(prepared, s.max_result_rows, s.max_result_bytes)
         slot = service.admission.acquire(principal.key, "queries", query_id)
+        futures: list[Any] = []
         try:
-            futures = [self.client.submit(run_partition, f"{label}.p{s.index}", sql, s, compression,
-                                          key=f"dstp-{label}-p{s.index}", workers=[workers[s.index % len(workers)]],
-                                          allow_other_workers=True, pure=False)
-                       for s in specs]
-            results = self._gather(futures, f"query {query_id}")
-        finally:
+            futures = [self._submit(labels[i], sql, spec, compression, [workers[spec.index % len(workers)]],
+                                    f"dstp-{label}-p{spec.index}", stream) for i, spec in enumerate(specs)]
+            if stream:
+                found = self._await_published(labels, futures, [0] * len(labels), f"query {query_id}")
+                results = [r for _, r in found]
+            else:
+                results = self._gather(futures, f"query {query_id}")
+        except BaseException:
+            slot.release()
+            for f in futures:
+                f.release()
+            self._forget(labels)
+            raise
+        if not stream:
             slot.release()
         rows, nbytes = sum(r.rows for r in results), sum(r.bytes for r in results)
-        s = self.settings
-        if rows > s.max_result_rows or nbytes > s.max_result_bytes or any(r.truncated for r in results):
+        if not stream and (rows > s.max_result_rows or nbytes > s.max_result_bytes or any(r.truncated for r in results)):
             log.info("query %s: %d rows / %d bytes over the result limits; the coordinator answers it", query_id,
                      rows, nbytes)
             return None
         cq = ClusterQuery(query_id, sql, principal, specs, results, compression,
                           self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS))
+        if stream:
+            cq.futures = futures
+            cq.generations = [g for g, _ in found]
         with self._lock:
             now = self.clock()
             for stale in [k for k, q in self._queries.items() if q.expires_at < now]:
-                del self._queries[stale]
+                self._forget([r.label for r in self._queries.pop(stale).results])
             self._queries[query_id] = cq
-        service.audit.record("query", query_id, principal=principal.name, credential=principal.key,
-                             channel="cluster", datasets=prepared.query.dataset_ids, outcome="ok", rows=rows,
-                             sent=nbytes, seconds=sum(r.seconds for r in results), sql=sql)
-        log.info("query %s partitioned into %d pieces on %d workers: %d rows", query_id, len(specs),
-                 len({r.worker for r in results}), rows)
-        return _answer(prepared, query_id, [self._partition(prepared, r, cq.streams) for r in results])
+        audit: dict[str, Any] = dict(principal=principal.name, credential=principal.key, channel="cluster",
+                                     datasets=prepared.query.dataset_ids, sql=sql)
+        if stream:
+            self._when_computed(service, cq, slot, audit)
+        else:
+            service.audit.record("query", query_id, outcome="ok", rows=rows, sent=nbytes,
+                                 seconds=sum(r.seconds for r in results), **audit)
+        log.info("query %s partitioned into %d pieces on %d workers%s", query_id, len(specs),
+                 len({r.worker for r in results}), ", streamed" if stream else f": {rows} rows")
+        return _answer(prepared, query_id, [self._partition(prepared, r, cq.streams) for r in results], stream)
+
+    def _forget(self, labels: list[str]) -> None:
+        with self._arrived:
+            for label in labels:
+                self._published.pop(label, None)
+
+    def _when_computed(self, service: DstpService, cq: ClusterQuery, slot: Any, audit: dict[str, Any]) -> None:
+        """Once every streamed partition task has ended: give back the admission slot, release the futures,
+        and audit the query with its real counts (or its failure)."""
+        futures = list(cq.futures)
+        remaining = [len(futures)]
+        lock = threading.Lock()
+
+        def ended(future: Any) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            slot.release()
+            try:
+                done = [f.result() for f in futures]
+            except BaseException as exc:  # noqa: BLE001 - audited; the client sees its own error
+                log.info("query %s: a partition task failed: %s", cq.query_id, exc)
+                service.audit.record("query", cq.query_id, outcome="error", **audit)
+            else:
+                service.audit.record("query", cq.query_id, outcome="ok", rows=sum(r.rows for r in done),
+                                     sent=sum(r.bytes for r in done), seconds=sum(r.seconds for r in done), **audit)
+            with cq.lock:
+                for i, f in enumerate(cq.futures):
+                    if f is not None and f.done():
+                        cq.futures[i] = None
+                        f.release()
+
+        for future in futures:
+            future.add_done_callback(ended)
 
     def _partition(self, prepared: PreparedQuery, r: PartitionResult, streams: int) -> PartitionInfo:
         h = prepared.plan.hyperslab
@@ -220,23 +335,42 @@ class Coordinator:
             raise NotFoundError(f"query {query_id} has partitions 0 to {len(cq.specs) - 1}, not {index}")
         spec = cq.specs[index]
         prepared = service.prepare(cq.sql, principal)
+        what = f"partition {index} of query {query_id}"
         with cq.lock:
             old = cq.results[index]
             live = self.workers()
-            if old.worker in live:
+            if not live:
+                raise TransportError(f"no cluster worker is alive to run {what} again")
+            if old.worker in live:  # it still holds the result (or is still computing it): a fresh ticket
                 again = self.client.run(reissue, old.label, spec, cq.compression, workers=[old.worker],
                                         on_error="return").get(old.worker)
                 if isinstance(again, PartitionResult):
                     cq.results[index] = again
                     return self._partition(prepared, again, cq.streams)
-            others = [w for w in live if w != old.worker] or live
-            if not others:
-                raise TransportError(f"no cluster worker is alive to run partition {index} of query {query_id} again")
-            log.info("query %s: partition %d lost with %s; running it again", query_id, index, old.worker)
-            future = self.client.submit(run_partition, old.label, cq.sql, spec, cq.compression,
-                                        key=f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", workers=others,
-                                        allow_other_workers=True, pure=False)
-            again = self._gather([future], f"partition {index} of query {query_id}")[0]
+            running = cq.futures[index] if cq.futures else None
+            if running is not None and not running.done():
+                # Dask runs the task again elsewhere when its worker died: wait for that run's ticket.
+                log.info("query %s: partition %d lost with %s; waiting for its task to run again", query_id, index,
+                         old.worker)
+                after = cq.generations[index]
+                generation, again = self._await_published([old.label], [running], [after], what)[0]
+            else:
+                others = [w for w in live if w != old.worker] or live
+                log.info("query %s: partition %d lost with %s; running it again", query_id, index, old.worker)
+                with self._arrived:
+                    after = self._published.get(old.label, (0, old))[0]
+                future = self._submit(old.label, cq.sql, spec, cq.compression, others,
+                                      f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", publish=True)
+                try:
+                    generation, again = self._await_published([old.label], [future], [after], what)[0]
+                except BaseException:
+                    future.release()
+                    raise
+                if cq.futures:
+                    cq.futures[index] = future
+                future.add_done_callback(lambda f: f.release())
+            if cq.generations:
+                cq.generations[index] = generation
             cq.results[index] = again
             return self._partition(prepared, again, cq.streams)
 
@@ -245,14 +379,22 @@ class Coordinator:
         return ClusterServicer(service, self)
 
 
-def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionInfo]) -> QueryInfo:
+def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionInfo], streamed: bool) -> QueryInfo:
     keys = order_keys(prepared) or ()
-    rows = sum(p.rows for p in partitions)
+    if streamed:  # not computed yet: the single server's estimates
+        rows, nbytes = prepared.estimated_rows(), -1
+        if rows >= 0:
+            nbytes = rows * row_bytes(prepared.schema)
+        most_rows = prepared.plan.max_rows()
+        most_bytes = nbytes if nbytes >= 0 else most_rows * row_bytes(prepared.schema)
+    else:
+        rows, nbytes = sum(p.rows for p in partitions), sum(p.bytes for p in partitions)
+        most_rows, most_bytes = rows, nbytes
     return QueryInfo(
         query_id=query_id, schema=prepared.schema, scan_rows=prepared.scan_rows, estimated_rows=rows,
-        estimated_bytes=sum(p.bytes for p in partitions), grid=tuple(prepared.plan.grid),
-        hyperslab=prepared.plan.hyperslab.as_dict(), offers=(), sample_seed=None, max_rows=rows,
-        max_bytes=sum(p.bytes for p in partitions), partitions=tuple(partitions),
+        estimated_bytes=nbytes, grid=tuple(prepared.plan.grid),
+        hyperslab=prepared.plan.hyperslab.as_dict(), offers=(), sample_seed=None, max_rows=most_rows,
+        max_bytes=most_bytes, partitions=tuple(partitions),
         order=tuple(OrderKeyInfo(k.column, k.descending, k.nulls_first) for k in keys),
     )
 

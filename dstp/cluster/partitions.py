@@ -29,7 +29,7 @@ from dstp.query.execute import PreparedQuery
 from dstp.query.plan import Hyperslab
 
 __all__ = ["OrderKey", "PartitionSpec", "order_keys", "partition_prepared", "plan_partitions",
-           "why_not_partitioned"]
+           "why_not_partitioned", "within_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +151,20 @@ def partition_prepared(prepared: PreparedQuery, spec: PartitionSpec) -> Prepared
         raise ValueError(f"partition cuts {spec.dimension!r} but the plan's grid is {scan.hyperslab.dims}")
     piece = dataclasses.replace(scan, hyperslab=spec.as_hyperslab(scan.hyperslab))
     return dataclasses.replace(prepared, plan=dataclasses.replace(plan, scans=(piece, *plan.scans[1:])))
+
+
+def within_limits(prepared: PreparedQuery, max_rows: int, max_bytes: int) -> bool:
+    """Return whether the whole result is surely within ``max_rows`` and ``max_bytes`` before it is computed.
+
+    Then no piece can be cut at a limit, and the coordinator may answer Query before the pieces are
+    computed (streamed partitions). The bound: every scanned grid point a row, each value its width
+    plus a validity byte; a text column has no bound, so such a query is computed before Query answers.
+    """
+    rows = prepared.plan.max_rows()
+    width = 0
+    for f in prepared.schema:
+        try:
+            width += max(1, f.type.bit_width // 8) + 1
+        except ValueError:  # variable width
+            return False
+    return rows <= max_rows and rows * width <= max_bytes

@@ -12,7 +12,9 @@ the query's SQL against the worker's catalog, cuts the plan to its piece of
 the hyperslab, runs it with the same engine (``QueryExecution``: DuckDB,
 limits, time limit) and *keeps* the result on the worker; what goes back to
 the coordinator is only where and how to fetch it: the endpoint, a ticket and
-its key. Tickets are the server's own (:class:`~dstp.transport.tickets.TicketStore`:
+its key. A streamed partition's ticket goes back first, as a Dask event, and
+the held result is filled as it is computed: a transfer may start at once and
+sends each batch as it arrives (:class:`HeldPartition`). Tickets are the server's own (:class:`~dstp.transport.tickets.TicketStore`:
 single-use, expiring, bound by key — every HELLO proves it), and the result
 leaves as :class:`~dstp.transport.sources.QuerySource` messages, exactly as a
 single server's query does. A held result is dropped once a transfer of it
@@ -25,6 +27,7 @@ runs the partition again elsewhere (dstp/cluster/coordinator.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -37,7 +40,7 @@ import pyarrow as pa
 
 from dstp.catalog.registry import Catalog
 from dstp.cluster.partitions import PartitionSpec, partition_prepared
-from dstp.errors import TicketError
+from dstp.errors import DstpError, TicketError, TransportError
 from dstp.query.execute import QueryExecution, QuerySummary, prepare_query
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
@@ -45,7 +48,7 @@ from dstp.transport.sources import QuerySource
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
-__all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "node_of", "reissue",
+__all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "node_of", "published", "reissue",
            "run_partition", "start_node", "stop_node"]
 
 log = logging.getLogger("dstp.cluster")
@@ -82,17 +85,64 @@ class PartitionResult:
 
 
 class HeldPartition:
-    """A computed partition kept in worker memory; as a QueryRun it replays its batches for one transfer."""
+    """A partition's result in worker memory; as a QueryRun it replays its batches for one transfer.
 
-    def __init__(self, label: str, schema: pa.Schema, batches: list[pa.RecordBatch], summary: QuerySummary,
-                 expires_at: float, on_sent: Callable[[str], None]) -> None:
+    It may still be *filling*: the partition task appends batches as it computes them
+    (:meth:`append`), and a transfer that started early sends each one as it arrives, waiting for the
+    next until the task finishes (:meth:`finish`) — or fails (:meth:`fail`), which ends every transfer of it with
+    that error (the client refetches or fails; it never sees a short partition as whole).
+    """
+
+    def __init__(self, label: str, schema: pa.Schema, expires_at: float, on_sent: Callable[[str], None]) -> None:
         self.query_id = label
         self.label = label
         self.schema = schema
-        self.held = batches
-        self.summary = summary
+        self.held: list[pa.RecordBatch] = []
+        self.summary = QuerySummary()
+        self.complete = False
+        self.error: BaseException | None = None
         self.expires_at = expires_at
         self._on_sent = on_sent
+        self._changed = threading.Condition()
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        with self._changed:
+            self.held.append(batch)
+            self._changed.notify_all()
+
+    def finish(self, summary: QuerySummary) -> None:
+        """Mark the result whole: transfers send END once they have sent every batch."""
+        with self._changed:
+            self.summary = summary
+            self.complete = True
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Mark the result broken: every transfer of it stops with ``error`` instead of END."""
+        with self._changed:
+            self.error = error
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Wake the transfers waiting for the next batch (one was cancelled)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def next_batch(self, position: int, cancel: threading.Event) -> pa.RecordBatch | None:
+        """Return batch ``position`` once computed; None at the end of a whole result or when cancelled."""
+        with self._changed:
+            while position >= len(self.held) and not self.complete and self.error is None and not cancel.is_set():
+                self._changed.wait()
+            if cancel.is_set():
+                return None
+            if position < len(self.held):
+                return self.held[position]
+            if self.error is not None:
+                if isinstance(self.error, DstpError):
+                    raise self.error
+                raise TransportError(f"partition {self.label} failed on its worker ({self.error}); the coordinator "
+                                     "runs it again when asked (Resolve)") from self.error
+            return None
 
     def run(self) -> "_Replay":
         """Return one transfer's view of the result."""
@@ -103,23 +153,39 @@ class HeldPartition:
         return sum(b.nbytes for b in self.held)
 
 
+class _Cancel(threading.Event):
+    """A transfer's cancel flag that also wakes the transfer when it waits for the next batch."""
+
+    def __init__(self, held: HeldPartition) -> None:
+        super().__init__()
+        self._held = held
+
+    def set(self) -> None:
+        super().set()
+        self._held.wake()
+
+
 class _Replay:
     """One transfer of a held partition (the QueryRun a QuerySource sends)."""
 
     def __init__(self, held: HeldPartition) -> None:
         self.held = held
         self.query_id = held.label
-        self.cancel = threading.Event()
+        self.cancel: threading.Event = _Cancel(held)
         self.schema = held.schema
-        self.summary = held.summary
         self._sent = False
 
+    @property
+    def summary(self) -> QuerySummary:
+        # Read when the transfer ends (its END frame): by then the result is whole.
+        return self.held.summary
+
     def batches(self) -> Iterator[pa.RecordBatch]:
-        for batch in self.held.held:
-            if self.cancel.is_set():
-                return
+        position = 0
+        while (batch := self.held.next_batch(position, self.cancel)) is not None:
             yield batch
-        self._sent = True
+            position += 1
+        self._sent = self.held.complete and not self.cancel.is_set()
 
     def close(self) -> None:
         if self._sent:  # everything went out: the worker's memory is given back
@@ -138,13 +204,21 @@ class PartitionStore:
         #: Arrow bytes sent from held partitions (bench/cluster.py reports it per worker).
         self.bytes_sent = 0
 
-    def hold(self, label: str, schema: pa.Schema, batches: list[pa.RecordBatch], summary: QuerySummary) -> None:
-        """Keep a computed partition until it has been sent or its tickets have expired."""
+    def open(self, label: str, schema: pa.Schema) -> HeldPartition:
+        """Return a new, empty partition held under ``label`` (replacing an older one) for its task to fill."""
         with self._lock:
             now = self.clock()
             for stale in [k for k, h in self._held.items() if h.expires_at < now]:
                 del self._held[stale]
-            self._held[label] = HeldPartition(label, schema, batches, summary, now + self.tickets.ttl_s, self._drop)
+            held = self._held[label] = HeldPartition(label, schema, now + self.tickets.ttl_s, self._drop)
+            return held
+
+    def hold(self, label: str, schema: pa.Schema, batches: list[pa.RecordBatch], summary: QuerySummary) -> None:
+        """Keep a computed partition until it has been sent or its tickets have expired."""
+        held = self.open(label, schema)
+        for batch in batches:
+            held.append(batch)
+        held.finish(summary)
 
     def _drop(self, label: str) -> None:
         with self._lock:
@@ -164,10 +238,16 @@ class PartitionStore:
         return self.tickets.issue(group, "striped", (held, compression))
 
     def summary_of(self, label: str) -> QuerySummary | None:
-        """Return the execution summary of a held partition, or None."""
+        """Return the execution summary of a held partition, or None (not held, or still being computed)."""
         with self._lock:
             held = self._held.get(label)
-            return held.summary if held is not None else None
+            return held.summary if held is not None and held.complete else None
+
+    def discard(self, held: HeldPartition) -> None:
+        """Forget ``held`` (its task failed): no new ticket is issued for it."""
+        with self._lock:
+            if self._held.get(held.label) is held:
+                del self._held[held.label]
 
     def holds(self) -> list[str]:
         """Return the labels of the partitions held now."""
@@ -252,38 +332,68 @@ def node_of(worker: Any) -> WorkerNode:
 
 
 def _result(node: WorkerNode, label: str, index: int, spec: PartitionSpec, ticket: Ticket, compression: str,
-            summary: QuerySummary) -> PartitionResult:
+            summary: QuerySummary | None) -> PartitionResult:
+    """Return how to fetch ``label``; ``summary`` None: still being computed (rows and bytes -1)."""
+    known = summary or QuerySummary()
     return PartitionResult(
         label=label, index=index, worker=node.address, endpoint=node.endpoint, ticket=ticket.token, key=ticket.key,
         expires_at_unix_ms=ticket.expires_at_unix_ms, cipher="aes-256-gcm" if node.sealed else "",
-        compression=compression, rows=summary.rows, bytes=summary.bytes, hyperslabs_read=summary.stats.hyperslabs,
-        elements_read=summary.stats.elements, bytes_read=summary.stats.bytes, truncated=summary.truncated,
-        seconds=summary.seconds, start=spec.start, stop=spec.stop,
+        compression=compression, rows=-1 if summary is None else known.rows,
+        bytes=-1 if summary is None else known.bytes, hyperslabs_read=known.stats.hyperslabs,
+        elements_read=known.stats.elements, bytes_read=known.stats.bytes, truncated=known.truncated,
+        seconds=known.seconds, start=spec.start, stop=spec.stop,
     )
 
 
-def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = "none") -> PartitionResult:
-    """Dask task: run piece ``spec`` of ``sql`` on this worker, keep its result, return how to fetch it."""
+def published(message: dict[str, Any]) -> PartitionResult:
+    """Return the PartitionResult a streaming partition task published as an event (:func:`run_partition`)."""
+    return PartitionResult(**message)
+
+
+def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = "none",
+                  publish: str = "") -> PartitionResult:
+    """Dask task: run piece ``spec`` of ``sql`` on this worker, keep its result, return how to fetch it.
+
+    ``publish``: a Dask event topic the coordinator listens on. The task then issues the ticket before
+    computing and logs it there (rows and bytes -1: still computing), and fills the held result batch by
+    batch, so the client's transfer starts at once and sends while the piece is computed. The return
+    value is the finished partition's counts either way.
+    """
     from distributed import get_worker
 
-    node = node_of(get_worker())
+    worker = get_worker()
+    node = node_of(worker)
     prepared = partition_prepared(prepare_query(sql, node.catalog, node.settings), spec)
     execution = QueryExecution(prepared, node.settings)
-    batches = list(execution.batches())
-    node.store.hold(label, prepared.schema, batches, execution.summary)
-    ticket = node.store.issue(label, compression)
-    assert ticket is not None
+    held = node.store.open(label, prepared.schema)
+    ticket: Ticket | None = None
+    try:
+        if publish:
+            ticket = node.store.issue(label, compression)
+            assert ticket is not None
+            worker.log_event(publish, dataclasses.asdict(_result(node, label, spec.index, spec, ticket, compression,
+                                                                 None)))
+        for batch in execution.batches():
+            held.append(batch)
+        held.finish(execution.summary)
+    except BaseException as exc:
+        held.fail(exc)
+        node.store.discard(held)
+        raise
+    if ticket is None:
+        ticket = node.store.issue(label, compression)
+        assert ticket is not None
     return _result(node, label, spec.index, spec, ticket, compression, execution.summary)
 
 
 def reissue(label: str, spec: PartitionSpec, compression: str = "none", dask_worker: Any = None) -> PartitionResult | None:
-    """``client.run`` on the worker that holds ``label``: a fresh ticket for it, or None if it is not held."""
+    """``client.run`` on the worker that holds ``label``: a fresh ticket for it (rows -1 while it is still
+    being computed), or None if it is not held."""
     node = node_of(dask_worker)
     ticket = node.store.issue(label, compression)
     if ticket is None:
         return None
-    summary = node.store.summary_of(label) or QuerySummary()
-    return _result(node, label, spec.index, spec, ticket, compression, summary)
+    return _result(node, label, spec.index, spec, ticket, compression, node.store.summary_of(label))
 
 
 def node_report(dask_worker: Any = None) -> dict[str, Any]:
