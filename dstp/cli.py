@@ -669,7 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", default="grpc", choices=["grpc", "striped", "udt", "auto"],
                    help="data channel (default grpc)")
     p.add_argument("--streams", type=int, default=0, help="parallel streams for the striped channel")
-    p.add_argument("--compression", default="none", choices=["none", "lz4", "zstd"], help="batch compression")
+    p.add_argument("--compression", default=None, choices=["none", "lz4", "zstd", "auto"],
+                   help="batch compression (default: with --transport auto, chosen from the measured path; "
+                        "otherwise none)")
     p.add_argument("--explain", action="store_true",
                    help="print the plan without fetching: the SQL DuckDB runs, and per dataset reference its grid, "
                         "hyperslab, pushed-down conditions (or, for a remote dataset, the query sent to its server)")

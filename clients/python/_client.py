@@ -142,7 +142,7 @@ class Client:
         sql: str,
         *,
         transport: str = "grpc",
-        compression: str = "none",
+        compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,
         congestion_control: str = "",
@@ -156,8 +156,14 @@ class Client:
         transport the server does not offer raises TransportUnavailableError.
         A result cut at a server limit raises TruncatedResultError after its
         last batch unless ``allow_truncated`` (then DstpTruncationWarning).
+        ``compression``: "none", "lz4", "zstd", or "auto" (the policy's cost model picks from the
+        path's bandwidth and RTT); not given, it is "auto" with ``transport="auto"`` and "none" otherwise.
+        A compression given is never overridden.
         """
-        choice = self.policy.choose(transport, streams, congestion_control)
+        if compression is None:
+            compression = "auto" if transport == "auto" else "none"
+        choice = self.policy.choose(transport, streams, congestion_control, compression)
+        compression = choice.compression
         call = None
         if transport == "grpc":
             info, call = self._rpc.run(sql, compression)  # one round trip instead of Query + Fetch
@@ -170,7 +176,7 @@ class Client:
             from dstp.client._partitions import fetch_partitions
 
             if choice.transport != "striped":
-                choice = self.policy.choose("striped", streams, congestion_control)
+                choice = self.policy.choose("striped", streams, congestion_control, compression)
             return fetch_partitions(self._rpc, self.policy, choice, info, self.target,
                                     allow_truncated=allow_truncated)
         if transport == "auto":
@@ -223,7 +229,7 @@ class Client:
         sql: str,
         *,
         transport: str = "grpc",
-        compression: str = "none",
+        compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,
         congestion_control: str = "",

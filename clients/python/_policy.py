@@ -17,6 +17,11 @@ from Pings, cached for :data:`RTT_MAX_AGE_S`.
 data channel (a fault-injecting channel in tests, a proxy, a byte counter):
 it receives each channel the policy opens and returns the one to use.
 
+For a query result, ``auto`` also picks the batch compression (:meth:`ChannelPolicy.compression`,
+before the Query rpc, which carries it): none, LZ4 or zstd, whichever the cost model
+(:func:`estimate_seconds`, docs/transport.md "Compression") says finishes first on this
+path. A compression the caller names is never overridden.
+
 Striped connections are kept warm between transfers (``pool``,
 :mod:`dstp.transport.pool`): the next transfer to the same data endpoint
 starts on connections whose congestion window and RTT estimate are grown, and
@@ -37,7 +42,8 @@ from dstp.transport.pool import ConnectionPool
 from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
 from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
 
-__all__ = ["GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy"]
+__all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
+           "CodecCost", "estimate_seconds"]
 
 #: What ``transport=`` accepts.
 TRANSPORTS = ("grpc", "striped", "udt", "auto")
@@ -53,6 +59,70 @@ GRPC_MAX_BYTES = {"result": 32 * 2**20, "file": 8 * 2**20}
 #: and a moved path still shows in the throughput the tuner records.
 RTT_MAX_AGE_S = 300.0
 
+
+
+@dataclass(frozen=True, slots=True)
+class CodecCost:
+    """What one batch compression costs and buys: size ratio, and per-core speeds in uncompressed bytes/s."""
+
+    ratio: float
+    compress_bps: float
+    decompress_bps: float
+
+
+#: Arrow IPC buffer compression as the server runs it (zstd at pyarrow's default level, 1), measured with
+#: pyarrow 's stream writer/reader on one core (``use_threads=False``) on the Table 4 seed query's 1 M
+#: record result from the medium samples (12.0 MB; ``python -m bench.compression``, docs/transport.md,
+#: "Compression"). Speeds count uncompressed bytes and include the IPC writing/reading itself. zstd level 3
+#: compressed this result no better than level 1 (3.63×) and 18 % slower, so level 1 is the one offered.
+CODECS: dict[str, CodecCost] = {
+    "none": CodecCost(1.0, float("inf"), float("inf")),
+    "lz4": CodecCost(2.97, 4.38e9, 6.61e9),
+    "zstd": CodecCost(3.63, 1.50e9, 1.96e9),
+}
+
+#: Uncompressed bytes/s the server produces a result at before any compression (scan: netCDF read,
+#: decode, DuckDB). 1.1 GB result on loopback with striped × 8: 369 MB/s (issue 15). The codec runs on
+#: the same cores, so its time adds to the scan's: this is what keeps loopback and LAN paths raw.
+SCAN_BPS = 370e6
+
+#: Cores the model gives the codec on each side. The client cannot see the server's cores and the
+#: scan uses them too; one is the conservative count (Arrow does compress buffers in parallel).
+CODEC_CORES = 1
+
+#: Assumed path bandwidth, bits/s, when this server was never measured and the RTT is a LAN's
+#: (under :data:`LAN_RTT_S`); a longer path is assumed at the tuner's ``assumed_bandwidth_bps`` (1 Gb/s).
+#: 5 ms, the tuner's own LAN bound (BBR from 5 ms): a gRPC Ping on a busy loopback can take over 1 ms.
+LAN_RTT_S, LAN_BANDWIDTH_BPS = 0.005, 10e9
+
+#: A codec is taken only when the model says it is at least this much faster than the next best
+#: choice without it (the model's constants are one result's; a close call is not worth the CPU).
+CODEC_MARGIN = 1.15
+
+#: The result size the compression is chosen for before the server's estimate exists (the Query rpc
+#: carries the compression; its answer carries the size). Every term of the model but the pipeline fill
+#: scales with size, so the choice is the same for any result large enough to matter.
+NOMINAL_RESULT_BYTES = 32 * 2**20
+
+#: Uncompressed bytes the codec handles before the first batch can leave (the pipeline fill).
+FILL_BYTES = 1 * 2**20
+
+
+def estimate_seconds(codec: str, nbytes: int, bandwidth_bps: float, rtt_s: float) -> float:
+    """Return the model's time to move a result of ``nbytes`` (Arrow bytes) compressed with ``codec``.
+
+    time = RTT + fill + nbytes / rate, rate = min(path bandwidth × ratio, producer, consumer), where the
+    producer is the scan and the compression in series on :data:`CODEC_CORES` (1/(1/scan + 1/compress)) and
+    the consumer the decompression; the fill is the first :data:`FILL_BYTES` through the codec both ways.
+    """
+    cost = CODECS[codec]
+    cores = CODEC_CORES
+    producer = 1.0 / (1.0 / SCAN_BPS + 1.0 / (cost.compress_bps * cores))
+    rate = min(bandwidth_bps / 8 * cost.ratio, producer, cost.decompress_bps * cores)
+    fill = min(nbytes, FILL_BYTES) * (1.0 / (cost.compress_bps * cores) + 1.0 / (cost.decompress_bps * cores))
+    return rtt_s + fill + nbytes / rate
+
+
 #: Congestion controls the tuner may ask the server for.
 TUNER_CONGESTION_CONTROLS = ("bbr", "cubic", "reno")
 
@@ -67,6 +137,9 @@ class ChannelChoice:
     plan: StripePlan | None
     rtt_s: float
     reason: str
+    #: The batch compression asked for ("none", "lz4", "zstd"), and why when the policy chose it.
+    compression: str = "none"
+    compression_reason: str = ""
 
 
 class ChannelPolicy:
@@ -121,8 +194,20 @@ class ChannelPolicy:
 
     # -- choosing -----------------------------------------------------------------------
 
-    def choose(self, transport: str, streams: int = 0, congestion_control: str = "") -> ChannelChoice:
-        """Return the path to ask the server for; ``auto`` is settled later by :meth:`pick`."""
+    def choose(self, transport: str, streams: int = 0, congestion_control: str = "",
+               compression: str = "none") -> ChannelChoice:
+        """Return the path to ask the server for; ``auto`` is settled later by :meth:`pick`.
+
+        ``compression`` "auto" lets :meth:`compression` choose the codec (query results only); any other
+        value is asked for as given.
+        """
+        choice = self._choose(transport, streams, congestion_control)
+        if compression == "auto":
+            return self.compression(choice)
+        return replace(choice, compression=compression,
+                       compression_reason="" if compression == "none" else f"{compression} (asked for)")
+
+    def _choose(self, transport: str, streams: int, congestion_control: str) -> ChannelChoice:
         if transport not in TRANSPORTS:
             raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
         if transport == "grpc":
@@ -148,7 +233,8 @@ class ChannelPolicy:
         data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or _udt_built())]
         if 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
-            return replace(choice, transport="grpc", reason=f"auto: grpc ({what} {size})")
+            return replace(choice, transport="grpc",
+                           reason=f"auto: grpc ({what} {size}){self._codec_note(choice, upper_bytes)}")
         kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
         if kind == "udt":
             from dstp.transport import udt  # loading libudt costs 0.1 s: only when UDT is chosen
@@ -160,7 +246,56 @@ class ChannelPolicy:
                 kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
         detail = f" × {choice.streams} ({choice.reason})" if kind == "striped" else ""
         size = f"up to {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
-        return replace(choice, transport=kind, reason=f"auto: {why}{detail}; {what} {size}")
+        return replace(choice, transport=kind,
+                       reason=f"auto: {why}{detail}{self._codec_note(choice, upper_bytes)}; {what} {size}")
+
+    # -- compression --------------------------------------------------------------------
+
+    def path_bandwidth(self, rtt_s: float) -> tuple[float, str]:
+        """Return (bits/s, where from): the best a data channel measured on this path, else an assumption.
+
+        Measurements at another RTT (a changed path) do not count. Never measured: a LAN's RTT (under
+        :data:`LAN_RTT_S`) is assumed at :data:`LAN_BANDWIDTH_BPS`, a longer path at the tuner's assumed
+        bandwidth.
+        """
+        measured = [rec.best_bps for kind in ("striped", "udt")
+                    if (rec := self.tuner.channel_record(self.key, kind)) is not None
+                    and abs(rtt_s - rec.rtt_s) <= max(0.3 * rec.rtt_s, 0.002)]
+        if measured:
+            return max(measured), "measured"
+        if rtt_s < LAN_RTT_S:
+            return LAN_BANDWIDTH_BPS, "assumed"
+        return self.tuner.assumed_bandwidth_bps, "assumed"
+
+    def compression(self, choice: ChannelChoice, nbytes: int = NOMINAL_RESULT_BYTES) -> ChannelChoice:
+        """Return ``choice`` with the batch compression the cost model finds fastest for this path.
+
+        :func:`estimate_seconds` for each of :data:`CODECS` at the path's RTT and bandwidth
+        (:meth:`path_bandwidth`); a codec must beat sending raw by :data:`CODEC_MARGIN`. Chosen before
+        the Query rpc (which carries it) for ``nbytes``; :meth:`pick` re-estimates for the server's size.
+        """
+        rtt = choice.rtt_s or self.rtt()
+        bandwidth, source = self.path_bandwidth(rtt)
+        times = {codec: estimate_seconds(codec, nbytes, bandwidth, rtt) for codec in CODECS}
+        best = min(times, key=times.__getitem__)
+        if best != "none" and times["none"] < CODEC_MARGIN * times[best]:
+            best = "none"
+        why = f"path {_rate(bandwidth)} {source}"
+        if best != "none":
+            why += f", est. {CODECS[best].ratio:.1f}×"
+        return replace(choice, rtt_s=rtt, compression=best, compression_reason=f"{best} ({why})")
+
+    def _codec_note(self, choice: ChannelChoice, nbytes: int) -> str:
+        """Return ", <codec> (<why>; est. x s vs y s raw)" for the summary's choice string ("" if not chosen)."""
+        if not choice.compression_reason:
+            return ""
+        note = f", {choice.compression_reason}"
+        if nbytes > 0 and choice.compression != "none" and choice.rtt_s > 0:
+            bandwidth, _ = self.path_bandwidth(choice.rtt_s)
+            ours = estimate_seconds(choice.compression, nbytes, bandwidth, choice.rtt_s)
+            raw = estimate_seconds("none", nbytes, bandwidth, choice.rtt_s)
+            note = f"{note[:-1]}: {ours:.2f} s vs {raw:.2f} s raw)"
+        return note
 
     # -- opening ------------------------------------------------------------------------
 
@@ -241,6 +376,11 @@ class ChannelPolicy:
             if granted < plan.streams:  # the server capped the count: learn what was really used
                 plan = StripePlan(granted, plan.buffer_bytes, plan.congestion_control, plan.reason)
             self.tuner.record(self.key, plan, nbytes, seconds, rtt)
+
+
+def _rate(bps: float) -> str:
+    """Return ``bps`` as "1 Gb/s", "250 Mb/s"."""
+    return f"{bps / 1e9:.3g} Gb/s" if bps >= 0.9995e9 else f"{bps / 1e6:.3g} Mb/s"
 
 
 def _udt_built() -> bool:
