@@ -217,8 +217,12 @@ def decoding_for(
     return Decoding(arrow_type=pa.from_numpy_dtype(dtype), fill_values=fills)
 
 
-def coordinate_axis(name: str, attrs: Mapping[str, Any]) -> str | None:
-    """Return the CF axis (T, Z, Y, X) a variable is recognised as, or None."""
+def coordinate_axis(name: str, attrs: Mapping[str, Any], *, geographic_only: bool = False) -> str | None:
+    """Return the CF axis (T, Z, Y, X) a variable is recognised as, or None.
+
+    ``geographic_only``: only what CF states for station/profile/trajectory data — ``axis``, a time, a
+    geographic latitude or longitude; no grid or projection names, no vertical guess, no guess from the name.
+    """
     axis = str(attrs.get("axis", "")).upper()
     if axis in {"T", "Z", "Y", "X"}:
         return axis
@@ -226,10 +230,14 @@ def coordinate_axis(name: str, attrs: Mapping[str, Any]) -> str | None:
     units = str(attrs.get("units", "")).replace(" ", "").lower()
     if std == "time" or is_time_units(attrs.get("units")):
         return "T"
-    if std in {"latitude", "grid_latitude", "projection_y_coordinate"} or units in LAT_UNITS:
+    y_names = {"latitude"} if geographic_only else {"latitude", "grid_latitude", "projection_y_coordinate"}
+    x_names = {"longitude"} if geographic_only else {"longitude", "grid_longitude", "projection_x_coordinate"}
+    if std in y_names or units in LAT_UNITS:
         return "Y"
-    if std in {"longitude", "grid_longitude", "projection_x_coordinate"} or units in LON_UNITS:
+    if std in x_names or units in LON_UNITS:
         return "X"
+    if geographic_only:
+        return None
     if std in VERTICAL_STANDARD_NAMES or "positive" in attrs or units in _PRESSURE_UNITS:
         return "Z"
     lowered = name.lower()

@@ -32,7 +32,6 @@ from dstp.catalog.cf import (
     coordinate_axis,
     decode_values,
     decoding_for,
-    is_time_units,
     looks_like_time,
     parse_iso_times,
 )
@@ -363,20 +362,8 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
 
 
 def _dsg_axis(var: VariableMeta) -> str | None:
-    """Return the axis CF states for a variable of a station/profile/trajectory file (not guessed from units)."""
-    attrs = var.attrs
-    axis = str(attrs.get("axis", "")).upper()
-    if axis in {"T", "Z", "Y", "X"}:
-        return axis
-    std = str(attrs.get("standard_name", "")).lower()
-    units = str(attrs.get("units", "")).replace(" ", "").lower()
-    if std == "time" or is_time_units(attrs.get("units")):
-        return "T"
-    if std == "latitude" or units in LAT_UNITS:
-        return "Y"
-    if std == "longitude" or units in LON_UNITS:
-        return "X"
-    return None
+    """Return the axis CF states for a variable of a station/profile/trajectory file (not guessed from names)."""
+    return coordinate_axis(var.name, var.attrs, geographic_only=True)
 
 
 def _record_dimensions(meta: FileMeta, text_times: set[str]) -> set[str]:
