@@ -7,6 +7,7 @@ directly, so the files do not depend on dstp's own writer (samples) at all.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Sequence
 
 import netCDF4
 import numpy as np
@@ -223,3 +224,51 @@ def model_grid(folder: Path, *, calendar: str = "noleap", years: tuple[int, ...]
             v[:] = np.where(np.isnan(values), -999.0, values)
         paths.append(path)
     return paths
+
+
+#: EUR-11's rotated pole (CORDEX).
+ROTATED_POLE = {"grid_mapping_name": "rotated_latitude_longitude",
+                "grid_north_pole_latitude": 39.25, "grid_north_pole_longitude": -162.0}
+
+
+def rotated_pole(path: Path, name: str, values: Callable[[np.ndarray, np.ndarray], np.ndarray], *,
+                 rlat: np.ndarray, rlon: np.ndarray, times: Sequence[float],
+                 time_units: str = "days since 2001-01-01", calendar: str | None = None, units: str = "K",
+                 standard_name: str | None = None, fill_value: float | None = None) -> Path:
+    """Write a CORDEX-like file: ``name(time, rlat, rlon)`` with 2-D lat/lon and a rotated-pole grid mapping.
+
+    ``values(lat, lon)`` returns the (time, rlat, rlon) data from the grid's geographic coordinates.
+    """
+    import pyproj
+
+    gx, gy = np.meshgrid(rlon, rlat)
+    lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_cf(ROTATED_POLE), "EPSG:4326",
+                                           always_xy=True).transform(gx, gy)
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("rlat", len(rlat))
+        nc.createDimension("rlon", len(rlon))
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name = time_units, "time"
+        if calendar is not None:
+            t.calendar = calendar
+        t[:] = np.asarray(times, dtype=np.float64)
+        for dim, coords, std in (("rlat", rlat, "grid_latitude"), ("rlon", rlon, "grid_longitude")):
+            v = nc.createVariable(dim, "f8", (dim,))
+            v.units, v.standard_name, v.axis = "degrees", std, "Y" if dim == "rlat" else "X"
+            v[:] = coords
+        for aux, coords, std, aux_units in (("lat", lat, "latitude", "degrees_north"),
+                                            ("lon", lon, "longitude", "degrees_east")):
+            v = nc.createVariable(aux, "f8", ("rlat", "rlon"))
+            v.standard_name, v.units = std, aux_units
+            v[:] = coords
+        gm = nc.createVariable("rotated_pole", "i4", ())
+        for k, v in ROTATED_POLE.items():
+            gm.setncattr(k, v)
+        var = nc.createVariable(name, "f4", ("time", "rlat", "rlon"),
+                                fill_value=None if fill_value is None else np.float32(fill_value))
+        var.units, var.coordinates, var.grid_mapping = units, "lat lon", "rotated_pole"
+        if standard_name is not None:
+            var.standard_name = standard_name
+        var[:] = np.asarray(values(lat, lon), dtype=np.float32)
+    return path

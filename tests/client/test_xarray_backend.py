@@ -15,57 +15,33 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
 
 import dstp
 import oracle
+from builders import ROTATED_POLE, rotated_pole
 from dstp.catalog.publish import publish
 from dstp.client._backend import record_reads
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
-ROTATED = {"grid_mapping_name": "rotated_latitude_longitude",
-           "grid_north_pole_latitude": 39.25, "grid_north_pole_longitude": -162.0}
+ROTATED = ROTATED_POLE
 NAMES = {**oracle.DATASETS, "rotpole": {"folder": "rotpole", "glob": "rotpole.nc", "agg": None, "rename": {}}}
 
 
 def _rotpole(folder: Path) -> None:
     """A CORDEX-like rotated-pole file: tas(time, rlat, rlon) with 2-D lat/lon auxiliary coordinates."""
-    import pyproj
+    def values(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+        tas = (270 + np.arange(4 * 20 * 24).reshape(4, 20, 24) % 37).astype(np.float32)
+        tas[1, 3:5, 7] = 1e20  # the fill value: missing
+        return tas
 
     folder.mkdir()
-    rlon, rlat = np.linspace(-12, 12, 24), np.linspace(-10, 10, 20)
-    gx, gy = np.meshgrid(rlon, rlat)
-    lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_cf(ROTATED), "EPSG:4326",
-                                           always_xy=True).transform(gx, gy)
-    with netCDF4.Dataset(folder / "rotpole.nc", "w") as nc:
-        nc.createDimension("time", None)
-        nc.createDimension("rlat", len(rlat))
-        nc.createDimension("rlon", len(rlon))
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units, t.calendar, t.standard_name = "hours since 2001-01-01", "proleptic_gregorian", "time"
-        t[:] = [0, 6, 12, 18]
-        for name, values, std in (("rlon", rlon, "grid_longitude"), ("rlat", rlat, "grid_latitude")):
-            v = nc.createVariable(name, "f8", (name,))
-            v.standard_name, v.units = std, "degrees"
-            v[:] = values
-        gm = nc.createVariable("rotated_pole", "i4", ())
-        for k, v in ROTATED.items():
-            gm.setncattr(k, v)
-        for name, values, std, units in (("lat", lat, "latitude", "degrees_north"),
-                                         ("lon", lon, "longitude", "degrees_east")):
-            v = nc.createVariable(name, "f8", ("rlat", "rlon"))
-            v.standard_name, v.units = std, units
-            v[:] = values
-        tas = nc.createVariable("tas", "f4", ("time", "rlat", "rlon"), fill_value=np.float32(1e20))
-        tas.units, tas.standard_name, tas.coordinates, tas.grid_mapping = "K", "air_temperature", "lat lon", \
-            "rotated_pole"
-        values = (270 + np.arange(4 * 20 * 24).reshape(4, 20, 24) % 37).astype(np.float32)
-        values[1, 3:5, 7] = 1e20
-        tas[:] = values
+    rotated_pole(folder / "rotpole.nc", "tas", values, rlat=np.linspace(-10, 10, 20), rlon=np.linspace(-12, 12, 24),
+                 times=[0, 6, 12, 18], time_units="hours since 2001-01-01", calendar="proleptic_gregorian",
+                 standard_name="air_temperature", fill_value=1e20)
     publish([folder / "rotpole.nc"], "rotpole")
 
 

@@ -14,45 +14,19 @@ from typing import Iterator
 import httpx
 import netCDF4
 import numpy as np
-import pyproj
 import pytest
 
+from builders import rotated_pole
 from dstp.catalog.publish import publish
 from dstp.http.quicklook import map_selection
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
-ROTATED = {"grid_mapping_name": "rotated_latitude_longitude",
-           "grid_north_pole_latitude": 39.25, "grid_north_pole_longitude": -162.0}
-
 
 def _rotated(folder: Path) -> None:
     folder.mkdir()
-    rlat, rlon = np.linspace(-10, 10, 30), np.linspace(-12, 12, 36)
-    gx, gy = np.meshgrid(rlon, rlat)
-    lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_cf(ROTATED), "EPSG:4326", always_xy=True).transform(gx, gy)
-    with netCDF4.Dataset(folder / "rot.nc", "w") as nc:
-        nc.createDimension("time", 2)
-        nc.createDimension("rlat", 30)
-        nc.createDimension("rlon", 36)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units, t.standard_name = "days since 2001-01-01", "time"
-        t[:] = [0, 1]
-        for name, values, std in (("rlat", rlat, "grid_latitude"), ("rlon", rlon, "grid_longitude")):
-            v = nc.createVariable(name, "f8", (name,))
-            v.units, v.standard_name, v.axis = "degrees", std, "Y" if name == "rlat" else "X"
-            v[:] = values
-        for name, values, std, units in (("lat", lat, "latitude", "degrees_north"),
-                                         ("lon", lon, "longitude", "degrees_east")):
-            v = nc.createVariable(name, "f8", ("rlat", "rlon"))
-            v.standard_name, v.units = std, units
-            v[:] = values
-        gm = nc.createVariable("rotated_pole", "i4", ())
-        for k, v in ROTATED.items():
-            gm.setncattr(k, v)
-        tas = nc.createVariable("tas", "f4", ("time", "rlat", "rlon"))
-        tas.units, tas.coordinates, tas.grid_mapping = "K", "lat lon", "rotated_pole"
-        tas[:] = 250 + lat[None] * np.ones((2, 1, 1))
+    rotated_pole(folder / "rot.nc", "tas", lambda lat, lon: 250 + lat[None] * np.ones((2, 1, 1)),
+                 rlat=np.linspace(-10, 10, 30), rlon=np.linspace(-12, 12, 36), times=[0, 1])
     publish([folder / "rot.nc"], "rot")
 
 
