@@ -94,19 +94,23 @@ class Endpoints:
 class DstpServer:
     """A running dstp server (use as a context manager, or start()/stop()).
 
-    ``clock`` (wall-clock seconds) is what tickets are issued and expire by,
-    in the service and on the data channels; tests pass one they can advance.
+    ``clock`` (wall-clock seconds) is what tickets, tokens, sessions and
+    embargoes are measured by, in the service and on the data channels;
+    ``timer`` (monotonic seconds) is what the HTTP connection deadlines are
+    measured by, so a step of the wall clock never cuts a connection. Tests
+    pass either one they can advance.
     """
 
     def __init__(self, settings: Settings, catalog: Catalog | None = None, *,
-                 clock: Callable[[], float] = time.time, cluster: str = "", local_cluster: int = 0) -> None:
+                 clock: Callable[[], float] = time.time, timer: Callable[[], float] = time.monotonic,
+                 cluster: str = "", local_cluster: int = 0) -> None:
         self.settings = settings
         #: Scale-out (docs/scale-out.md): a Dask scheduler's address, or how many local workers to start.
         self.cluster, self.local_cluster = cluster, local_cluster
         #: The dstp.cluster Coordinator when scaled out, else None.
         self.coordinator: Any = None
         self.catalog = catalog
-        self.clock = clock
+        self.clock, self.timer = clock, timer
         self.service: DstpService | None = None
         self.endpoints: Endpoints | None = None
         #: Turns each request's credential into a Principal (built at start, from the catalog's policies).
@@ -213,13 +217,14 @@ class DstpServer:
         if s.http_port >= 0:
             from dstp.http.app import start_http_server
 
-            http = start_http_server(service, s, authenticator=self.authenticator, tls=self.tls, clock=self.clock)
+            http = start_http_server(service, s, authenticator=self.authenticator, tls=self.tls, clock=self.clock,
+                                     timer=self.timer)
             self._extras.append(http)
             endpoints.http = http.endpoint
         if s.data_port >= 0:
             channel = DataChannelServer(
                 "striped", TcpListener(s.host, s.data_port), service.open_source,
-                window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
+                window_bytes=s.window_bytes, clock=self.clock, timer=self.timer, sealed=bool(cipher),
                 hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                 idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                 max_idle_per_address=s.max_idle_data_connections_per_address,
@@ -239,7 +244,7 @@ class DstpServer:
             else:
                 channel = DataChannelServer(
                     "udt", udt.UdtChannelListener(s.host, s.udt_port), service.open_source,
-                    window_bytes=s.window_bytes, clock=self.clock, sealed=bool(cipher),
+                    window_bytes=s.window_bytes, clock=self.clock, timer=self.timer, sealed=bool(cipher),
                     hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                     idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                     max_idle_per_address=s.max_idle_data_connections_per_address,

@@ -6,7 +6,7 @@ the service's ``open_source(ticket, kind, cancel)``, which redeems a ticket
 and returns what to send (:class:`~dstp.transport.sources.MessageSource`).
 Both are given at construction; nothing here calls back into the server
 assembly. Every connection starts with a HELLO frame, all of it within
-``hello_timeout`` seconds of the connection's arrival (measured by ``clock``
+``hello_timeout`` seconds of the connection's arrival (measured by ``timer``
 and enforced by the janitor, however slowly its bytes trickle in); a
 connection that sends anything else, random bytes, a bad or expired ticket,
 gets an ERROR frame (when possible) and is closed — and the server goes on
@@ -36,7 +36,7 @@ connection's next HELLO, once its first bytes arrive, has ``hello_timeout``
 to complete. The server keeps at most ``max_idle_per_address`` idle
 connections per source address and ``max_idle_connections`` in all (past
 either, the oldest idle one is closed) and closes any that stayed idle
-longer than ``idle_timeout`` (by ``clock``); ``max_idle_connections=0`` turns
+longer than ``idle_timeout`` (by ``timer``); ``max_idle_connections=0`` turns
 keeping off (a HELLO asking for it is then served as before and closed at
 the end).
 """
@@ -169,7 +169,9 @@ class DataChannelServer:
     """Runs one data channel (one listener) for a dstp server.
 
     ``kind`` is the channel whose tickets it redeems ("striped", "udt");
-    ``clock`` gives wall-clock seconds, compared with tickets' expiry.
+    ``clock`` gives wall-clock seconds, compared with tickets' expiry;
+    ``timer`` gives monotonic seconds, what the HELLO and idle deadlines are
+    measured by (a step of the wall clock must not cut a connection).
     """
 
     def __init__(
@@ -184,6 +186,7 @@ class DataChannelServer:
         max_connections: int = 512,
         max_pending_per_address: int = 16,
         clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
         sealed: bool = False,
         idle_timeout: float = 120.0,
         max_idle_connections: int = 256,
@@ -198,7 +201,7 @@ class DataChannelServer:
         self.resume_timeout = resume_timeout
         self.hello_timeout = hello_timeout
         self.max_pending_per_address = max(1, max_pending_per_address)
-        self.clock = clock
+        self.clock, self.timer = clock, timer
         self._slots = threading.BoundedSemaphore(max_connections)
         # Connections still in their HELLO: conn -> (source address, clock time it arrived), oldest first.
         self._pending: dict[Conn, tuple[str, float]] = {}
@@ -271,7 +274,7 @@ class DataChannelServer:
             oldest = same[0] if len(same) >= self.max_pending_per_address else None
             if oldest is not None:
                 del self._pending[oldest]
-            self._pending[conn] = (address, self.clock())
+            self._pending[conn] = (address, self.timer())
         if oldest is not None:
             self.evicted += 1
             oldest.close()  # its handshake thread wakes, refuses it and frees its slot
@@ -348,7 +351,7 @@ class DataChannelServer:
         """Count ``conn`` idle; past a cap (its address's, or the total), close the oldest idle connection."""
         address = peer.rsplit(":", 1)[0]
         with self._lock:
-            self._idle[conn] = (address, self.clock())
+            self._idle[conn] = (address, self.timer())
             same = [c for c, (a, _) in self._idle.items() if a == address]
             over = same[:max(0, len(same) - self.max_idle_per_address)]
             rest = [c for c in self._idle if c not in over]
@@ -379,11 +382,11 @@ class DataChannelServer:
             return len(self._idle)
 
     def expire_idle(self) -> int:
-        """Close the kept connections idle for longer than ``idle_timeout`` (by ``clock``); return how many.
+        """Close the kept connections idle for longer than ``idle_timeout`` (by ``timer``); return how many.
 
         The janitor calls this every tick; a test that moved its clock may call it to act at once.
         """
-        now = self.clock()
+        now = self.timer()
         with self._lock:
             stale = [c for c, (_, since) in self._idle.items() if now - since > self.idle_timeout]
             for conn in stale:
@@ -400,8 +403,8 @@ class DataChannelServer:
         if settimeout is not None:
             settimeout(self.hello_timeout)
         with self._lock:
-            arrived = self._pending.get(conn, ("", self.clock()))[1]
-        hello_conn = _Deadline(_Prefixed(conn, first) if first else conn, arrived + self.hello_timeout, self.clock)
+            arrived = self._pending.get(conn, ("", self.timer()))[1]
+        hello_conn = _Deadline(_Prefixed(conn, first) if first else conn, arrived + self.hello_timeout, self.timer)
         try:
             header = recv_header(hello_conn, max_payload=MAX_CONTROL_PAYLOAD)
             if header is not None and header.kind != Kind.HELLO:  # refused before its payload is read
@@ -472,11 +475,11 @@ class DataChannelServer:
 
     def _janitor(self) -> None:
         while not self._stopped.wait(JANITOR_INTERVAL_S):
-            now = self.clock()
+            now, elapsed = self.clock(), self.timer()
             with self._lock:
                 transfers = list(self._transfers.values())
                 late = [c for c, (_, since) in self._pending.items()
-                        if now - since > self.hello_timeout + HELLO_GRACE_S]
+                        if elapsed - since > self.hello_timeout + HELLO_GRACE_S]
                 for conn in late:
                     del self._pending[conn]
             for conn in late:  # a HELLO trickled in byte by byte still has one deadline

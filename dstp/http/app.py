@@ -592,11 +592,13 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def start_http_server(service: DstpService, settings: Settings, *, authenticator: Authenticator | None = None,
-                      tls: TlsMaterial | None = None, clock: Callable[[], float] | None = None) -> HttpServer:
+                      tls: TlsMaterial | None = None, clock: Callable[[], float] | None = None,
+                      timer: Callable[[], float] = time.monotonic) -> HttpServer:
     """Return a started HTTP server for ``service`` on ``settings.host``:``settings.http_port`` (0 = any free port).
 
     With ``tls`` it speaks HTTPS with that certificate; ``authenticator`` checks credentials (default:
-    the one ``settings`` describe); browser sessions expire by ``clock``.
+    the one ``settings`` describe); browser sessions expire by ``clock`` (wall time), connection
+    deadlines by ``timer`` (monotonic).
     """
     sock = _bind(settings.host, settings.http_port)
     host, port = sock.getsockname()[:2]
@@ -605,7 +607,7 @@ def start_http_server(service: DstpService, settings: Settings, *, authenticator
     app = create_app(service, settings, authenticator=authenticator, sessions=sessions)
     # A query of max_sql_length characters must fit in a URL, percent-encoded.
     server = HttpServer(app, sock, endpoint, 3 * settings.max_sql_length + 16384, tls=tls,
-                        limits=HttpLimits.from_settings(settings, clock or service.clock))
+                        limits=HttpLimits.from_settings(settings, timer))
     server.start()
     log.info("dstp serving HTTP on %s://%s", "https" if tls else "http", endpoint)
     return server

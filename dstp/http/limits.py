@@ -7,7 +7,8 @@ for a minute. :func:`guarded_protocol` returns uvicorn's h11 protocol with
 * a **header deadline** (``http_header_timeout_s``, from the connection's
   start or the end of its previous response) and a **body deadline**
   (``http_body_timeout_s``, from the end of the headers); a connection past
-  one is closed. Deadlines are measured by the server's ``clock`` and checked
+  one is closed. Deadlines are measured by the server's monotonic ``clock``
+  (never the wall clock: a step of it would cut every connection) and checked
   every ``SWEEP_S`` seconds, so a test advances the clock instead of sleeping;
 * a **connection cap** (``http_max_connections``): a new connection over the
   cap closes the oldest one still waiting for its request, or, if every
@@ -66,10 +67,10 @@ class HttpLimits:
     max_body_bytes: int = 256 * 2**10
     max_connections: int = 256
     allowed_hosts: tuple[str, ...] = ("*",)
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def from_settings(cls, settings: Any, clock: Callable[[], float] = time.time) -> "HttpLimits":
+    def from_settings(cls, settings: Any, clock: Callable[[], float] = time.monotonic) -> "HttpLimits":
         return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.http_max_body_bytes,
                    settings.http_max_connections, allowed_hosts(settings.allowed_hosts, settings.host), clock)
 
@@ -113,6 +114,8 @@ class _Sweeper:
         self._armed = False
         self.closed_for_timeout = 0
         self.evicted = 0
+        #: How many sweeps have run (a test waits for sweeps instead of sleeping).
+        self.sweeps = 0
 
     def opened(self, protocol: H11Protocol) -> bool:
         """Track a new connection; return False if it must be refused (cap reached, nothing to evict)."""
@@ -144,6 +147,7 @@ class _Sweeper:
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._armed = False
+        self.sweeps += 1
         now = self.limits.clock()
         for protocol in list(self.connections):
             self.update(protocol)

@@ -50,7 +50,7 @@ def data_server(tmp_path: Path, catalog_root: Path) -> Iterator[tuple[DstpServer
     shutil.copytree(catalog_root / "ccm3", root / "ccm3")
     clock = Clock()
     srv = DstpServer(Settings(catalog_root=root, port=0, http_port=-1, data_port=0, udt_port=-1,
-                              hello_timeout_s=5, max_pending_per_address=4, window_bytes=2 * 2**20), clock=clock)
+                              hello_timeout_s=5, max_pending_per_address=4, window_bytes=2 * 2**20), timer=clock)
     srv.start()
     yield srv, clock
     srv.stop()

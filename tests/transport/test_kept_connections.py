@@ -42,11 +42,11 @@ class Warm:
     """The service in process, a channel server keeping idle connections, and a pooled client channel."""
 
     def __init__(self, catalog: Catalog, *, sealed: bool = False, memory: bool = False, **server_options: Any) -> None:
-        self.clock = Clock()
+        self.clock, self.timer = Clock(), Clock()
         self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **SETTINGS), clock=self.clock)
         self.listener: Any = MemoryListener() if memory else TcpListener("127.0.0.1", 0)
         self.server = DataChannelServer("striped", self.listener, self.service.open_source, window_bytes=2 * 2**20,
-                                        clock=self.clock, sealed=sealed, idle_timeout=IDLE_TIMEOUT_S,
+                                        clock=self.clock, timer=self.timer, sealed=sealed, idle_timeout=IDLE_TIMEOUT_S,
                                         **server_options)
         self.service.register_channel(ChannelInfo("striped", self.server.endpoint, max_streams=64,
                                                   cipher="aes-256-gcm" if sealed else ""))
@@ -130,9 +130,9 @@ def test_a_plaintext_connection_never_carries_a_sealed_transfer(catalog: Catalog
 
 def test_a_connection_the_server_expired_is_replaced_by_a_fresh_dial(warm: Warm) -> None:
     first, _, _ = warm.fetch(BIG, 4)
-    warm.clock.advance(IDLE_TIMEOUT_S / 2)
+    warm.timer.advance(IDLE_TIMEOUT_S / 2)
     assert warm.server.expire_idle() == 0  # not idle long enough yet
-    warm.clock.advance(IDLE_TIMEOUT_S)
+    warm.timer.advance(IDLE_TIMEOUT_S)
     assert warm.server.expire_idle() == 4 and warm.server.idle_connections() == 0
     second, summary, receiver = warm.fetch(BIG, 4)
     assert warm.server.accepted == 8 and warm.server.reused == 0  # four fresh dials
@@ -140,12 +140,22 @@ def test_a_connection_the_server_expired_is_replaced_by_a_fresh_dial(warm: Warm)
     assert second.equals(first) and second.equals(warm.reference(BIG))
 
 
+def test_a_step_of_the_wall_clock_expires_no_kept_connection(warm: Warm) -> None:
+    """Idle expiry runs on the monotonic timer: an NTP step of a year leaves the warm stripes warm."""
+    first, _, _ = warm.fetch(BIG, 4)
+    warm.clock.advance(365 * 86400)
+    assert warm.server.expire_idle() == 0 and warm.server.idle_connections() == 4
+    second, _, receiver = warm.fetch(BIG, 4)
+    assert warm.server.accepted == 4 and warm.server.reused == 4 and receiver.stats.reused == 4
+    assert second.equals(first)
+
+
 @pytest.mark.parametrize("warm", [{"memory": True}], indirect=True, ids=["memory"])
 def test_a_kept_connection_that_died_unnoticed_costs_no_failure(warm: Warm) -> None:
     # In-process pipes cannot be probed before use (no peek), so the dead connections are only found when
     # the HELLO goes out on them: each stripe dials again at once, with no failure counted.
     warm.fetch(SMALL, 2)
-    warm.clock.advance(IDLE_TIMEOUT_S + 1)
+    warm.timer.advance(IDLE_TIMEOUT_S + 1)
     assert warm.server.expire_idle() == 2
     table, summary, receiver = warm.fetch(BIG, 2)
     assert receiver.stats.stale == 2 and summary.reconnects == 0

@@ -35,14 +35,27 @@ def eventually(condition: Callable[[], bool], what: str, seconds: float = 15.0) 
 
 
 @pytest.fixture()
-def clocked(private_catalog: Path) -> Iterator[tuple[DstpServer, Clock]]:
-    """A server of its own whose HTTP deadlines run on a clock the test moves."""
-    clock = Clock()
+def clocked_both(private_catalog: Path) -> Iterator[tuple[DstpServer, Clock, Clock]]:
+    """A server of its own whose HTTP deadlines (timer) and wall clock both move only when the test moves them."""
+    timer, wall = Clock(), Clock()
     srv = DstpServer(web_settings(private_catalog, http_header_timeout_s=5, http_body_timeout_s=10,
-                                  http_max_connections=8, nc_max_result_bytes=200_000), clock=clock)
+                                  http_max_connections=8, nc_max_result_bytes=200_000), timer=timer, clock=wall)
     srv.start()
-    yield srv, clock
+    yield srv, timer, wall
     srv.stop()
+
+
+@pytest.fixture()
+def clocked(clocked_both: tuple[DstpServer, Clock, Clock]) -> tuple[DstpServer, Clock]:
+    """A server of its own whose HTTP deadlines run on a clock the test moves."""
+    return clocked_both[0], clocked_both[1]
+
+
+def two_sweeps(srv: DstpServer) -> None:
+    """Wait until the deadline checker has run twice more (whatever was due by then has been closed)."""
+    sweeper = srv._extras[0].connections
+    target = sweeper.sweeps + 2
+    eventually(lambda: sweeper.sweeps >= target, "the deadline checker stopped sweeping")
 
 
 def _address(srv: DstpServer) -> tuple[str, int]:
@@ -87,7 +100,7 @@ def test_half_sent_requests_are_closed_at_the_header_deadline(clocked) -> None:
     socks = _half_sent(srv, 6)
     try:
         eventually(lambda: _connections(srv) == 6, "the connections were not accepted")
-        time.sleep(0.3)  # several sweeps of the deadline checker: nothing is due yet
+        two_sweeps(srv)  # nothing is due yet
         assert not any(_closed(s) for s in socks)
         clock.advance(6)
         eventually(lambda: all(_closed(s) for s in socks), "half-sent requests are still held")
@@ -99,13 +112,31 @@ def test_half_sent_requests_are_closed_at_the_header_deadline(clocked) -> None:
             s.close()
 
 
+def test_a_step_of_the_wall_clock_cuts_no_connection(clocked_both) -> None:
+    """Deadlines run on the monotonic timer: an NTP step (here a year) leaves waiting and kept-alive connections be."""
+    srv, timer, wall = clocked_both
+    [sock] = _half_sent(srv, 1)
+    with httpx.Client(base_url=f"http://{srv.endpoints.http}") as http:
+        try:
+            assert http.get("/datasets.json").status_code == 200  # a kept-alive connection
+            eventually(lambda: _connections(srv) == 2, "the connections were not accepted")
+            wall.advance(365 * 86400)
+            two_sweeps(srv)
+            assert not _closed(sock) and _connections(srv) == 2
+            assert http.get("/datasets.json").status_code == 200
+            timer.advance(6)
+            eventually(lambda: _closed(sock), "the header deadline no longer closes a half-sent request")
+        finally:
+            sock.close()
+
+
 def test_a_body_that_never_arrives_is_cut_at_the_body_deadline(clocked) -> None:
     srv, clock = clocked
     [sock] = _half_sent(srv, 1, b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
                                 b"content-length: 500\r\n\r\n{\"sql\": \"select")
     try:
         clock.advance(6)  # past the header deadline: the headers are in, the body's own deadline counts
-        time.sleep(0.3)
+        two_sweeps(srv)
         assert not _closed(sock)
         clock.advance(5)
         eventually(lambda: _closed(sock), "a body that never arrives held its connection")
