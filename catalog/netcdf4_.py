@@ -30,6 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import netCDF4
 import numpy as np
 
+from dstp.catalog.chunks import ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 NETCDF_LOCK = threading.RLock()
+_STATS_LOCK = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -57,9 +59,10 @@ class ReadStats:
     bytes: int = 0
 
     def add(self, array: np.ndarray) -> None:
-        self.hyperslabs += 1
-        self.elements += int(array.size)
-        self.bytes += int(array.nbytes)
+        with _STATS_LOCK:  # scan threads read in parallel (dstp.query.scan)
+            self.hyperslabs += 1
+            self.elements += int(array.size)
+            self.bytes += int(array.nbytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +149,12 @@ class FileHandles:
     once).
     """
 
-    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20) -> None:
+    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True) -> None:
         self.capacity = max(1, capacity)
+        #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
+        self.chunks: ChunkReader | None = \
+            ChunkReader(self.open_raw, cache_bytes=max(chunk_cache_bytes, 64 * 2**20), open_files=capacity) \
+            if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
         # Each file as first opened: a file changed, cut short or replaced afterwards must fail
@@ -220,6 +227,17 @@ class FileHandles:
         self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None
     ) -> np.ndarray:
         """Return the raw (still packed) values of ``variable[index]`` from ``path``."""
+        if self.chunks is not None and index:
+            self._check_unchanged(path)
+            try:
+                array = self.chunks.read(path, variable, index)
+            except (OSError, ValueError) as exc:
+                self._drop(path)
+                raise DataFileError(f"cannot read {variable!r} from {path.name}: {exc}") from exc
+            if array is not None:
+                if stats is not None:
+                    stats.add(array)
+                return array
         with NETCDF_LOCK:
             ds = self._get(path)
             self._check_unchanged(path)
@@ -271,15 +289,20 @@ class FileHandles:
             )
 
     def _drop(self, path: Path) -> None:
-        ds = self._open.pop(path, None)
-        if ds is not None:
-            try:
-                ds.close()
-            except (OSError, RuntimeError):
-                pass
+        if self.chunks is not None:
+            self.chunks.forget(path)
+        with NETCDF_LOCK:
+            ds = self._open.pop(path, None)
+            if ds is not None:
+                try:
+                    ds.close()
+                except (OSError, RuntimeError):
+                    pass
 
     def close(self) -> None:
         """Close every cached file."""
+        if self.chunks is not None:
+            self.chunks.close()
         with NETCDF_LOCK:
             while self._open:
                 _, ds = self._open.popitem()

@@ -1,0 +1,216 @@
+"""Reading chunks outside the netCDF lock (dstp.catalog.chunks) gives netCDF-C's bytes, or defers to it.
+
+hypothesis writes netCDF-4 files the way real archives vary them — type and
+byte order, chunk shapes that do not divide the dimensions, shuffle and
+deflate on or off at any level, fletcher32, a fill value or none, chunks
+never written, variables in groups — and reads random hyperslabs (strided,
+with integer indices) both ways. Every read must equal netCDF4-python's bit
+for bit; where the fast path declines (a filter or type it does not decode,
+an unwritten chunk) netCDF-C answers, and the test counts that the fast path
+did answer the reads it can.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dstp.catalog.chunks import ChunkLayout, _spans, _unshuffle, decode_chunk
+from dstp.catalog.netcdf4_ import FileHandles, ReadStats
+from dstp.errors import DataFileError
+
+DTYPES = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f4", "f8"]
+
+
+@st.composite
+def variables(draw: st.DrawFn) -> dict:
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim)))
+    chunks = tuple(draw(st.integers(1, n + 2)) for n in shape)
+    fill = draw(st.sampled_from(["none", "value", "nofill"]))
+    return {
+        "shape": shape,
+        "chunks": tuple(min(c, max(n, 1)) for c, n in zip(chunks, shape)),
+        "dtype": draw(st.sampled_from(DTYPES)),
+        "endian": draw(st.sampled_from(["native", "native", "native", "big"])),
+        "zlib": draw(st.booleans()),
+        "complevel": draw(st.integers(1, 9)),
+        "shuffle": draw(st.booleans()),
+        "fletcher32": draw(st.integers(0, 5)) == 0,
+        "fill": fill,
+        # Without fill, what an unwritten chunk holds is undefined (two netCDF-C reads differ): all written.
+        "written": "all" if fill == "nofill" else draw(st.sampled_from(["all", "all", "part"])),
+        "group": draw(st.booleans()),
+        "contiguous": draw(st.integers(0, 6)) == 0,
+        # The outer dimension unlimited, and another variable written along all of it: where "v" is
+        # written only in part, its HDF5 extent is shorter than the netCDF dimension.
+        "unlimited": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**31 - 1)),
+    }
+
+
+def write(path: Path, spec: dict) -> str:
+    rng = np.random.default_rng(spec["seed"])
+    dtype = np.dtype(spec["dtype"])
+    endian = spec["endian"] if dtype.itemsize > 1 else "native"
+    stored = dtype.newbyteorder(">") if endian == "big" else dtype
+    with netCDF4.Dataset(path, "w") as ds:
+        where = ds.createGroup("g") if spec["group"] else ds
+        dims = []
+        for i, n in enumerate(spec["shape"]):
+            where.createDimension(f"d{i}", None if i == 0 and spec.get("unlimited") else n)
+            dims.append(f"d{i}")
+        other = where.createVariable("w", "i4", (dims[0],)) if spec["unlimited"] else None
+        fill: object = None
+        if spec["fill"] == "value":
+            fill = np.array(7, dtype)[()]
+        elif spec["fill"] == "nofill":
+            fill = False
+        contiguous = spec["contiguous"] and not spec["unlimited"]  # netCDF-C filters (and extends) only chunked ones
+        var = where.createVariable("v", stored, dims, zlib=spec["zlib"] and not contiguous, complevel=spec["complevel"],
+                                   shuffle=spec["shuffle"] and not contiguous,
+                                   fletcher32=spec["fletcher32"] and not contiguous,
+                                   contiguous=contiguous, chunksizes=None if contiguous else
+                                   spec["chunks"], endian=endian, fill_value=fill)
+        if dtype.kind == "f":
+            values = rng.normal(0, 1e3, spec["shape"]).astype(dtype)
+            values.flat[:: 7] = np.nan
+        else:
+            info = np.iinfo(dtype)
+            values = rng.integers(info.min, info.max, spec["shape"], dtype=dtype, endpoint=True)
+        if other is not None:  # extends the dimension after "v" was created: "v" keeps its own extent
+            other[:] = np.arange(spec["shape"][0])
+        if spec["written"] == "all":
+            var[...] = values
+        else:  # only the first half of the outer dimension: some chunks are never written
+            half = max(1, spec["shape"][0] // 2)
+            var[:half] = values[:half]
+    return "g/v" if spec["group"] else "v"
+
+
+@st.composite
+def index_for(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple:
+    index = []
+    for n in shape:
+        if draw(st.integers(0, 4)) == 0:
+            index.append(draw(st.integers(0, n - 1)))
+        else:
+            start = draw(st.integers(0, n - 1))
+            stop = draw(st.integers(start + 1, n))
+            index.append(slice(start, stop, draw(st.integers(1, 3))))
+    return tuple(index)
+
+
+def reference(path: Path, name: str, index: tuple) -> np.ndarray:
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_maskandscale(False)
+        ds.set_always_mask(False)
+        return np.asarray(ds[name][index])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(spec=variables(), data=st.data())
+def test_every_read_is_netcdf_c_s_bit_for_bit(tmp_path_factory: pytest.TempPathFactory, spec: dict,
+                                             data: st.DataObject) -> None:
+    path = tmp_path_factory.mktemp("chunks") / "v.nc"
+    name = write(path, spec)
+    handles = FileHandles(capacity=4)
+    try:
+        os.close(handles.open_raw(path))  # the catalog's first open records the file's identity
+        for _ in range(4):
+            index = data.draw(index_for(spec["shape"]))
+            got = handles.read(path, name, list(index), ReadStats())
+            assert same_bits(got, reference(path, name, index)), (spec, index)
+        eligible = (not (spec["contiguous"] and not spec["unlimited"]) and not spec["fletcher32"]
+                    and (spec["endian"] != "big" or np.dtype(spec["dtype"]).itemsize == 1))
+        layout = handles.chunks.layout(path, name)
+        assert (layout is not None) == eligible, (spec, layout)
+        if eligible and spec["written"] == "all":
+            assert handles.chunks.reads == 4  # the fast path answered every read it could
+    finally:
+        handles.close()
+
+
+def test_unshuffle_undoes_hdf5_s_byte_planes_and_keeps_trailing_bytes() -> None:
+    values = np.arange(10, dtype="<u4") * 0x01020304
+    raw = values.view(np.uint8).reshape(10, 4).T.tobytes() + b"xy"  # planes, then two trailing bytes
+    assert _unshuffle(raw, 4)[:40].view("<u4").tolist() == values.tolist()
+    assert _unshuffle(raw, 4)[40:].tobytes() == b"xy"
+
+
+def test_a_chunk_skipped_filter_is_not_undone() -> None:
+    import zlib
+    values = np.arange(12, dtype="<i2").reshape(3, 4)
+    layout = ChunkLayout((3, 4), (3, 4), np.dtype("<i2"), (2, 1), {})
+    shuffled = values.view(np.uint8).reshape(12, 2).T.tobytes()
+    assert np.array_equal(decode_chunk(zlib.compress(shuffled), layout, 0), values)
+    assert np.array_equal(decode_chunk(shuffled, layout, 0b10), values)  # deflate skipped for this chunk
+    with pytest.raises(ValueError, match="decodes to 6 values, expected 12"):
+        decode_chunk(zlib.compress(shuffled[:12]), layout, 0)
+
+
+@given(n=st.integers(1, 40), chunk=st.integers(1, 12), data=st.data())
+def test_spans_cover_each_index_once_in_order(n: int, chunk: int, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, n - 1))
+    stop = data.draw(st.integers(start + 1, n))
+    step = data.draw(st.integers(1, 5))
+    spans = _spans(slice(start, stop, step), n, chunk)
+    assert spans is not None and _spans(slice(start, n + 1, step), n, chunk) is None  # past the extent: netCDF-C
+    got = [c0 + i for c0, inner, _ in spans for i in range(inner.start, inner.stop, inner.step)]
+    assert got == list(range(start, stop, step))
+    assert [o.start for _, _, o in spans] == [sum(o.stop - o.start for _, _, o in spans[:k]) for k in range(len(spans))]
+
+
+def test_threads_reading_the_same_chunks_inflate_each_once(tmp_path: Path) -> None:
+    spec = {"unlimited": False, "shape": (8, 64, 64), "chunks": (1, 64, 64), "dtype": "f4", "endian": "native", "zlib": True,
+            "complevel": 4, "shuffle": True, "fletcher32": False, "fill": "none", "written": "all", "group": False,
+            "contiguous": False, "seed": 3}
+    path = tmp_path / "v.nc"
+    write(path, spec)
+    handles = FileHandles()
+    os.close(handles.open_raw(path))
+    want = reference(path, "v", (slice(0, 8), slice(0, 64), slice(0, 64)))
+    got: list[np.ndarray] = []
+    barrier = threading.Barrier(4)
+
+    def read() -> None:
+        barrier.wait()
+        got.append(handles.read(path, "v", [slice(0, 8), slice(0, 64), slice(0, 64)]))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(same_bits(g, want) for g in got)
+    assert handles.chunks.inflated == 8  # eight chunks, each inflated once for four readers
+    handles.close()
+
+
+def test_a_file_changed_after_its_chunks_were_listed_is_refused_not_misread(tmp_path: Path) -> None:
+    spec = {"unlimited": False, "shape": (4, 16), "chunks": (1, 16), "dtype": "i4", "endian": "native", "zlib": True,
+            "complevel": 1, "shuffle": False, "fletcher32": False, "fill": "none", "written": "all", "group": False,
+            "contiguous": False, "seed": 5}
+    path = tmp_path / "v.nc"
+    write(path, spec)
+    handles = FileHandles()
+    os.close(handles.open_raw(path))
+    assert same_bits(handles.read(path, "v", [slice(0, 1), slice(0, 16)]), reference(path, "v", (slice(0, 1),)))
+    with open(path, "r+b") as f:  # rewritten in place: same inode, new size
+        f.seek(0, 2)
+        f.write(b"\0" * 4096)
+    with pytest.raises(DataFileError, match="changed on disk"):
+        handles.read(path, "v", [slice(1, 2), slice(0, 16)])
+    handles.close()
