@@ -748,5 +748,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def entry() -> None:
+    """The ``dstp`` program: run :func:`main` and exit with its status.
+
+    After Ctrl-C or SIGTERM the partial files are gone and the message is out; the process then ends
+    at once with 130/143 (``os._exit``), so nothing in interpreter shutdown — a SIGINT that a C library
+    re-raises once Python has restored the default handler — can turn that status into death by signal
+    (seen once in CI: exit -2 after "interrupted; the partial result was discarded").
+    """
+    code = main()
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

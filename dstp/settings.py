@@ -43,6 +43,7 @@ class Settings:
     max_result_bytes: int = _setting(16 * 2**30, "Arrow bytes after which a result is cut off and flagged truncated.")
     max_concurrent_queries: int = _setting(8, "Queries executing at once; more are refused with RESOURCE_EXHAUSTED.")
     batch_rows: int = _setting(131_072, "Target grid points per record batch read from netCDF.")
+    scan_threads: int = _setting(2, "Blocks of one scan read and decoded at once, ahead of DuckDB (1: none ahead).")
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
     duckdb_threads: int = _setting(2, "DuckDB worker threads, shared by all queries.")
     duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit, shared by all queries (DuckDB size syntax).")

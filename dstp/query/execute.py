@@ -338,7 +338,8 @@ class QueryExecution:
 
         def open_scan() -> GridScan:
             return GridScan(scan.dataset, h, scan.columns, batch_rows=settings.batch_rows,
-                            sampling=scan.ref.sampling, stats=summary.stats, cancel=self.cancel)
+                            sampling=scan.ref.sampling, stats=summary.stats, cancel=self.cancel,
+                            threads=settings.scan_threads)
 
         replayable = ReplayableScan(open_scan, GridScan(scan.dataset, h, scan.columns).schema)
         self._sources.append(replayable)

@@ -21,6 +21,14 @@ sample exactly.
 A matchup's grid side also yields each point's index along its key
 dimensions (``__dstp_i_<dim>``), which DuckDB joins the records on.
 
+Blocks are read ahead in parallel (``threads`` > 1, the server's
+``scan_threads``): up to ``threads`` blocks after the one DuckDB is consuming
+are read and decoded on a thread pool, and batches still come out in block
+order — a result is the same batches, in the same order, whatever the thread
+count. netCDF-C calls still hold the netCDF lock; compressed netCDF-4 chunks
+are inflated outside it (:mod:`dstp.catalog.chunks`), as is the CF decoding
+and the Arrow building, so the threads overlap on several cores.
+
 DuckDB may open a registered table more than once (to learn its schema, or
 to read it again in a plan that needs it twice): :class:`ReplayableScan`
 starts a fresh scan each time, so a second read sees every record again
@@ -29,8 +37,10 @@ rather than an exhausted stream.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator
 
 import numpy as np
@@ -123,8 +133,11 @@ class GridScan:
         sampling: Sampling | None = None,
         stats: ReadStats | None = None,
         cancel: threading.Event | None = None,
+        threads: int = 1,
     ) -> None:
         self.dataset = dataset
+        #: Blocks read at once (1: each block read when DuckDB asks for it, on DuckDB's thread).
+        self.threads = max(1, threads)
         self.hyperslab = hyperslab
         self.columns = columns
         self.batch_rows = max(1, batch_rows)
@@ -281,17 +294,50 @@ class GridScan:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Yield the record batches of the scan; errors are also kept in ``self.error``."""
+        made = self._sequential() if self.threads == 1 else self._read_ahead()
         try:
-            for block in self.blocks():
-                if self.cancel is not None and self.cancel.is_set():
-                    raise CancelledError("the query was cancelled")
-                batch = self._block_batch(block)
+            for batch in made:
                 if batch.num_rows:
                     yield batch
+        except GeneratorExit:
+            raise  # closed early by its reader (a LIMIT reached): not an error
         except BaseException as exc:
             if self.error is None:
                 self.error = exc
             raise
+        finally:
+            made.close()  # the read-ahead's threads end before the scan is let go
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise CancelledError("the query was cancelled")
+
+    def _sequential(self) -> Iterator[pa.RecordBatch]:
+        for block in self.blocks():
+            self._check_cancel()
+            yield self._block_batch(block)
+
+    def _read_ahead(self) -> Iterator[pa.RecordBatch]:
+        """Yield the blocks' batches in order while up to ``threads`` later blocks are read on a pool."""
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dstp-scan")
+        pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
+        blocks = iter(self.blocks())
+        try:
+            while True:
+                while len(pending) <= self.threads:
+                    block = next(blocks, None)
+                    if block is None:
+                        break
+                    self._check_cancel()
+                    pending.append(pool.submit(self._block_batch, block))
+                if not pending:
+                    return
+                yield pending.popleft().result()
+        finally:
+            # Stopped early (LIMIT reached, an error, a cancel): what was not started never is; what runs ends.
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True)
 
     def reader(self) -> pa.RecordBatchReader:
         """Return a one-shot reader over ``batches()``, for DuckDB to scan."""
