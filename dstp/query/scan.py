@@ -41,7 +41,7 @@ import collections
 import math
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -312,12 +312,12 @@ class GridScan:
         if self.cancel is not None and self.cancel.is_set():
             raise CancelledError("the query was cancelled")
 
-    def _sequential(self) -> Iterator[pa.RecordBatch]:
+    def _sequential(self) -> Generator[pa.RecordBatch, None, None]:
         for block in self.blocks():
             self._check_cancel()
             yield self._block_batch(block)
 
-    def _read_ahead(self) -> Iterator[pa.RecordBatch]:
+    def _read_ahead(self) -> Generator[pa.RecordBatch, None, None]:
         """Yield the blocks' batches in order while up to ``threads`` later blocks are read on a pool."""
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dstp-scan")
         pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
