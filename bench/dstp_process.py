@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 
 @dataclass
@@ -38,10 +39,15 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 120) -> Iterator[ServerProcess]:
-    """Run ``dstp serve root`` (optionally under ``prefix``, e.g. ``ip netns exec NS``) until the block ends."""
+def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 120,
+          env: Mapping[str, str] | None = None) -> Iterator[ServerProcess]:
+    """Run ``dstp serve root`` (optionally under ``prefix``, e.g. ``ip netns exec NS``) until the block ends.
+
+    ``env``: variables added to this process's environment for the server (e.g. ``DSTP_SCAN_THREADS``).
+    """
     cmd = [*prefix, sys.executable, "-m", "dstp.cli", "serve", str(root), "--port", "0", "--http-port", "-1", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, **env} if env else None)
     server = ServerProcess(proc)
     try:
         deadline = time.monotonic() + timeout

@@ -139,7 +139,8 @@ class DstpServer:
         self.tls = tls_material(s)
         try:
             if root is not None:
-                self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes)
+                self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes,
+                                            direct_chunks=s.direct_chunks)
             return self._start()
         except BaseException:
             self.stop(grace=0)

@@ -43,7 +43,7 @@ class Settings:
     max_result_bytes: int = _setting(16 * 2**30, "Arrow bytes after which a result is cut off and flagged truncated.")
     max_concurrent_queries: int = _setting(8, "Queries executing at once; more are refused with RESOURCE_EXHAUSTED.")
     batch_rows: int = _setting(131_072, "Target grid points per record batch read from netCDF.")
-    scan_threads: int = _setting(2, "Blocks of one scan read and decoded at once, ahead of DuckDB (1: none ahead).")
+    scan_threads: int = _setting(1, "Blocks of one scan read and decoded at once on threads, ahead of DuckDB (1: none ahead; more pays only with idle cores).")
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
     duckdb_threads: int = _setting(2, "DuckDB worker threads, shared by all queries.")
     duckdb_memory_limit: str = _setting("1GB", "DuckDB memory limit, shared by all queries (DuckDB size syntax).")
@@ -58,6 +58,10 @@ class Settings:
     open_files: int = _setting(32, "netCDF files kept open in the handle cache.")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
+    )
+    direct_chunks: bool = _setting(
+        True, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks); "
+        "false: every read through netCDF-C."
     )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")

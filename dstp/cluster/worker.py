@@ -283,7 +283,7 @@ class WorkerNode:
         if root is None:
             raise ValueError("a dstp worker needs the catalog root: DSTP_CATALOG_ROOT, or a coordinator's settings")
         self.catalog = Catalog.scan(Path(root), open_files=settings.open_files,
-                                    chunk_cache_bytes=settings.chunk_cache_bytes)
+                                    chunk_cache_bytes=settings.chunk_cache_bytes, direct_chunks=settings.direct_chunks)
         self.store = PartitionStore(settings.ticket_ttl_s)
         host = urlparse(address).hostname or settings.host
         self.channel = DataChannelServer(

@@ -21,8 +21,9 @@ sample exactly.
 A matchup's grid side also yields each point's index along its key
 dimensions (``__dstp_i_<dim>``), which DuckDB joins the records on.
 
-Blocks are read ahead in parallel (``threads`` > 1, the server's
-``scan_threads``): up to ``threads`` blocks after the one DuckDB is consuming
+Blocks can be read ahead in parallel (``threads`` > 1, the server's
+``scan_threads``; default 1, since on a 2-core machine shared with the client
+the threads only took CPU from it — bench/results/scan.md): up to ``threads`` blocks after the one DuckDB is consuming
 are read and decoded on a thread pool, and batches still come out in block
 order — a result is the same batches, in the same order, whatever the thread
 count. netCDF-C calls still hold the netCDF lock; compressed netCDF-4 chunks
