@@ -173,14 +173,19 @@ def test_spans_cover_each_index_once_in_order(n: int, chunk: int, data: st.DataO
     assert [o.start for _, _, o in spans] == [sum(o.stop - o.start for _, _, o in spans[:k]) for k in range(len(spans))]
 
 
-def test_threads_reading_the_same_chunks_inflate_each_once(tmp_path: Path) -> None:
-    spec = {"unlimited": False, "shape": (8, 64, 64), "chunks": (1, 64, 64), "dtype": "f4", "endian": "native", "zlib": True,
-            "complevel": 4, "shuffle": True, "fletcher32": False, "fill": "none", "written": "all", "group": False,
-            "contiguous": False, "seed": 3}
+def published(tmp_path: Path, **spec: object) -> tuple[Path, FileHandles]:
+    """Write a compressed variable ``v`` (``spec`` over the defaults) and open it as the catalog does."""
     path = tmp_path / "v.nc"
-    write(path, spec)
+    write(path, {"unlimited": False, "endian": "native", "zlib": True, "complevel": 1, "shuffle": True,
+                 "fletcher32": False, "fill": "none", "written": "all", "group": False, "contiguous": False,
+                 "seed": 3, **spec})
     handles = FileHandles()
-    os.close(handles.open_raw(path))
+    os.close(handles.open_raw(path))  # the catalog's first open records the file's identity
+    return path, handles
+
+
+def test_threads_reading_the_same_chunks_inflate_each_once(tmp_path: Path) -> None:
+    path, handles = published(tmp_path, shape=(8, 64, 64), chunks=(1, 64, 64), dtype="f4", complevel=4)
     want = reference(path, "v", (slice(0, 8), slice(0, 64), slice(0, 64)))
     got: list[np.ndarray] = []
     barrier = threading.Barrier(4)
@@ -200,13 +205,7 @@ def test_threads_reading_the_same_chunks_inflate_each_once(tmp_path: Path) -> No
 
 
 def test_a_file_changed_after_its_chunks_were_listed_is_refused_not_misread(tmp_path: Path) -> None:
-    spec = {"unlimited": False, "shape": (4, 16), "chunks": (1, 16), "dtype": "i4", "endian": "native", "zlib": True,
-            "complevel": 1, "shuffle": False, "fletcher32": False, "fill": "none", "written": "all", "group": False,
-            "contiguous": False, "seed": 5}
-    path = tmp_path / "v.nc"
-    write(path, spec)
-    handles = FileHandles()
-    os.close(handles.open_raw(path))
+    path, handles = published(tmp_path, shape=(4, 16), chunks=(1, 16), dtype="i4", shuffle=False)
     assert same_bits(handles.read(path, "v", [slice(0, 1), slice(0, 16)]), reference(path, "v", (slice(0, 1),)))
     with open(path, "r+b") as f:  # rewritten in place: same inode, new size
         f.seek(0, 2)
