@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import types
 import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -37,10 +38,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+_inflate_module: types.ModuleType
 try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; optional.
     from isal import isal_zlib as _inflate_module
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
-    _inflate_module = zlib  # type: ignore[assignment]
+    _inflate_module = zlib
 
 __all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "chunk_layout"]
 
@@ -310,10 +312,10 @@ class ChunkReader:
         """Drop what is known of ``path`` (it changed on disk, or a read of it failed)."""
         with self._lock:
             entry = self._fds.pop(path, None)
-            for key in [k for k in self._layouts if k[0] == path]:
-                del self._layouts[key]
-            for key in [k for k in self._chunks if k[0] == path]:
-                self._cached -= self._chunks.pop(key).nbytes
+            for listed in [k for k in self._layouts if k[0] == path]:
+                del self._layouts[listed]
+            for decoded in [k for k in self._chunks if k[0] == path]:
+                self._cached -= self._chunks.pop(decoded).nbytes
             if entry is not None and entry[1] > 0:
                 self._retired[entry[0]] = entry
                 entry = None
