@@ -50,6 +50,9 @@ __all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "chunk_layout"]
 INFLATE = "isal" if _inflate_module is not zlib else "zlib"
 
 _SHUFFLE, _DEFLATE = 2, 1  # HDF5 filter ids (H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE)
+#: A variable stored in more chunks than this is left to netCDF-C: its index (~100 bytes a chunk) would
+#: cost more memory than the lock costs time.
+MAX_LISTED_CHUNKS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ def chunk_layout(h5file: Any, name: str) -> ChunkLayout | None:
     plist = dset.id.get_create_plist()
     filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
     if any(f not in (_SHUFFLE, _DEFLATE) for f in filters) or len(set(filters)) != len(filters):
+        return None
+    if dset.id.get_num_chunks() > MAX_LISTED_CHUNKS:
         return None
     index: dict[tuple[int, ...], tuple[int, int, int]] = {}
 

@@ -213,3 +213,14 @@ def test_a_file_changed_after_its_chunks_were_listed_is_refused_not_misread(tmp_
     with pytest.raises(DataFileError, match="changed on disk"):
         handles.read(path, "v", [slice(1, 2), slice(0, 16)])
     handles.close()
+
+
+def test_a_variable_in_too_many_chunks_is_left_to_netcdf_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dstp.catalog.chunks as chunks
+
+    monkeypatch.setattr(chunks, "MAX_LISTED_CHUNKS", 7)  # the file below has 8 chunks
+    path, handles = published(tmp_path, shape=(8, 16), chunks=(1, 16), dtype="f8")
+    got = handles.read(path, "v", [slice(0, 8), slice(0, 16)])
+    assert handles.chunks is not None and handles.chunks.layout(path, "v") is None and handles.chunks.reads == 0
+    assert same_bits(got, reference(path, "v", (slice(0, 8), slice(0, 16))))
+    handles.close()
