@@ -43,6 +43,10 @@ class Settings:
     max_result_bytes: int = _setting(16 * 2**30, "Arrow bytes after which a result is cut off and flagged truncated.")
     max_concurrent_queries: int = _setting(8, "Queries executing at once; more are refused with RESOURCE_EXHAUSTED.")
     batch_rows: int = _setting(131_072, "Target grid points per record batch read from netCDF.")
+    plain_projections: bool = _setting(
+        True, "Stream a query that only picks columns (SELECT a, b AS c FROM ds [LIMIT n]) from the scan "
+        "without DuckDB; false: DuckDB runs every query."
+    )
     scan_threads: int = _setting(1, "Blocks of one scan read and decoded at once on threads, ahead of DuckDB (1: none ahead; more pays only with idle cores).")
     ticket_ttl_s: float = _setting(300.0, "Seconds a data ticket stays valid after Query.")
     duckdb_threads: int = _setting(2, "DuckDB worker threads, shared by all queries.")

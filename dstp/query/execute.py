@@ -29,6 +29,7 @@ expression kept DuckDB typing for minutes outside every limit); ``cancel`` inter
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import re
@@ -42,6 +43,8 @@ from typing import Any, Iterator
 import duckdb
 import numpy as np
 import pyarrow as pa
+import sqlglot
+import sqlglot.errors
 from sqlglot import exp
 
 from dstp.catalog.gridmapping import grid_mapping_names
@@ -193,6 +196,50 @@ def _scan_schema(scan: ScanPlan) -> pa.Schema:
 
 def _empty(schema: pa.Schema) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, iter([]))
+
+
+def plain_projection(plan: QueryPlan, schema: pa.Schema) -> tuple[tuple[str, ...], int | None] | None:
+    """Return (the scan column of each result column, the LIMIT) when the SQL only picks scan columns.
+
+    ``SELECT t.a AS x, t.b AS y FROM <scan> AS t [LIMIT n]`` over one local scan — no WHERE, grouping,
+    ordering, DISTINCT, joins or offset — returns the scan's records as they come, renamed and cut at
+    the limit; DuckDB would only copy them into its vectors and back into Arrow (8 % of the server's
+    CPU on a 1.1 GB result). None for anything else, or when a result type is not the scan column's
+    exact type: DuckDB runs those.
+    """
+    if len(plan.scans) != 1 or plan.matchups:
+        return None
+    scan = plan.scans[0]
+    if scan.ref.remote or scan.ref.role == "right":
+        return None
+    try:
+        tree = sqlglot.parse_one(plan.sql, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Select) or set(k for k, v in tree.args.items() if v) - {"expressions", "from_", "limit"}:
+        return None
+    source = tree.args["from_"].this
+    if not isinstance(source, exp.Table) or source.name != scan.table or source.args.get("joins"):
+        return None
+    alias = source.alias or source.name
+    limit: int | None = None
+    if tree.args.get("limit") is not None:
+        value = tree.args["limit"].expression
+        if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
+            return None
+        limit = int(value.this)
+    scan_types = dict(zip(scan.columns, _scan_schema(scan).types))
+    picked = []
+    for item, field in zip(tree.expressions, schema):
+        column = item.this if isinstance(item, exp.Alias) else item
+        if not isinstance(column, exp.Column) or column.table not in ("", alias) or item.alias_or_name != field.name:
+            return None
+        if scan_types.get(column.name) != field.type:
+            return None
+        picked.append(column.name)
+    if len(picked) != len(schema) or len(tree.expressions) != len(schema):
+        return None
+    return tuple(picked), limit
 
 
 def _matchup_schemas(con: duckdb.DuckDBPyConnection, m: MatchupSpec,
@@ -422,11 +469,15 @@ class QueryExecution:
         guard = threading.Thread(target=watchdog, name="dstp-query-watchdog", daemon=True)
         guard.start()
         try:
-            self._register(con)
-            for m in plan.matchups:
-                self._stage(con, m)
-            reader = con.sql(plan.sql).to_arrow_reader(settings.batch_rows)
             schema = self.prepared.schema
+            plain = plain_projection(plan, schema) if settings.plain_projections else None
+            if plain is not None:
+                reader = self._projected(*plain)
+            else:
+                self._register(con)
+                for m in plan.matchups:
+                    self._stage(con, m)
+                reader = con.sql(plan.sql).to_arrow_reader(settings.batch_rows)
             for batch in reader:
                 if batch.num_rows == 0:
                     continue
@@ -462,6 +513,23 @@ class QueryExecution:
                 con.close()
             except duckdb.Error:
                 pass
+
+    def _projected(self, columns: tuple[str, ...], limit: int | None) -> Iterator[pa.RecordBatch]:
+        """Yield the scan's records, only ``columns`` (in the result's order), stopping at ``limit``."""
+        scan = self.prepared.plan.scans[0]
+        source = self._local(scan)
+        if limit == 0:
+            return
+        left = limit
+        with contextlib.closing(source.open().batches()) as batches:  # closed early at the limit: threads end
+            for batch in batches:
+                picked = pa.RecordBatch.from_arrays([batch.column(name) for name in columns], names=list(columns))
+                if left is not None and picked.num_rows >= left:
+                    yield picked.slice(0, left)
+                    return
+                if left is not None:
+                    left -= picked.num_rows
+                yield picked
 
     def _translate(self, exc: Exception) -> DstpError:
         error = next((s.error for s in self._sources if s.error is not None), None)

@@ -293,7 +293,7 @@ class GridScan:
 
     # -- iteration ---------------------------------------------------------------------
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self) -> Generator[pa.RecordBatch, None, None]:
         """Yield the record batches of the scan; errors are also kept in ``self.error``."""
         made = self._sequential() if self.threads == 1 else self._read_ahead()
         try:
@@ -360,7 +360,11 @@ class ReplayableScan:
     def error(self) -> BaseException | None:
         return next((s.error for s in self.scans if s.error is not None), None)
 
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+    def open(self) -> GridScan:
+        """Start a new scan of the hyperslab (its error is then this table's ``error``)."""
         scan = self._open()
         self.scans.append(scan)
-        return scan.reader().__arrow_c_stream__(requested_schema)
+        return scan
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self.open().reader().__arrow_c_stream__(requested_schema)
