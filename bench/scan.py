@@ -5,10 +5,12 @@ Issue 15, item 5. ``select * from ccm3 limit 25000000`` over the large samples
 records, 1.12 GB of Arrow. Three ``dstp serve`` processes on the same files
 differ only in how they scan (environment settings):
 
-* ``netcdf-c`` — ``DSTP_DIRECT_CHUNKS=false DSTP_SCAN_THREADS=1``: every read through netCDF-C
-  under its lock, one block at a time (the scan before this round);
+* ``netcdf-c`` — ``DSTP_DIRECT_CHUNKS=false DSTP_SCAN_THREADS=1 DSTP_PLAIN_PROJECTIONS=false``: every
+  read through netCDF-C under its lock, one block at a time, every query through DuckDB (the server's
+  scan before this round; the client is today's in every row);
 * ``direct`` — the defaults: compressed chunks read, inflated (ISA-L) and unshuffled
-  outside the lock (:mod:`dstp.catalog.chunks`), one block at a time;
+  outside the lock (:mod:`dstp.catalog.chunks`), one block at a time, and this plain projection
+  streamed from the scan without DuckDB;
 * ``direct-2`` — ``DSTP_SCAN_THREADS=2``: the same, with two blocks read ahead of DuckDB on threads.
 
 Each server is queried by fresh client processes (``python -m bench.bulk_client``: batches
@@ -33,7 +35,7 @@ from bench.report import write_json, write_markdown
 NAME = "scan"
 REPEATS = 3
 CONFIGS: dict[str, dict[str, str]] = {
-    "netcdf-c": {"DSTP_DIRECT_CHUNKS": "false", "DSTP_SCAN_THREADS": "1"},
+    "netcdf-c": {"DSTP_DIRECT_CHUNKS": "false", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "false"},
     "direct": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "1"},
     "direct-2": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "2"},
 }
