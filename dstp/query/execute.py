@@ -521,15 +521,22 @@ class QueryExecution:
         if limit == 0:
             return
         left = limit
-        with contextlib.closing(source.open().batches()) as batches:  # closed early at the limit: threads end
-            for batch in batches:
-                picked = pa.RecordBatch.from_arrays([batch.column(name) for name in columns], names=list(columns))
-                if left is not None and picked.num_rows >= left:
-                    yield picked.slice(0, left)
-                    return
-                if left is not None:
-                    left -= picked.num_rows
-                yield picked
+        try:
+            with contextlib.closing(source.open().batches()) as batches:  # closed early at the limit
+                for batch in batches:
+                    picked = pa.RecordBatch.from_arrays([batch.column(name) for name in columns],
+                                                        names=list(columns))
+                    if left is not None and picked.num_rows >= left:
+                        yield picked.slice(0, left)
+                        return
+                    if left is not None:
+                        left -= picked.num_rows
+                    yield picked
+        except Exception as exc:
+            # As from DuckDB: a file's own error as it is; a cancel by the watchdog as the time-out it is.
+            if isinstance(exc, DstpError) and not isinstance(exc, CancelledError):
+                raise
+            raise self._translate(exc) from None
 
     def _translate(self, exc: Exception) -> DstpError:
         error = next((s.error for s in self._sources if s.error is not None), None)

@@ -8,12 +8,14 @@ must never take the short path.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from dstp.catalog.registry import Catalog
+from dstp.errors import CancelledError, QueryTimeoutError
 from dstp.query.execute import QueryExecution, plain_projection, prepare_query
 from dstp.settings import Settings
 
@@ -70,3 +72,18 @@ def test_queries_that_do_more_than_pick_columns_run_in_duckdb(catalog: Catalog, 
     full, _ = answer(catalog, sql, False)
     in_order = [(name, "ascending") for name in short.column_names]  # DISTINCT's order is DuckDB's choice
     assert not took and short.sort_by(in_order).equals(full.sort_by(in_order), check_metadata=True)
+
+
+def test_a_plain_projection_past_its_time_limit_times_out_and_a_cancel_cancels(catalog: Catalog) -> None:
+    settings = Settings(catalog_root=catalog.root, batch_rows=500, query_time_limit_s=5)
+    prepared = prepare_query("select * from ccm3", catalog, settings)
+    assert plain_projection(prepared.plan, prepared.schema) is not None
+    late = QueryExecution(prepared, settings, started=time.monotonic() - 10)  # its 5 s were up long ago
+    with pytest.raises(QueryTimeoutError, match="longer than 5 s"):
+        for _ in late.batches():
+            pass
+    cancelled = QueryExecution(prepared, settings)
+    cancelled.cancel.set()
+    with pytest.raises(CancelledError):
+        for _ in cancelled.batches():
+            pass
