@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,8 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
     ``env``: variables added to this process's environment for the server (e.g. ``DSTP_SCAN_THREADS``).
     """
     cmd = [*prefix, sys.executable, "-m", "dstp.cli", "serve", str(root), "--port", "0", "--http-port", "-1", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    errors = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True,
                             env={**os.environ, **env} if env else None)
     server = ServerProcess(proc)
     try:
@@ -55,7 +57,9 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"dstp serve exited with {proc.wait()} before listening")
+                code = proc.wait()
+                errors.seek(0)
+                raise RuntimeError(f"dstp serve exited with {code} before listening: {errors.read()[-600:]}")
             m = re.match(r"\s+(grpc|http|data|udt)\s+(\S+)", line)
             if m:
                 server.endpoints[m.group(1)] = m.group(2)
@@ -73,3 +77,4 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+        errors.close()
