@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from bench.dstp_process import stop
+
 NAME = "cluster_nic"
 HUB = "dstpc-hub"
 SUBNET = "10.77.0"
@@ -88,12 +90,7 @@ def process(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subp
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def client_main(url: str, workers: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 
 @dataclass
@@ -37,6 +37,16 @@ class ServerProcess:
         import os
 
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """Terminate ``proc``; kill it if it is still there 15 s later."""
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
@@ -69,12 +79,7 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
             raise RuntimeError("dstp serve did not report a gRPC address")
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         if proc.stdout:
             proc.stdout.close()
         errors.close()

@@ -98,16 +98,21 @@ def send_frame(fd: int, kind: int, stripe: int, sequence: int, offset: int, view
         raise TransportError(f"data connection lost while sending: {exc.strerror or exc}") from exc
 
 
-def recv_checked(fd: int, header: Any, into: memoryview) -> int:
-    """Receive ``header``'s payload into ``into`` and check the frame; return the payload's CRC-32C."""
+def _checked(header: Any, receive: Any) -> int:
+    """Run a native receive of ``header``'s payload, check the frame, return the payload's CRC-32C."""
     try:
-        frame_crc, body_crc = _native.recv_payload(fd, into, header.blank)
+        frame_crc, body_crc = receive()
     except EOFError:
         raise TransportError("the data connection closed in the middle of a frame") from None
     except OSError as exc:
         raise TransportError(f"data connection lost while receiving: {exc.strerror or exc}") from exc
     check(header, frame_crc)
     return int(body_crc)
+
+
+def recv_checked(fd: int, header: Any, into: memoryview) -> int:
+    """Receive ``header``'s payload into ``into`` and check the frame; return the payload's CRC-32C."""
+    return _checked(header, lambda: _native.recv_payload(fd, into, header.blank))
 
 
 def check(header: Any, frame_crc: int) -> None:
@@ -132,14 +137,7 @@ class OutputMap:
         before every block is recorded and the whole range matches the server's CRC-32C; the block is
         not recorded, so it is fetched again.
         """
-        try:
-            frame_crc, body_crc = self._map.recv_into(fd, position, header.length, header.blank)
-        except EOFError:
-            raise TransportError("the data connection closed in the middle of a frame") from None
-        except OSError as exc:
-            raise TransportError(f"data connection lost while receiving: {exc.strerror or exc}") from exc
-        check(header, frame_crc)
-        return int(body_crc)
+        return _checked(header, lambda: self._map.recv_into(fd, position, header.length, header.blank))
 
     def close(self) -> None:
         """Unmap (after receives in flight return)."""

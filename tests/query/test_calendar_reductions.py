@@ -16,19 +16,19 @@ from typing import Iterator
 import cftime
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import builders
+from in_process import answer_table
 from oracle import _times
 
 from dstp.catalog.publish import publish
 from dstp.catalog.registry import Catalog
 from dstp.errors import QueryError
-from dstp.query.execute import QueryExecution, prepare_query
+from dstp.query.execute import prepare_query
 from dstp.settings import Settings
 
 CALENDARS = ["standard", "proleptic_gregorian", "noleap", "360_day", "all_leap", "julian"]
@@ -51,9 +51,7 @@ def series(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Catalog, 
 
 
 def answer(catalog: Catalog, sql: str) -> pd.DataFrame:
-    prepared = prepare_query(sql, catalog, SETTINGS)
-    table = pa.Table.from_batches(list(QueryExecution(prepared, SETTINGS).batches()), schema=prepared.schema)
-    return table.to_pandas()
+    return answer_table(catalog, sql, SETTINGS).to_pandas()
 
 
 def labels(times: np.ndarray, calendar: str) -> list[str]:

@@ -14,16 +14,15 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 import xarray as xr
 
 import builders
+from in_process import answer_table
 
 from dstp.catalog.publish import publish
 from dstp.catalog.registry import Catalog
 from dstp.errors import QueryError
-from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 
 SETTINGS = Settings(batch_rows=1000, duckdb_threads=2)
@@ -46,9 +45,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Catalog,
 
 
 def answer(catalog: Catalog, sql: str) -> pd.DataFrame:
-    prepared = prepare_query(sql, catalog, SETTINGS)
-    table = pa.Table.from_batches(list(QueryExecution(prepared, SETTINGS).batches()), schema=prepared.schema)
-    return table.to_pandas()
+    return answer_table(catalog, sql, SETTINGS).to_pandas()
 
 
 def labels(times: np.ndarray) -> pd.DatetimeIndex:

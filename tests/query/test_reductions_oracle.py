@@ -14,7 +14,6 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 import shutil
 import xarray as xr
@@ -22,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import builders
+from in_process import answer_table
 import oracle
 
 from dstp.catalog.publish import publish
 from dstp.catalog.registry import Catalog
-from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 
 SETTINGS = Settings(batch_rows=5000, duckdb_threads=2)
@@ -48,9 +47,7 @@ def catalog(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def answer(catalog: Catalog, sql: str) -> pd.DataFrame:
-    prepared = prepare_query(sql, catalog, SETTINGS)
-    table = pa.Table.from_batches(list(QueryExecution(prepared, SETTINGS).batches()), schema=prepared.schema)
-    return table.to_pandas()
+    return answer_table(catalog, sql, SETTINGS).to_pandas()
 
 
 def open_grid(folder: Path) -> xr.Dataset:
