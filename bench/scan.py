@@ -8,7 +8,7 @@ differ only in how they scan (environment settings):
 * ``netcdf-c`` — ``DSTP_DIRECT_CHUNKS=false DSTP_SCAN_THREADS=1 DSTP_PLAIN_PROJECTIONS=false``: every
   read through netCDF-C under its lock, one block at a time, every query through DuckDB (the server's
   scan before this round; the client is today's in every row);
-* ``direct`` — the defaults: compressed chunks read, inflated (ISA-L) and unshuffled
+* ``direct`` — ``DSTP_DIRECT_CHUNKS=true``: compressed chunks read, inflated (ISA-L) and unshuffled
   outside the lock (:mod:`dstp.catalog.chunks`), one block at a time, and this plain projection
   streamed from the scan without DuckDB;
 * ``direct-2`` — ``DSTP_SCAN_THREADS=2``: the same, with two blocks read ahead of DuckDB on threads.
@@ -36,7 +36,7 @@ NAME = "scan"
 REPEATS = 3
 CONFIGS: dict[str, dict[str, str]] = {
     "netcdf-c": {"DSTP_DIRECT_CHUNKS": "false", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "false"},
-    "direct": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "1"},
+    "direct": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "true"},
     "direct-2": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "2"},
 }
 TRANSPORTS = {"striped ×8": ("striped", 8), "gRPC stream": ("grpc", 0)}

@@ -1,5 +1,9 @@
 """Reading compressed netCDF-4 chunks without holding the netCDF lock (issue 15, item 5).
 
+Opt-in (``direct_chunks``, ``DSTP_DIRECT_CHUNKS=true``): one fresh-clone CI run with it on by default
+died of SIGBUS inside netCDF-C's close of a file (h5py loads a second copy of HDF5 into the process);
+until that is explained, the server reads through netCDF-C unless told otherwise.
+
 netCDF-C and HDF5 are not thread-safe, so every call into them holds
 ``NETCDF_LOCK`` (:mod:`.netcdf4_`): a scan of zlib-compressed files then
 inflates one chunk at a time on one core, and that — not the network — bounds

@@ -64,8 +64,8 @@ class Settings:
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
     )
     direct_chunks: bool = _setting(
-        True, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks); "
-        "false: every read through netCDF-C."
+        False, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks); "
+        "opt-in until a SIGBUS seen once with it on is explained (docs/benchmarks.md, scan)."
     )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
