@@ -168,7 +168,8 @@ class Transfer:
         """
         with self._cond:
             if self._done:
-                raise TransportError("this transfer has already finished")
+                raise TicketError("this ticket's transfer has already finished (tickets are single-use) — "
+                                  "run the query again for a new one")
             if attempt <= self._attempts.get(stripe, -1):
                 raise TicketError(f"stripe {stripe} was already opened with attempt {attempt}: a HELLO is good "
                                   "for one connection (a resumed stripe counts its attempt up)")
