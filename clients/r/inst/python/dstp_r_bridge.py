@@ -12,6 +12,10 @@ Errors come back as data, ``{"error": {"code", "message", "line", "column"}}``,
 so R raises the same condition classes as over HTTP. A result the server cut
 at a limit is fetched whole and reported in the summary (``truncated``,
 ``truncated_reason``): R decides whether that is an error or a warning.
+
+From a scale-out server (``dstp serve --cluster``) the Python client fetches one
+piece per worker, in parallel; the summary then says how many (``partitions``),
+from where (``endpoints``) and how many were fetched again (``refetched``).
 """
 
 from __future__ import annotations
@@ -66,4 +70,9 @@ def fetch(target: str, sql: str, transport: str, streams: int, path: str, limit:
                if isinstance(v, (bool, int, float, str))}
     summary.update({"rows": rows, "transport": stream.transport, "seconds": time.perf_counter() - started,
                     "choice": stream.choice})
+    parts = getattr(stream, "partitions", None)
+    if parts:  # a scale-out server: the pieces came from these worker endpoints, fetched at once
+        summary["partitions"] = len(parts)
+        summary["endpoints"] = ",".join(sorted({p.endpoint for p in parts}))
+        summary["refetched"] = sum(p.attempts > 1 for p in parts)
     return summary
