@@ -31,8 +31,10 @@ space) are reported by :meth:`GriddedDataset.present` and dropped by the scan.
 from __future__ import annotations
 
 import glob
+import hashlib
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -100,6 +102,31 @@ class GriddedDataset:
     @property
     def size_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+    @cached_property
+    def identity(self) -> str:
+        """Return a digest of what a query over this dataset reads: its files (name, size, place on the
+        aggregation axis, format), dimension sizes, decoded coordinate values, and every column's type and
+        per-file decodings. Two hosts serving equal files give equal identities, wherever the files are;
+        a missing, extra, resized or differently packed file changes it."""
+        h = hashlib.sha256()
+
+        def add(*parts: object) -> None:
+            h.update(repr(parts).encode())
+            h.update(b"\0")
+
+        add(self.id, self.descriptor.aggregate)
+        for f in self.files:
+            add("file", f.path.name, f.size, f.start, f.count, f.format)
+        for name, dim in self.dimensions.items():
+            add("dim", name, dim.size)
+        for name, coord in self.coordinates.items():
+            values = np.ascontiguousarray(coord.values)
+            add("coord", name, str(coord.arrow_type), values.dtype.str, values.shape, coord.file_decodings)
+            h.update(values.tobytes() if values.dtype.kind != "O" else repr(values.tolist()).encode())
+        for name, col in [*self.auxiliaries.items(), *self.attributes.items()]:
+            add("column", name, str(col.arrow_type), col.role, col.file_decodings)
+        return h.hexdigest()
 
     def grid_size(self, dims: tuple[str, ...]) -> int:
         return math.prod(self.dimensions[d].size for d in dims)

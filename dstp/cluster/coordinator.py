@@ -37,7 +37,15 @@ from typing import Any
 import grpc
 
 from dstp.auth import Principal
-from dstp.cluster.partitions import PartitionSpec, order_keys, plan_partitions, why_not_partitioned, within_limits
+from dstp.cluster.partitions import (
+    DatasetIdentity,
+    PartitionSpec,
+    identities,
+    order_keys,
+    plan_partitions,
+    why_not_partitioned,
+    within_limits,
+)
 from dstp.cluster.worker import PartitionResult, node_report, published, reissue, run_partition
 from dstp.errors import DstpError, NotFoundError, TransportError
 from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
@@ -70,6 +78,8 @@ class ClusterQuery:
     expires_at: float
     #: Stripes granted per partition transfer.
     streams: int = 1
+    #: The datasets' identities the pieces were cut against (a rerun is checked against the same).
+    expect: tuple[DatasetIdentity, ...] = ()
     #: Streamed: each partition's running Dask task (None once it has finished), else empty.
     futures: list[Any] = field(default_factory=list)
     #: Generation of the published ticket behind ``results[i]`` (streamed partitions; see Coordinator).
@@ -192,9 +202,9 @@ class Coordinator:
             self._arrived.notify_all()
 
     def _submit(self, label: str, sql: str, spec: PartitionSpec, compression: str, workers: list[str],
-                key: str, publish: bool) -> Any:
+                key: str, publish: bool, expect: tuple[DatasetIdentity, ...]) -> Any:
         future = self.client.submit(run_partition, label, sql, spec, compression, self._topic if publish else "",
-                                    key=key, workers=workers, allow_other_workers=True, pure=False)
+                                    expect, key=key, workers=workers, allow_other_workers=True, pure=False)
         future.add_done_callback(self._ended)
         return future
 
@@ -240,6 +250,7 @@ class Coordinator:
         query_id = service.offers.label("q")
         label = f"{query_id}-{uuid.uuid4().hex[:8]}"
         specs = plan_partitions(prepared, len(workers))
+        expect = identities(prepared)
         labels = [f"{label}.p{s.index}" for s in specs]
         s = self.settings
         stream = within_limits(prepared, s.max_result_rows, s.max_result_bytes)
@@ -247,7 +258,7 @@ class Coordinator:
         futures: list[Any] = []
         try:
             futures = [self._submit(labels[i], sql, spec, compression, [workers[spec.index % len(workers)]],
-                                    f"dstp-{label}-p{spec.index}", stream) for i, spec in enumerate(specs)]
+                                    f"dstp-{label}-p{spec.index}", stream, expect) for i, spec in enumerate(specs)]
             if stream:
                 found = self._await_published(labels, futures, [0] * len(labels), f"query {query_id}")
                 results = [r for _, r in found]
@@ -267,7 +278,8 @@ class Coordinator:
                      rows, nbytes)
             return None
         cq = ClusterQuery(query_id, sql, principal, specs, results, compression,
-                          self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS))
+                          self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS),
+                          expect=expect)
         if stream:
             cq.futures = futures
             cq.generations = [g for g, _ in found]
@@ -366,7 +378,8 @@ class Coordinator:
                 with self._arrived:
                     after = self._published.get(old.label, (0, old))[0]
                 future = self._submit(old.label, cq.sql, spec, cq.compression, others,
-                                      f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", publish=True)
+                                      f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", publish=True,
+                                      expect=cq.expect)
                 try:
                     generation, again = self._await_published([old.label], [future], [after], what)[0]
                 except BaseException:

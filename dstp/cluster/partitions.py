@@ -15,6 +15,11 @@ ORDER BY is partitioned when every key is an output column (by name or
 position) and all keys put NULLs on the same side: each piece is sorted, and
 the client merges the pieces by :class:`OrderKey`. Anything else is answered
 by the coordinator itself (:func:`why_not_partitioned` says why).
+
+A piece is cut by index, so it is only right when the worker's copy of the
+dataset is the coordinator's: each task carries the :class:`DatasetIdentity`
+the coordinator planned with, and a worker whose files or decodings differ
+refuses the piece (:func:`check_identities`) instead of answering from other data.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from typing import Any
 
 from sqlglot import exp
 
+from dstp.errors import CatalogError
 from dstp.query.execute import PreparedQuery
 from dstp.query.plan import Hyperslab
 
-__all__ = ["OrderKey", "PartitionSpec", "order_keys", "partition_prepared", "plan_partitions",
-           "why_not_partitioned", "within_limits"]
+__all__ = ["DatasetIdentity", "OrderKey", "PartitionSpec", "check_identities", "identities", "order_keys",
+           "partition_prepared", "plan_partitions", "why_not_partitioned", "within_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +174,43 @@ def within_limits(prepared: PreparedQuery, max_rows: int, max_bytes: int) -> boo
         except ValueError:  # variable width
             return False
     return rows <= max_rows and rows * width <= max_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetIdentity:
+    """What the coordinator planned a piece against: a dataset's identity digest and its files (name, size)."""
+
+    dataset: str
+    digest: str
+    files: tuple[tuple[str, int], ...]
+
+
+def identities(prepared: PreparedQuery) -> tuple[DatasetIdentity, ...]:
+    """Return the identity of every local dataset the query scans (see ``GriddedDataset.identity``)."""
+    out = []
+    for scan in prepared.plan.scans:
+        if scan.ref.remote:
+            continue
+        ds: Any = scan.dataset
+        out.append(DatasetIdentity(ds.id, ds.identity, tuple((f.path.name, f.size) for f in ds.files)))
+    return tuple(out)
+
+
+def check_identities(prepared: PreparedQuery, expected: tuple[DatasetIdentity, ...], where: str) -> None:
+    """Raise CatalogError when the datasets ``prepared`` scans here are not those ``expected`` (the
+    coordinator's), naming the files that differ; return when they are the same."""
+    mine = {i.dataset: i for i in identities(prepared)}
+    for want in expected:
+        have = mine.get(want.dataset)
+        if have is None or have.digest == want.digest:
+            continue
+        theirs, ours = dict(want.files), dict(have.files)
+        diffs = [f"{name} missing here" for name in theirs if name not in ours]
+        diffs += [f"{name} not on the coordinator" for name in ours if name not in theirs]
+        diffs += [f"{name} has {ours[name]:,} bytes here, {theirs[name]:,} on the coordinator"
+                  for name in theirs if name in ours and ours[name] != theirs[name]]
+        detail = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs else \
+            "the same file names and sizes, but different coordinate values, variables or packing"
+        raise CatalogError(f"{where}: its copy of dataset {want.dataset!r} is not the coordinator's ({detail}); "
+                           "a piece cut by index would read other data, so it was not run — make the worker see "
+                           "the same files (DSTP_CATALOG_ROOT) and restart it")

@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from dstp.catalog.registry import Catalog
-from dstp.cluster.partitions import PartitionSpec, partition_prepared
+from dstp.cluster.partitions import DatasetIdentity, PartitionSpec, check_identities, partition_prepared
 from dstp.errors import DstpError, TicketError, TransportError
 from dstp.query.execute import QueryExecution, QuerySummary, prepare_query
 from dstp.settings import Settings
@@ -351,19 +351,22 @@ def published(message: dict[str, Any]) -> PartitionResult:
 
 
 def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = "none",
-                  publish: str = "") -> PartitionResult:
+                  publish: str = "", expect: tuple[DatasetIdentity, ...] = ()) -> PartitionResult:
     """Dask task: run piece ``spec`` of ``sql`` on this worker, keep its result, return how to fetch it.
 
     ``publish``: a Dask event topic the coordinator listens on. The task then issues the ticket before
     computing and logs it there (rows and bytes -1: still computing), and fills the held result batch by
     batch, so the client's transfer starts at once and sends while the piece is computed. The return
-    value is the finished partition's counts either way.
+    value is the finished partition's counts either way. ``expect``: the coordinator's identities of the
+    datasets read; a worker whose copy differs raises CatalogError before issuing anything.
     """
     from distributed import get_worker
 
     worker = get_worker()
     node = node_of(worker)
-    prepared = partition_prepared(prepare_query(sql, node.catalog, node.settings), spec)
+    planned = prepare_query(sql, node.catalog, node.settings)
+    check_identities(planned, expect, f"cluster worker {worker.address}")
+    prepared = partition_prepared(planned, spec)
     execution = QueryExecution(prepared, node.settings)
     held = node.store.open(label, prepared.schema)
     ticket: Ticket | None = None

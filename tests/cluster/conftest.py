@@ -52,8 +52,10 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
         time.sleep(0.05)
 
 
-def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3) -> DaskCluster:
-    """Start a scheduler and ``n_workers`` preloaded workers on loopback; return them once all are up."""
+def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3, worker_roots: list[Path] | None = None) -> DaskCluster:
+    """Start a scheduler and ``n_workers`` preloaded workers on loopback; return them once all are up.
+
+    ``worker_roots``: each worker's own catalog root (default: all see ``catalog_root``)."""
     from distributed import Client
 
     env = {**os.environ, "DSTP_CATALOG_ROOT": str(catalog_root), "DSTP_BATCH_ROWS": "4096",
@@ -68,7 +70,8 @@ def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3) -> DaskCluster
         cluster.address = json.loads(sched_file.read_text())["address"]
         procs = [subprocess.Popen([DASK, "worker", cluster.address, "--host", "127.0.0.1", "--no-nanny",
                                    "--nthreads", "1", "--no-dashboard", "--preload", "dstp.cluster",
-                                   "--name", f"w{i}"], stdout=log, stderr=log, env=env)
+                                   "--name", f"w{i}"], stdout=log, stderr=log,
+                                  env={**env, "DSTP_CATALOG_ROOT": str((worker_roots or [catalog_root] * n_workers)[i])})
                  for i in range(n_workers)]
         with Client(cluster.address, timeout=30) as client:
             client.wait_for_workers(n_workers, timeout=START_TIMEOUT_S)
