@@ -46,8 +46,8 @@ from dstp.cluster.partitions import (
     why_not_partitioned,
     within_limits,
 )
-from dstp.cluster.worker import PartitionResult, node_report, published, reissue, run_partition
-from dstp.errors import DstpError, NotFoundError, TransportError
+from dstp.cluster.worker import PartitionResult, dataset_identities, node_report, published, reissue, run_partition
+from dstp.errors import CatalogError, DstpError, NotFoundError, TransportError
 from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
 from dstp.proto import dstp_pb2 as pb
 from dstp.query.execute import PreparedQuery
@@ -111,6 +111,8 @@ class Coordinator:
         self._published: dict[str, tuple[int, PartitionResult]] = {}
         self._generation = 0
         self._arrived = threading.Condition()
+        #: Each worker's identity of the datasets asked about so far (a worker scans its catalog once).
+        self._identities: dict[str, dict[str, str]] = {}
 
     def start(self) -> "Coordinator":
         """Connect, register the worker plugin (every worker, and each that joins later), wait for one worker."""
@@ -165,6 +167,27 @@ class Coordinator:
             self.cluster = None
 
     # -- queries ------------------------------------------------------------------------------
+
+    def eligible(self, workers: list[str], expect: tuple[DatasetIdentity, ...]) -> list[str]:
+        """Return the workers whose copies of the datasets are the coordinator's (``expect``); ask each
+        worker once per dataset, and log the ones left out."""
+        names = [i.dataset for i in expect]
+        with self._lock:
+            for gone in set(self._identities) - set(workers):
+                del self._identities[gone]
+            unknown = [w for w in workers if any(n not in self._identities.get(w, {}) for n in names)]
+        if unknown:
+            found = self.client.run(dataset_identities, names, workers=unknown, on_error="return")
+            with self._lock:
+                for w, ids in found.items():
+                    if isinstance(ids, dict):
+                        self._identities.setdefault(w, {}).update(ids)
+                        for i in expect:
+                            if ids.get(i.dataset) != i.digest:
+                                log.warning("cluster worker %s is left out of queries on %r: its copy differs from "
+                                            "the coordinator's (or it does not serve it)", w, i.dataset)
+        with self._lock:
+            return [w for w in workers if all(self._identities.get(w, {}).get(i.dataset) == i.digest for i in expect)]
 
     def _gather(self, futures: list[Any], what: str) -> list[PartitionResult]:
         """Return the futures' results within the query time limit; typed errors pass, the rest is clear."""
@@ -244,13 +267,17 @@ class Coordinator:
         workers = self.workers()
         if not reason and not workers:
             reason = "no cluster worker is alive"
+        expect = identities(prepared)
+        if not reason:
+            workers = self.eligible(workers, expect)
+            if not workers:
+                reason = "no cluster worker holds the coordinator's copy of its dataset"
         if reason:
             log.info("answered by the coordinator, not partitioned: %s — %s", reason, sql.strip()[:120])
             return None
         query_id = service.offers.label("q")
         label = f"{query_id}-{uuid.uuid4().hex[:8]}"
         specs = plan_partitions(prepared, len(workers))
-        expect = identities(prepared)
         labels = [f"{label}.p{s.index}" for s in specs]
         s = self.settings
         stream = within_limits(prepared, s.max_result_rows, s.max_result_bytes)
@@ -373,6 +400,10 @@ class Coordinator:
                 after = cq.generations[index]
                 generation, again = self._await_published([old.label], [running], [after], what)[0]
             else:
+                live = self.eligible(live, cq.expect)
+                if not live:
+                    raise CatalogError(f"no cluster worker holds the coordinator's copy of the data to run {what} "
+                                       "again")
                 others = [w for w in live if w != old.worker] or live
                 log.info("query %s: partition %d lost with %s; running it again", query_id, index, old.worker)
                 with self._arrived:

@@ -48,8 +48,8 @@ from dstp.transport.sources import QuerySource
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
-__all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "node_of", "published", "reissue",
-           "run_partition", "start_node", "stop_node"]
+__all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities", "node_of",
+           "published", "reissue", "run_partition", "start_node", "stop_node"]
 
 log = logging.getLogger("dstp.cluster")
 
@@ -397,6 +397,19 @@ def reissue(label: str, spec: PartitionSpec, compression: str = "none", dask_wor
     if ticket is None:
         return None
     return _result(node, label, spec.index, spec, ticket, compression, node.store.summary_of(label))
+
+
+def dataset_identities(datasets: list[str], dask_worker: Any = None) -> dict[str, str]:
+    """``client.run``: this worker's identity of each dataset (see ``GriddedDataset.identity``); "" for one
+    its catalog does not serve. Its catalog is scanned once, so the answer holds for the worker's life."""
+    node = node_of(dask_worker)
+    out: dict[str, str] = {}
+    for name in datasets:
+        try:
+            out[name] = node.catalog.get(name).identity
+        except DstpError:
+            out[name] = ""
+    return out
 
 
 def node_report(dask_worker: Any = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""A worker whose copy of a dataset differs from the coordinator's refuses its piece — never other data.
+"""A worker whose copy of a dataset differs from the coordinator's is left out, and refuses a piece — never other data.
 
 Pieces are cut by index along the grid, so a worker that sees a different set of files (one month not
 copied yet) or a file packed differently would answer from other records without noticing. Each task
-carries the coordinator's dataset identity (files, sizes, coordinates, per-file decodings); a worker
-whose own differs raises CatalogError naming what differs, and the query fails clearly.
+carries the coordinator's dataset identity (files, sizes, coordinates, per-file decodings). The
+coordinator plans only with workers whose identity is its own; a piece that reaches a worker whose
+identity differs anyway raises CatalogError naming what differs — the query fails clearly.
 """
 
 from __future__ import annotations
@@ -101,23 +102,45 @@ def mixed_cluster(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) 
     stop_dask(cluster)
 
 
-def test_a_cluster_with_a_stale_worker_refuses_instead_of_answering(catalog_root: Path, mixed_cluster: DaskCluster,
-                                                                    client: dstp.Client) -> None:
+def test_a_stale_worker_is_left_out_and_refuses_a_piece_sent_to_it(catalog_root: Path, mixed_cluster: DaskCluster,
+                                                                   client: dstp.Client) -> None:
+    from distributed import Client
+
+    from dstp.cluster.partitions import plan_partitions
+    from dstp.cluster.worker import run_partition
+
+    by_name = {p.args[-1]: w for w, p in mixed_cluster.workers.items()}  # type: ignore[index] # "--name", "wN"
+    good, stale = by_name["w0"], by_name["w1"]  # w1 runs on the copy with a repacked ccm3 file
     settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, batch_rows=4096)
     server = DstpServer(settings, cluster=mixed_cluster.address)
     server.start()
     try:
         assert server.endpoints is not None
         with dstp.connect(server.endpoints.grpc) as c:
-            with pytest.raises(CatalogError, match="cluster worker tcp://.*: its copy of dataset 'ccm3' is not the "
-                                                   "coordinator's") as err:
-                c.query_batches(SQL, transport="striped", streams=2).read_all()
-            assert "DSTP_CATALOG_ROOT" in str(err.value)
-            # The worker's ocean is the coordinator's: its pieces still run on both workers, exactly.
+            # ccm3 differs on the stale worker: the whole query runs on the other one, exactly.
+            stream = c.query_batches(SQL, transport="striped", streams=2)
+            got = stream.read_all()
+            assert {p.worker for p in stream.partitions} == {good}
+            oracle.assert_same_records(got, client.query(SQL))
+            # ocean is the same on both: its pieces still run on both workers.
             sql = "select salinity, time, depth from ocean where salinity > 34"
             stream = c.query_batches(sql, transport="striped", streams=2)
             got = stream.read_all()
-            assert len({p.worker for p in stream.partitions}) == 2
+            assert {p.worker for p in stream.partitions} == {good, stale}
             oracle.assert_same_records(got, client.query(sql))
     finally:
         server.stop()
+    # A piece sent to the stale worker anyway (a worker replaced between planning and running) is refused.
+    cat = Catalog.scan(catalog_root)
+    try:
+        prepared = prepare_query(SQL, cat, SETTINGS)
+        spec = plan_partitions(prepared, 2)[0]
+        expect = identities(prepared)
+    finally:
+        cat.close()
+    with Client(mixed_cluster.address, timeout=30) as dask_client:
+        future = dask_client.submit(run_partition, "identity-probe", SQL, spec, "none", "", expect,
+                                    workers=[stale], allow_other_workers=False, pure=False)
+        with pytest.raises(CatalogError, match=rf"cluster worker {stale}: its copy of dataset 'ccm3' is not the "
+                                               "coordinator's .*DSTP_CATALOG_ROOT"):
+            future.result(timeout=60)
