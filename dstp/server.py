@@ -191,6 +191,7 @@ class DstpServer:
                                            sealed=self.tls is not None, clock=self.clock).start()
             self._undo.append(self.coordinator.stop)
             servicer = self.coordinator.servicer(self.service)
+            self.service.queries.rewrite = self.coordinator.reduce_on_workers  # reductions: partial aggregates
         add_to_server(servicer, self._grpc)
         try:
             if self.tls is not None:

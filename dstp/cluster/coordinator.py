@@ -27,6 +27,7 @@ no longer held — the piece run again on another worker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import pyarrow as pa
 
 from dstp.auth import Principal
 from dstp.cluster.partitions import (
@@ -46,11 +48,21 @@ from dstp.cluster.partitions import (
     why_not_partitioned,
     within_limits,
 )
-from dstp.cluster.worker import PartitionResult, dataset_identities, node_report, published, reissue, run_partition
-from dstp.errors import CatalogError, DstpError, NotFoundError, TransportError
+from dstp.cluster.reduce import split_reduction
+from dstp.cluster.worker import (
+    PartitionResult,
+    dataset_identities,
+    node_report,
+    published,
+    reissue,
+    run_partial,
+    run_partition,
+)
+from dstp.catalog.netcdf4_ import ReadStats
+from dstp.errors import CancelledError, CatalogError, DstpError, NotFoundError, QueryTimeoutError, TransportError
 from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
 from dstp.proto import dstp_pb2 as pb
-from dstp.query.execute import PreparedQuery
+from dstp.query.execute import Combine, PreparedQuery
 from dstp.service import DstpService
 from dstp.service.queries import row_bytes
 from dstp.settings import Settings
@@ -152,7 +164,7 @@ class Coordinator:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def reports(self) -> dict[str, dict[str, Any]]:
-        """Return each worker's node report: its data endpoint, Arrow bytes it sent, partitions it holds."""
+        """Return each worker's node report: its data endpoint, Arrow bytes sent, partitions held, pieces reduced."""
         return dict(self.client.run(node_report, on_error="return"))
 
     def stop(self) -> None:
@@ -189,7 +201,7 @@ class Coordinator:
         with self._lock:
             return [w for w in workers if all(self._identities.get(w, {}).get(i.dataset) == i.digest for i in expect)]
 
-    def _gather(self, futures: list[Any], what: str) -> list[PartitionResult]:
+    def _gather(self, futures: list[Any], what: str) -> list[Any]:
         """Return the futures' results within the query time limit; typed errors pass, the rest is clear."""
         from distributed import wait
         from distributed.client import FutureCancelledError
@@ -325,6 +337,68 @@ class Coordinator:
         log.info("query %s partitioned into %d pieces on %d workers%s", query_id, len(specs),
                  len({r.worker for r in results}), ", streamed" if stream else f": {rows} rows")
         return _answer(prepared, query_id, [self._partition(prepared, r, cq.streams) for r in results], stream)
+
+    def reduce_on_workers(self, prepared: PreparedQuery) -> PreparedQuery:
+        """Service hook on every prepared query: a reduction that splits (:mod:`.reduce`) gets a
+        :class:`Combine` — its pieces reduced on the workers when it runs, combined here; anything else,
+        or when no worker holds the coordinator's copy, is returned as it is."""
+        if not prepared.query.aggregated:
+            return prepared
+        sql = prepared.query.sql
+        split = split_reduction(prepared, self.settings)
+        if isinstance(split, str):
+            log.info("reduced on the coordinator, not on workers: %s — %s", split, sql.strip()[:120])
+            return prepared
+        expect = identities(prepared)
+        workers = self.eligible(self.workers(), expect)
+        if not workers:
+            log.info("reduced on the coordinator: no cluster worker holds its data — %s", sql.strip()[:120])
+            return prepared
+        specs = plan_partitions(prepared, len(workers))
+
+        def partials(cancel: threading.Event, deadline: float, stats: ReadStats) -> pa.Table:
+            live = self.eligible(self.workers(), expect)
+            if not live:
+                raise TransportError("no cluster worker holding this query's data is alive to reduce its pieces; "
+                                     "run it again")
+            label = uuid.uuid4().hex[:8]
+            futures = [self.client.submit(run_partial, sql, spec, split.partial_sql, expect,
+                                          key=f"dstp-reduce-{label}-p{spec.index}", workers=[live[spec.index % len(live)]],
+                                          allow_other_workers=True, pure=False) for spec in specs]
+            self._wait_all(futures, cancel, deadline)
+            results = self._gather(futures, f"the pieces of a reduction ({len(specs)})")
+            tables = []
+            for ipc, hyperslabs, elements, nbytes in results:
+                tables.append(pa.ipc.open_stream(ipc).read_all())
+                stats.hyperslabs += hyperslabs
+                stats.elements += elements
+                stats.bytes += nbytes
+            log.info("reduction %s: %d pieces on %d workers, %d partial rows", label, len(specs),
+                     len(set(live[s.index % len(live)] for s in specs)), sum(t.num_rows for t in tables))
+            return pa.concat_tables(tables) if tables else split.partial_schema.empty_table()
+
+        return dataclasses.replace(prepared, combine=Combine(split.combine_sql, partials, len(specs)))
+
+    def _wait_all(self, futures: list[Any], cancel: threading.Event, deadline: float) -> None:
+        """Return once every future has finished; raise when the query is cancelled or out of time first."""
+        from distributed import wait
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for f in futures:
+                    f.cancel()
+                raise QueryTimeoutError(f"the query ran longer than {self.settings.query_time_limit_s:g} s and was "
+                                        "stopped; narrow it with WHERE on coordinates, stride() or tablesample")
+            if cancel.is_set():
+                for f in futures:
+                    f.cancel()
+                raise CancelledError("the query was cancelled")
+            try:
+                wait(futures, timeout=min(0.25, remaining))
+                return
+            except TimeoutError:
+                continue
 
     def _forget(self, labels: list[str]) -> None:
         with self._arrived:

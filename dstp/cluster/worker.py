@@ -40,8 +40,8 @@ import pyarrow as pa
 
 from dstp.catalog.registry import Catalog
 from dstp.cluster.partitions import DatasetIdentity, PartitionSpec, check_identities, partition_prepared
-from dstp.errors import DstpError, TicketError, TransportError
-from dstp.query.execute import QueryExecution, QuerySummary, prepare_query
+from dstp.errors import DstpError, LimitExceededError, TicketError, TransportError
+from dstp.query.execute import QueryExecution, QuerySummary, prepare_query, sql_schema
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
 from dstp.transport.sources import QuerySource
@@ -49,7 +49,7 @@ from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
 __all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities", "node_of",
-           "published", "reissue", "run_partition", "start_node", "stop_node"]
+           "published", "reissue", "run_partial", "run_partition", "start_node", "stop_node"]
 
 log = logging.getLogger("dstp.cluster")
 
@@ -285,6 +285,8 @@ class WorkerNode:
         self.catalog = Catalog.scan(Path(root), open_files=settings.open_files,
                                     chunk_cache_bytes=settings.chunk_cache_bytes, direct_chunks=settings.direct_chunks)
         self.store = PartitionStore(settings.ticket_ttl_s)
+        #: Pieces of reductions this node has reduced (:func:`run_partial`).
+        self.partials = 0
         host = urlparse(address).hostname or settings.host
         self.channel = DataChannelServer(
             "striped", TcpListener(host, 0), self.store.open_source, window_bytes=settings.window_bytes,
@@ -389,6 +391,34 @@ def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = 
     return _result(node, label, spec.index, spec, ticket, compression, execution.summary)
 
 
+def run_partial(sql: str, spec: PartitionSpec, partial_sql: str, expect: tuple[DatasetIdentity, ...] = ()
+                ) -> tuple[bytes, int, int, int]:
+    """Dask task: the partial aggregates of piece ``spec`` of ``sql`` (see :mod:`.reduce`), as an Arrow IPC
+    stream, with the read statistics (hyperslabs, elements, bytes). The piece's groups are few (at most
+    the result's rows), so they travel back as the task's result rather than over a data channel."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    node = node_of(worker)
+    planned = prepare_query(sql, node.catalog, node.settings)
+    check_identities(planned, expect, f"cluster worker {worker.address}")
+    piece = partition_prepared(planned, spec)
+    plan = dataclasses.replace(piece.plan, sql=partial_sql)
+    prepared = dataclasses.replace(piece, plan=plan, schema=sql_schema(plan, node.settings, partial_sql))
+    execution = QueryExecution(prepared, node.settings)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, prepared.schema) as writer:
+        for batch in execution.batches():
+            writer.write_batch(batch)
+    summary = execution.summary
+    if summary.truncated:
+        raise LimitExceededError(f"a piece of this reduction has more groups than the result may have "
+                                 f"({summary.truncated_reason}); reduce to fewer groups")
+    stats = summary.stats
+    node.partials += 1
+    return sink.getvalue().to_pybytes(), stats.hyperslabs, stats.elements, stats.bytes
+
+
 def reissue(label: str, spec: PartitionSpec, compression: str = "none", dask_worker: Any = None) -> PartitionResult | None:
     """``client.run`` on the worker that holds ``label``: a fresh ticket for it (rows -1 while it is still
     being computed), or None if it is not held."""
@@ -418,4 +448,4 @@ def node_report(dask_worker: Any = None) -> dict[str, Any]:
     if node is None:
         return {"running": False}
     return {"running": True, "endpoint": node.endpoint, "bytes_sent": node.store.bytes_sent,
-            "held": node.store.holds()}
+            "held": node.store.holds(), "partials": node.partials}

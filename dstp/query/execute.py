@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import duckdb
 import numpy as np
@@ -68,7 +68,23 @@ from dstp.query.remote import RemoteCounter, RemoteScan, remote_schema
 from dstp.query.scan import GridScan, ReplayableScan
 from dstp.settings import Settings
 
-__all__ = ["PreparedQuery", "QueryExecution", "QuerySummary", "prepare_query", "spill_folder"]
+__all__ = ["PARTIALS", "Combine", "PreparedQuery", "QueryExecution", "QuerySummary", "prepare_query", "sql_schema",
+           "spill_folder"]
+
+#: The table a :class:`Combine` registers its partial results as.
+PARTIALS = "__dstp_partials"
+
+
+@dataclass(frozen=True, slots=True)
+class Combine:
+    """A reduction computed elsewhere in pieces: ``partials(cancel, deadline, stats)`` returns the pieces'
+    partial aggregates as one table (read statistics added to ``stats``), and ``sql`` combines them
+    (DuckDB SQL over :data:`PARTIALS`) into the query's result, in its schema."""
+
+    sql: str
+    partials: Callable[[threading.Event, float, ReadStats], pa.Table]
+    #: How many pieces, for the log.
+    pieces: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +93,8 @@ class PreparedQuery:
 
     plan: QueryPlan
     schema: pa.Schema
+    #: Set when the reduction runs as partial aggregates elsewhere (a scale-out coordinator's workers).
+    combine: Combine | None = None
 
     @property
     def query(self) -> ValidatedQuery:
@@ -248,6 +266,22 @@ def _matchup_schemas(con: duckdb.DuckDBPyConnection, m: MatchupSpec,
     for key in m.keys:
         left = left.append(pa.field(index_column(key.dimension), pa.int64()))
     return left, _scan_schema(right)
+
+
+def sql_schema(plan: QueryPlan, settings: Settings, sql: str, tables: Mapping[str, pa.Schema] | None = None) -> pa.Schema:
+    """Return the bare Arrow schema of ``sql`` run over empty scans of ``plan`` (and empty ``tables``);
+    DuckDB's error (as a QueryError) when it does not bind."""
+    con = _connect(settings)
+    try:
+        for scan in plan.scans:
+            con.register(scan.table, _empty(_scan_schema(scan)))
+        for name, schema in (tables or {}).items():
+            con.register(name, _empty(schema))
+        return con.sql(sql).to_arrow_table().schema
+    except duckdb.Error as exc:
+        raise _query_error_from_duckdb(exc, plan.query) from None
+    finally:
+        con.close()
 
 
 def _result_schema(plan: QueryPlan, settings: Settings, deadline: float = math.inf,
@@ -470,8 +504,13 @@ class QueryExecution:
         guard.start()
         try:
             schema = self.prepared.schema
-            plain = plain_projection(plan, schema) if settings.plain_projections else None
-            if plain is not None:
+            combine = self.prepared.combine
+            plain = plain_projection(plan, schema) if settings.plain_projections and combine is None else None
+            if combine is not None:
+                partials = combine.partials(self.cancel, started + settings.query_time_limit_s, summary.stats)
+                con.register(PARTIALS, partials)
+                reader = con.sql(combine.sql).to_arrow_reader(settings.batch_rows)
+            elif plain is not None:
                 reader = self._projected(*plain)
             else:
                 self._register(con)

@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Generator, Sequence
+from typing import Callable, Generator, Sequence
 
 import pyarrow as pa
 
@@ -199,6 +199,8 @@ class Queries:
         self.admission = admission
         self.access = access or Access(catalog)
         self.audit = audit or AuditLog(admission.clock)
+        #: Applied to every prepared query (a scale-out coordinator sends reductions to its workers).
+        self.rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None
 
     def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
                 cancel: threading.Event | None = None) -> PreparedQuery:
@@ -211,7 +213,7 @@ class Queries:
         prepared = prepare_query(sql, self.access.catalog_for(principal), self.settings, started=started,
                                  cancel=cancel)
         self.access.check_query(principal, prepared)
-        return prepared
+        return prepared if self.rewrite is None else self.rewrite(prepared)
 
     def _admit(self, principal: Principal, query_id: str, sql: str, channel: str) -> Slot:
         """Return a slot for planning or running ``sql``, taken before anything is parsed; a refusal is audited."""
