@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from namespaces import namespaces_unavailable
+
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -75,12 +77,7 @@ def test_query_rows_agree_across_channels(quick: dict[str, Any]) -> None:
 
 
 def _netns_ok() -> str | None:
-    if shutil.which("ip") is None:
-        return "iproute2 `ip` is not installed"
-    probe = f"dstpwan-q{os.getpid() % 100000}{secrets.token_hex(2)}-probe"
-    proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
-    return None if proc.returncode == 0 else f"cannot create network namespaces here: {proc.stderr.strip()}"
+    return namespaces_unavailable(f"dstpwan-q{os.getpid() % 100000}{secrets.token_hex(2)}-probe")
 
 
 @pytest.mark.netns

@@ -11,13 +11,14 @@ import itertools
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from namespaces import skip_without_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -71,13 +72,7 @@ def nothing_left(prefix: str) -> None:
 @pytest.fixture(scope="module")
 def netns_ok() -> None:
     """Skip unless a network namespace can be created here (probe: add and delete one)."""
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 `ip` is not installed")
-    probe = f"{RUN_PREFIX}-probe"
-    proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here: {proc.stderr.strip()}")
+    skip_without_namespaces(f"{RUN_PREFIX}-probe")
 
 
 @pytest.fixture

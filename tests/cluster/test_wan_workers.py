@@ -17,7 +17,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pytest
 
 import oracle
+from namespaces import skip_without_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -85,31 +85,11 @@ print("ok", flush=True)
 """
 
 
-def _skip_without_namespaces() -> None:
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 `ip` is not installed")
-    probe = f"dstpwan-c{os.getpid() % 100000}p"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here: {made.stderr.strip()}")
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-
-
 @pytest.fixture(scope="module")
 def wan_cluster(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The path, and a scheduler, 3 workers and a coordinator in its server namespace."""
-    _skip_without_namespaces()
-    from bench.dstp_process import serve
+    skip_without_namespaces(f"dstpwan-c{os.getpid() % 100000}p")
+    from bench.dstp_process import serve, stop
     from bench.wan import WanPath
 
     tmp = tmp_path_factory.mktemp("wan-dask")
@@ -121,7 +101,7 @@ def wan_cluster(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) ->
         scheduler = f"tcp://{host}:{SCHEDULER_PORT}"
         log = stack.enter_context(open(tmp / "dask.log", "ab"))
         procs: list[subprocess.Popen[Any]] = []
-        stack.callback(lambda: [_stop(p) for p in reversed(procs)])
+        stack.callback(lambda: [stop(p) for p in reversed(procs)])
         procs.append(subprocess.Popen(path.exec_argv(path.server_ns, [
             DASK, "scheduler", "--host", host, "--port", str(SCHEDULER_PORT), "--no-dashboard"]),
             stdout=log, stderr=log, env=env))

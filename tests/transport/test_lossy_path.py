@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Iterator
 
 import pyarrow as pa
 import pytest
+
+from namespaces import skip_without_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -48,13 +49,7 @@ print("ok")
 
 @pytest.fixture(scope="module")
 def lossy_path() -> Iterator[object]:
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 `ip` is not installed")
-    probe = f"dstpwan-l{os.getpid() % 100000}p"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here: {made.stderr.strip()}")
+    skip_without_namespaces(f"dstpwan-l{os.getpid() % 100000}p")
     from bench.wan import WanPath
 
     name = f"dstpwan-l{os.getpid() % 100000}{secrets.token_hex(2)}"
