@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 import pyarrow as pa
@@ -407,17 +407,33 @@ class Coordinator:
 
     def _when_computed(self, service: DstpService, cq: ClusterQuery, slot: Any, audit: dict[str, Any]) -> None:
         """Once every streamed partition task has ended: give back the admission slot, release the futures,
-        and audit the query with its real counts (or its failure)."""
+        and audit the query with its real counts (or its failure).
+
+        The slot is held at most ``query_time_limit_s``: if the scheduler has not reported every task's end
+        by then (a task stuck, or its report lost), the tasks are cancelled, the slot is given back and the
+        query is audited as timed out — the coordinator never stays full on the cluster's say-so."""
         futures = list(cq.futures)
         remaining = [len(futures)]
         lock = threading.Lock()
+        settled = [False]
+
+        def settle() -> bool:
+            """Return True for the one caller that gives the slot back."""
+            with lock:
+                if settled[0]:
+                    return False
+                settled[0] = True
+            slot.release()
+            timer.cancel()
+            return True
 
         def ended(future: Any) -> None:
             with lock:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
-            slot.release()
+            if not settle():
+                return
             try:
                 done = [f.result() for f in futures]
             except BaseException as exc:  # noqa: BLE001 - audited; the client sees its own error
@@ -432,8 +448,32 @@ class Coordinator:
                         cq.futures[i] = None
                         f.release()
 
+        def overdue() -> None:
+            if not settle():
+                return
+            limit = self.settings.query_time_limit_s
+            log.warning("query %s: its partition tasks had not all ended %g s after Query; they are cancelled and "
+                        "its admission slot is given back", cq.query_id, limit)
+            service.audit.record("query", cq.query_id, outcome="timeout", **audit)
+            with cq.lock:
+                for i, f in enumerate(cq.futures):
+                    if f is not None:
+                        cq.futures[i] = None
+                        f.cancel()
+                        f.release()
+
+        timer = self.start_timer(self.settings.query_time_limit_s, overdue)
         for future in futures:
             future.add_done_callback(ended)
+
+    @staticmethod
+    def start_timer(seconds: float, action: Callable[[], None]) -> Any:
+        """Run ``action`` once after ``seconds`` on a daemon thread; return what ``cancel()`` stops
+        (a seam: tests replace it to fire the action themselves)."""
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def _partition(self, prepared: PreparedQuery, r: PartitionResult, streams: int) -> PartitionInfo:
         h = prepared.plan.hyperslab
