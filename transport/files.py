@@ -22,13 +22,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from dstp.errors import IntegrityError, ProtocolError
 from dstp.transport import native
 from dstp.transport.crc import combine, crc32c
 
-__all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "subtract_ranges"]
+__all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "split_ranges",
+           "subtract_ranges"]
 
 CHECKSUM_CHUNK = 64 * 2**20
 STATE_SUFFIX = ".dstp-partial"
@@ -85,6 +86,31 @@ def subtract_ranges(whole: tuple[int, int], done: Iterable[tuple[int, int]]) -> 
     return missing
 
 
+def split_ranges(ranges: Sequence[tuple[int, int]], shares: int, align: int = 1) -> list[list[tuple[int, int]]]:
+    """Cut (offset, length) ``ranges`` into at most ``shares`` contiguous shares of about equal bytes.
+
+    Every share but the last holds a multiple of ``align`` bytes (a block size); a share may span
+    several ranges, and none is empty. Together they cover exactly ``ranges``, in order.
+    """
+    total = sum(n for _, n in ranges)
+    if total <= 0 or shares < 1:
+        return []
+    align = max(1, align)
+    each = -(-total // shares)
+    each = -(-each // align) * align
+    out: list[list[tuple[int, int]]] = [[]]
+    room = each
+    for offset, length in ranges:
+        while length > 0:
+            if room == 0:
+                out.append([])
+                room = each
+            take = min(length, room)
+            out[-1].append((offset, take))
+            offset, length, room = offset + take, length - take, room - take
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteFile:
     """What the server says about the file being downloaded."""
@@ -131,6 +157,7 @@ class FileSink:
         self.written = 0
         self._discarded = False
         self._map: native.OutputMap | None = None
+        self._done_lock = threading.Lock()
 
     # -- state --------------------------------------------------------------------------
 
@@ -221,11 +248,13 @@ class FileSink:
         return Block(offset, payload.nbytes, crc)
 
     def block_done(self, block: Block) -> None:
-        """Record that a block is on disk (in order of the transfer's messages)."""
-        self.done = merge_ranges([*self.done, (block.offset, block.offset + block.length)])
-        self._crcs[block.offset] = (block.length, block.crc)
-        self.written += block.length
-        self.save_state()
+        """Record that a block is on disk (in order of the transfer's messages; several transfers — the
+        shares of a scale-out download — may report at once)."""
+        with self._done_lock:
+            self.done = merge_ranges([*self.done, (block.offset, block.offset + block.length)])
+            self._crcs[block.offset] = (block.length, block.crc)
+            self.written += block.length
+            self.save_state()
 
     def write(self, offset: int, data: Any) -> None:
         """Write a block received outside the data channel (the gRPC path)."""

@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dstp
-from dstp.transport.files import STATE_SUFFIX, crc32c_of_file, merge_ranges, subtract_ranges
+from dstp.transport.files import STATE_SUFFIX, crc32c_of_file, merge_ranges, split_ranges, subtract_ranges
 
 NAME = "ccm3_1990-01.nc"
 
@@ -104,6 +106,23 @@ def test_range_arithmetic() -> None:
     assert merge_ranges([(5, 10), (0, 3), (3, 5), (20, 20)]) == [(0, 10)]
     assert subtract_ranges((0, 100), [(10, 20), (15, 30), (90, 200)]) == [(0, 10), (30, 90)]
     assert subtract_ranges((0, 10), []) == [(0, 10)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)), max_size=6), st.integers(1, 8),
+       st.sampled_from([1, 7, 4096, 65536]))
+def test_shares_cover_the_ranges_exactly_in_whole_blocks(raw, shares, align) -> None:
+    # Disjoint, sorted ranges, as a download's missing parts are.
+    ranges = [(s, e - s) for s, e in merge_ranges((o, o + n) for o, n in raw)]
+    cut = split_ranges(ranges, shares, align)
+    total = sum(n for _, n in ranges)
+    assert len(cut) <= shares and (cut == []) == (total == 0)
+    assert all(share and all(n > 0 for _, n in share) for share in cut)
+    pieces = [piece for share in cut for piece in share]
+    assert merge_ranges((o, o + n) for o, n in pieces) == merge_ranges((o, o + n) for o, n in ranges)
+    assert sum(n for _, n in pieces) == total  # no byte twice
+    assert all(sum(n for _, n in share) % align == 0 for share in cut[:-1])
+    if cut:  # about equal: no share holds more than an even split rounded up to a block
+        assert max(sum(n for _, n in share) for share in cut) <= -(-(-(-total // shares)) // align) * align
 
 
 def test_crc32c_of_file_matches_the_library(tmp_path) -> None:
