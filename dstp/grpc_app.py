@@ -32,7 +32,7 @@ import math
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import grpc
 
@@ -41,8 +41,9 @@ from dstp.errors import DstpError, QueryError, ServerError, TicketError
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.service import DstpService, Offer, QueryHandle
+from dstp.service.files import FileHandle
 from dstp.transport import codec
-from dstp.transport.codec import ChannelOffer, QueryInfo
+from dstp.transport.codec import ChannelOffer, FilePartInfo, QueryInfo
 from dstp.transport.sources import FileSource, MessageSource, QuerySource
 from dstp.transport.tickets import check_proof, fetch_proof
 
@@ -224,22 +225,29 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
         with grpc_errors(context):
-            channels = [codec.channel_kind_name(k) for k in request.channels]
-            length = request.range.length if request.HasField("range") else -1
-            offset = request.range.offset if request.HasField("range") else 0
-            handle = self.service.open_file(
-                request.dataset, request.file, offset, length,
-                [(r.offset, r.length) for r in request.missing], channels,
-                streams=request.streams, congestion_control=request.congestion_control,
-                principal=principal_of(context),
-            )
-            f = handle.request
-            return pb.OpenFileResponse(
-                size=f.size, mtime_ns=f.mtime_ns, range=pb.ByteRange(offset=f.offset, length=f.length),
-                crc32c=f.crc32c, block_size=handle.block_size,
-                offers=[codec.offer_pb(_offer(o)) for o in handle.offers],
-            )
+            return self._file_response(self._open_file(request, context))
         raise AssertionError("unreachable")
+
+    def _open_file(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> FileHandle:
+        """Check an OpenFile request and issue this server's offers for it."""
+        length = request.range.length if request.HasField("range") else -1
+        offset = request.range.offset if request.HasField("range") else 0
+        return self.service.open_file(
+            request.dataset, request.file, offset, length,
+            [(r.offset, r.length) for r in request.missing], [codec.channel_kind_name(k) for k in request.channels],
+            streams=request.streams, congestion_control=request.congestion_control,
+            principal=principal_of(context),
+        )
+
+    @staticmethod
+    def _file_response(handle: FileHandle, parts: Sequence[FilePartInfo] = ()) -> pb.OpenFileResponse:
+        f = handle.request
+        return pb.OpenFileResponse(
+            size=f.size, mtime_ns=f.mtime_ns, range=pb.ByteRange(offset=f.offset, length=f.length),
+            crc32c=f.crc32c, block_size=handle.block_size,
+            offers=[codec.offer_pb(_offer(o)) for o in handle.offers],
+            parts=[codec.file_part_pb(p) for p in parts],
+        )
 
     def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):

@@ -426,7 +426,7 @@ class ByteRange(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class OpenFileRequest(_message.Message):
-    __slots__ = ("dataset", "file", "range", "missing", "channels", "streams", "congestion_control")
+    __slots__ = ("dataset", "file", "range", "missing", "channels", "streams", "congestion_control", "accept_parts")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
@@ -434,6 +434,7 @@ class OpenFileRequest(_message.Message):
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_PARTS_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     file: str
     range: ByteRange
@@ -441,23 +442,36 @@ class OpenFileRequest(_message.Message):
     channels: _containers.RepeatedScalarFieldContainer[ChannelKind]
     streams: int
     congestion_control: str
-    def __init__(self, dataset: _Optional[str] = ..., file: _Optional[str] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., missing: _Optional[_Iterable[_Union[ByteRange, _Mapping]]] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+    accept_parts: bool
+    def __init__(self, dataset: _Optional[str] = ..., file: _Optional[str] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., missing: _Optional[_Iterable[_Union[ByteRange, _Mapping]]] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., congestion_control: _Optional[str] = ..., accept_parts: _Optional[bool] = ...) -> None: ...
 
 class OpenFileResponse(_message.Message):
-    __slots__ = ("size", "mtime_ns", "range", "crc32c", "block_size", "offers")
+    __slots__ = ("size", "mtime_ns", "range", "crc32c", "block_size", "offers", "parts")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
     RANGE_FIELD_NUMBER: _ClassVar[int]
     CRC32C_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     OFFERS_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     size: int
     mtime_ns: int
     range: ByteRange
     crc32c: int
     block_size: int
     offers: _containers.RepeatedCompositeFieldContainer[ChannelOffer]
-    def __init__(self, size: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., crc32c: _Optional[int] = ..., block_size: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[FilePart]
+    def __init__(self, size: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., range: _Optional[_Union[ByteRange, _Mapping]] = ..., crc32c: _Optional[int] = ..., block_size: _Optional[int] = ..., offers: _Optional[_Iterable[_Union[ChannelOffer, _Mapping]]] = ..., parts: _Optional[_Iterable[_Union[FilePart, _Mapping]]] = ...) -> None: ...
+
+class FilePart(_message.Message):
+    __slots__ = ("worker", "ranges", "offer")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    OFFER_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    ranges: _containers.RepeatedCompositeFieldContainer[ByteRange]
+    offer: ChannelOffer
+    def __init__(self, worker: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[ByteRange, _Mapping]]] = ..., offer: _Optional[_Union[ChannelOffer, _Mapping]] = ...) -> None: ...
 
 class FileChunk(_message.Message):
     __slots__ = ("offset", "data")

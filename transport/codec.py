@@ -44,6 +44,7 @@ __all__ = [
     "CHANNEL_KINDS",
     "COMPRESSIONS",
     "ChannelOffer",
+    "FilePartInfo",
     "OrderKeyInfo",
     "PartitionInfo",
     "QueryInfo",
@@ -57,6 +58,8 @@ __all__ = [
     "fetch_response_bytes",
     "fetch_summary_pb",
     "file_chunk_bytes",
+    "file_part_from_pb",
+    "file_part_pb",
     "offer_from_pb",
     "offer_pb",
     "parse_fetch_response",
@@ -331,6 +334,27 @@ def partition_from_pb(m: pb.Partition) -> PartitionInfo:
     """Return the partition a Partition message carries."""
     return PartitionInfo(index=m.index, worker=m.worker, offer=offer_from_pb(m.offer), rows=m.rows, bytes=m.bytes,
                          hyperslab={h.dimension: (h.start, h.stop, h.step) for h in m.hyperslab})
+
+
+@dataclass(frozen=True, slots=True)
+class FilePartInfo:
+    """One share of a file download (scale-out): the worker that serves it, its byte ranges, its offer."""
+
+    worker: str
+    ranges: tuple[tuple[int, int], ...]
+    offer: ChannelOffer
+
+
+def file_part_pb(p: FilePartInfo) -> pb.FilePart:
+    """Return the wire form of one share of a file download (OpenFile's answer)."""
+    return pb.FilePart(worker=p.worker, ranges=[pb.ByteRange(offset=o, length=n) for o, n in p.ranges],
+                       offer=offer_pb(p.offer))
+
+
+def file_part_from_pb(m: pb.FilePart) -> FilePartInfo:
+    """Return the share a FilePart message carries."""
+    return FilePartInfo(worker=m.worker, ranges=tuple((r.offset, r.length) for r in m.ranges),
+                        offer=offer_from_pb(m.offer))
 
 
 def _known(value: int) -> int | None:

@@ -190,12 +190,13 @@ class Rpc:
         return self._fetch(pb.FetchRequest(ticket=ticket, proof=fetch_proof(key, ticket)), metadata=self.metadata)
 
     def open_file(self, dataset: str, name: str, offset: int, length: int, missing: Sequence[tuple[int, int]],
-                  channels: Sequence[str], streams: int, congestion_control: str) -> pb.OpenFileResponse:
+                  channels: Sequence[str], streams: int, congestion_control: str,
+                  accept_parts: bool = False) -> pb.OpenFileResponse:
         request = pb.OpenFileRequest(
             dataset=dataset, file=name, range=pb.ByteRange(offset=offset, length=length),
             missing=[pb.ByteRange(offset=o, length=n) for o, n in missing],
             channels=[codec.channel_kind_pb(k) for k in channels], streams=streams,
-            congestion_control=congestion_control,
+            congestion_control=congestion_control, accept_parts=accept_parts,
         )
         try:
             return self._stub.OpenFile(request, timeout=self.timeout, metadata=self.metadata)
