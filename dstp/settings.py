@@ -74,6 +74,10 @@ class Settings:
         64 * 2**20, "Bytes a data-channel transfer may have sent but not yet acknowledged (bounds server memory)."
     )
     block_bytes: int = _setting(4 * 2**20, "Block size of bulk file transfers on data channels.")
+    cluster_file_min_bytes: int = _setting(
+        16 * 2**20, "Smallest download a scale-out coordinator hands to its workers in shares (smaller ones it "
+        "sends itself); docs/scale-out.md."
+    )
     max_sql_length: int = _setting(16_384, "Longest query text accepted, in characters.")
     cors_origins: tuple[str, ...] = _setting((), "Origins allowed by CORS on the HTTP API (empty: same origin only).")
     # -- limits that hold (SECURITY.md) --
@@ -234,7 +238,9 @@ def settings_markdown() -> str:
             shown = "(samples)" if name == "catalog_root" else "(none)"
         elif default == ():
             shown = "(none)"
-        elif isinstance(default, int) and not isinstance(default, bool):
+        elif isinstance(default, bool):
+            shown = "true" if default else "false"  # as written in the environment
+        elif isinstance(default, int):
             shown = f"{default:,}"
         else:
             shown = str(default)

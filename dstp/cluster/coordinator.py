@@ -43,6 +43,7 @@ from dstp.cluster.partitions import (
     DatasetIdentity,
     PartitionSpec,
     identities,
+    identity_of,
     order_keys,
     plan_partitions,
     why_not_partitioned,
@@ -50,9 +51,11 @@ from dstp.cluster.partitions import (
 )
 from dstp.cluster.reduce import split_reduction
 from dstp.cluster.worker import (
+    FileShare,
     PartitionResult,
     dataset_identities,
     node_report,
+    open_file_shares,
     published,
     reissue,
     run_partial,
@@ -64,10 +67,12 @@ from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
 from dstp.proto import dstp_pb2 as pb
 from dstp.query.execute import Combine, PreparedQuery
 from dstp.service import DstpService
+from dstp.service.files import FileHandle
 from dstp.service.queries import row_bytes
 from dstp.settings import Settings
 from dstp.transport import codec
-from dstp.transport.codec import ChannelOffer, OrderKeyInfo, PartitionInfo, QueryInfo
+from dstp.transport.codec import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
+from dstp.transport.files import split_ranges
 
 __all__ = ["ClusterQuery", "ClusterServicer", "Coordinator"]
 
@@ -538,6 +543,43 @@ class Coordinator:
             cq.results[index] = again
             return self._partition(prepared, again, cq.streams)
 
+    # -- files ------------------------------------------------------------------------------
+
+    def file_parts(self, service: DstpService, handle: FileHandle, streams: int, congestion_control: str,
+                   principal: Principal) -> list[FilePartInfo]:
+        """Cut what a download still misses into one share per worker that holds the coordinator's copy
+        of the file's dataset, each with a ticket on that worker's data channel; [] when the coordinator
+        sends it itself (smaller than ``cluster_file_min_bytes``, no such worker, a worker failed to
+        answer). The client checks the whole range against the coordinator's CRC-32C in the end."""
+        f = handle.request
+        wanted = sum(n for _, n in f.missing)
+        if not f.dataset_id or wanted < max(1, self.settings.cluster_file_min_bytes):
+            return []
+        catalog = service.catalog
+        expect = identity_of(catalog.get(f.dataset_id))
+        workers = self.eligible(self.workers(), (expect,))
+        if not workers:
+            return []
+        name = str(f.path.relative_to(catalog.root))
+        shares = dict(zip(workers, split_ranges(f.missing, len(workers), handle.block_size)))
+        found = self.client.run(open_file_shares, f.dataset_id, name, f.size, shares, expect, congestion_control,
+                                handle.block_size, workers=list(shares), on_error="return")
+        failed = {w: r for w, r in found.items() if not isinstance(r, FileShare)}
+        if failed or set(found) != set(shares):
+            log.warning("file %s/%s sent by the coordinator itself: workers did not take their shares (%s)",
+                        f.dataset_id, name, "; ".join(f"{w}: {r}" for w, r in failed.items()) or "no answer")
+            return []
+        granted = max(1, min(streams or DEFAULT_STREAMS, self.settings.max_streams))
+        parts = [FilePartInfo(r.worker, r.ranges, ChannelOffer("striped", r.ticket, r.expires_at_unix_ms, r.endpoint,
+                                                               granted, "none", r.congestion_control, r.key, r.cipher))
+                 for r in (found[w] for w in shares)]
+        service.audit.record("file", handle.file_id, principal=principal.name, credential=principal.key,
+                             channel="cluster", datasets=(f.dataset_id,), outcome="handed_to_workers", file=f.path.name,
+                             range=f"{f.offset}+{f.length}", workers=[p.worker for p in parts])
+        log.info("file %s: %s/%s, %d bytes in %d shares on %d workers", handle.file_id, f.dataset_id, name, wanted,
+                 len(parts), len(parts))
+        return parts
+
     def servicer(self, service: DstpService) -> "ClusterServicer":
         """Return the gRPC servicer that answers Query with partitions and implements Resolve."""
         return ClusterServicer(service, self)
@@ -579,6 +621,17 @@ class ClusterServicer(DstpServicer):
                 if info is not None:
                     return codec.query_response_pb(info)
         return super().Query(request, context)
+
+    def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
+        channels = [codec.channel_kind_name(k) for k in request.channels]
+        if not request.accept_parts or (channels and "striped" not in channels):
+            return super().OpenFile(request, context)
+        with grpc_errors(context):
+            handle = self._open_file(request, context)
+            parts = self.coordinator.file_parts(self.service, handle, request.streams, request.congestion_control,
+                                                principal_of(context))
+            return self._file_response(handle, parts)
+        raise AssertionError("unreachable")
 
     def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Partition:
         with grpc_errors(context):

@@ -34,7 +34,8 @@ from dstp.errors import CatalogError
 from dstp.query.execute import PreparedQuery
 from dstp.query.plan import Hyperslab
 
-__all__ = ["DatasetIdentity", "OrderKey", "PartitionSpec", "check_identities", "identities", "order_keys",
+__all__ = ["DatasetIdentity", "OrderKey", "PartitionSpec", "check_identities", "check_identity", "identities",
+           "identity_of", "order_keys",
            "partition_prepared", "plan_partitions", "why_not_partitioned", "within_limits"]
 
 
@@ -187,13 +188,12 @@ class DatasetIdentity:
 
 def identities(prepared: PreparedQuery) -> tuple[DatasetIdentity, ...]:
     """Return the identity of every local dataset the query scans (see ``GriddedDataset.identity``)."""
-    out = []
-    for scan in prepared.plan.scans:
-        if scan.ref.remote:
-            continue
-        ds: Any = scan.dataset
-        out.append(DatasetIdentity(ds.id, ds.identity, tuple((f.path.name, f.size) for f in ds.files)))
-    return tuple(out)
+    return tuple(identity_of(scan.dataset) for scan in prepared.plan.scans if not scan.ref.remote)
+
+
+def identity_of(ds: Any) -> DatasetIdentity:
+    """Return the identity of one local dataset (a GriddedDataset)."""
+    return DatasetIdentity(ds.id, ds.identity, tuple((f.path.name, f.size) for f in ds.files))
 
 
 def check_identities(prepared: PreparedQuery, expected: tuple[DatasetIdentity, ...], where: str) -> None:
@@ -202,8 +202,14 @@ def check_identities(prepared: PreparedQuery, expected: tuple[DatasetIdentity, .
     mine = {i.dataset: i for i in identities(prepared)}
     for want in expected:
         have = mine.get(want.dataset)
-        if have is None or have.digest == want.digest:
-            continue
+        if have is not None:
+            check_identity(have, want, where)
+
+
+def check_identity(have: DatasetIdentity, want: DatasetIdentity, where: str, what: str = "a piece cut by index "
+                   "would read other data, so it was not run") -> None:
+    """Raise CatalogError naming the files that differ when ``have`` (a worker's) is not ``want``."""
+    if have.digest != want.digest:
         theirs, ours = dict(want.files), dict(have.files)
         diffs = [f"{name} missing here" for name in theirs if name not in ours]
         diffs += [f"{name} not on the coordinator" for name in ours if name not in theirs]
@@ -212,5 +218,4 @@ def check_identities(prepared: PreparedQuery, expected: tuple[DatasetIdentity, .
         detail = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs else \
             "the same file names and sizes, but different coordinate values, variables or packing"
         raise CatalogError(f"{where}: its copy of dataset {want.dataset!r} is not the coordinator's ({detail}); "
-                           "a piece cut by index would read other data, so it was not run — make the worker see "
-                           "the same files (DSTP_CATALOG_ROOT) and restart it")
+                           f"{what} — make the worker see the same files (DSTP_CATALOG_ROOT) and restart it")

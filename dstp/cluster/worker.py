@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
+import uuid
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,17 +41,25 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from dstp.catalog.registry import Catalog
-from dstp.cluster.partitions import DatasetIdentity, PartitionSpec, check_identities, partition_prepared
-from dstp.errors import DstpError, LimitExceededError, TicketError, TransportError
+from dstp.cluster.partitions import (
+    DatasetIdentity,
+    PartitionSpec,
+    check_identities,
+    check_identity,
+    identity_of,
+    partition_prepared,
+)
+from dstp.errors import CatalogError, DstpError, LimitExceededError, TicketError, TransportError
 from dstp.query.execute import QueryExecution, QuerySummary, prepare_query, sql_schema
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.sources import QuerySource
+from dstp.transport.sources import FileSource, QuerySource
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
-__all__ = ["HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities", "node_of",
-           "published", "reissue", "run_partial", "run_partition", "start_node", "stop_node"]
+__all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities",
+           "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition", "start_node",
+           "stop_node"]
 
 log = logging.getLogger("dstp.cluster")
 
@@ -82,6 +92,32 @@ class PartitionResult:
     #: The piece of the outermost dimension, in positions of the query's own range.
     start: int
     stop: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileShare:
+    """What a worker answers for its share of a file download (:func:`open_file_shares`)."""
+
+    worker: str
+    endpoint: str
+    ticket: bytes
+    key: bytes = field(repr=False)
+    expires_at_unix_ms: int
+    cipher: str
+    congestion_control: str
+    #: The (offset, length) byte ranges of the file it sends.
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _FileGrant:
+    """A file ticket's payload on a worker: which file, which ranges."""
+
+    dataset: str
+    path: Path
+    ranges: tuple[tuple[int, int], ...]
+    congestion_control: str
+    block_size: int
 
 
 class HeldPartition:
@@ -254,16 +290,24 @@ class PartitionStore:
         with self._lock:
             return sorted(self._held)
 
-    def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                    proof: Callable[[bytes], bool]) -> QuerySource:
-        """Redeem ``token`` (its HELLO proved the key) and return the held partition's messages."""
+    def claim(self, token: bytes, kind: str, proof: Callable[[bytes], bool]) -> tuple[Ticket, object]:
+        """Redeem ``token`` (its HELLO proved the key); return it and its payload."""
         def check(ticket: Ticket, payload: object) -> None:
             if not proof(ticket.key):
                 raise TicketError("the ticket's proof is missing or wrong: only the client that asked for the "
                                   "ticket can redeem it (it proves so with the offer's key; proto/README.md)")
 
-        ticket, (held, compression) = self.tickets.claim(token, kind, check)
-        assert isinstance(held, HeldPartition)
+        return self.tickets.claim(token, kind, check)
+
+    def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
+                    proof: Callable[[bytes], bool]) -> QuerySource:
+        """Redeem a held partition's ticket and return its messages (a data channel serving partitions only)."""
+        ticket, payload = self.claim(token, kind, proof)
+        assert isinstance(payload, tuple)
+        return self.source_of(ticket, *payload)
+
+    def source_of(self, ticket: Ticket, held: HeldPartition, compression: str) -> QuerySource:
+        """Return the messages of a held partition whose ticket was claimed."""
         with self._lock:
             if self._held.get(held.label) is not held:
                 raise TicketError("this worker no longer holds that partition; ask the coordinator to resolve it "
@@ -288,8 +332,11 @@ class WorkerNode:
         #: Pieces of reductions this node has reduced (:func:`run_partial`).
         self.partials = 0
         host = urlparse(address).hostname or settings.host
+        #: Bytes of files sent from this node (shares of downloads; :func:`open_file_shares`).
+        self.file_bytes_sent = 0
+        self._file_lock = threading.Lock()
         self.channel = DataChannelServer(
-            "striped", TcpListener(host, 0), self.store.open_source, window_bytes=settings.window_bytes,
+            "striped", TcpListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
             sealed=sealed, hello_timeout=settings.hello_timeout_s,
             max_pending_per_address=settings.max_pending_per_address,
         )
@@ -301,6 +348,28 @@ class WorkerNode:
     @property
     def endpoint(self) -> str:
         return self.channel.endpoint
+
+    def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
+                    proof: Callable[[bytes], bool]) -> QuerySource | FileSource:
+        """The data channel's callback: redeem ``token`` for a held partition or a share of a file."""
+        ticket, payload = self.store.claim(token, kind, proof)
+        if isinstance(payload, _FileGrant):
+            return self._file_source(ticket, payload, cancel)
+        assert isinstance(payload, tuple)
+        return self.store.source_of(ticket, *payload)
+
+    def _file_source(self, ticket: Ticket, grant: _FileGrant, cancel: threading.Event | None) -> FileSource:
+        handles = self.catalog.get(grant.dataset).handles
+
+        def sent() -> None:
+            with self._file_lock:
+                self.file_bytes_sent += source.summary().bytes
+
+        source = FileSource(grant.path, grant.ranges, grant.block_size, on_close=sent,
+                            label=ticket.query_id, expires_at=ticket.expires_at,
+                            congestion_control=grant.congestion_control, cancel=cancel,
+                            opener=lambda path: os.fdopen(handles.open_raw(path), "rb"))
+        return source
 
     def close(self) -> None:
         self.channel.stop()
@@ -429,6 +498,39 @@ def reissue(label: str, spec: PartitionSpec, compression: str = "none", dask_wor
     return _result(node, label, spec.index, spec, ticket, compression, node.store.summary_of(label))
 
 
+def open_file_shares(dataset: str, name: str, size: int, shares: dict[str, list[tuple[int, int]]],
+                     expect: DatasetIdentity, congestion_control: str = "", block_size: int = 0,
+                     dask_worker: Any = None) -> FileShare:
+    """``client.run`` on the workers chosen for a download: a ticket for this worker's share of file
+    ``name`` of ``dataset`` (``shares[its address]``: byte ranges) on its data channel, sent in blocks of
+    ``block_size`` (the coordinator's, which its OpenFile answer announced; 0: this worker's own).
+
+    Refuses (CatalogError) when its copy of the dataset is not the coordinator's (``expect``) or the
+    file's size differs: the client checks the whole file's CRC-32C in the end, but a share from a
+    differing copy is refused before a byte is sent.
+    """
+    node = node_of(dask_worker)
+    where = f"cluster worker {dask_worker.address}"
+    ds = node.catalog.get(dataset)
+    check_identity(identity_of(ds), expect, where, "its share of the file would be other bytes, so it was not sent")
+    path = node.catalog.published_file(dataset, name)
+    fd = ds.handles.open_raw(path)
+    try:
+        here = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if here != size:
+        raise CatalogError(f"{where}: its copy of {name} has {here:,} bytes, the coordinator's {size:,}; "
+                           "make the worker see the same files (DSTP_CATALOG_ROOT) and restart it")
+    cc = congestion_control if congestion_control in node.congestion_controls else ""
+    ranges = tuple((int(o), int(n)) for o, n in shares[dask_worker.address])
+    grant = _FileGrant(dataset, path, ranges, cc, block_size or node.settings.block_bytes)
+    ticket = node.store.tickets.issue(f"file-{uuid.uuid4().hex[:12]}", "striped", grant)
+    return FileShare(worker=node.address, endpoint=node.endpoint, ticket=ticket.token, key=ticket.key,
+                     expires_at_unix_ms=ticket.expires_at_unix_ms, cipher="aes-256-gcm" if node.sealed else "",
+                     congestion_control=cc, ranges=ranges)
+
+
 def dataset_identities(datasets: list[str], dask_worker: Any = None) -> dict[str, str]:
     """``client.run``: this worker's identity of each dataset (see ``GriddedDataset.identity``); "" for one
     its catalog does not serve. Its catalog is scanned once, so the answer holds for the worker's life."""
@@ -448,4 +550,4 @@ def node_report(dask_worker: Any = None) -> dict[str, Any]:
     if node is None:
         return {"running": False}
     return {"running": True, "endpoint": node.endpoint, "bytes_sent": node.store.bytes_sent,
-            "held": node.store.holds(), "partials": node.partials}
+            "held": node.store.holds(), "partials": node.partials, "file_bytes_sent": node.file_bytes_sent}
