@@ -509,6 +509,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     print(f"{summary['size']:,} bytes → {out} in {summary['seconds']:.2f} s "
           f"({summary['bytes_per_s'] / 2**20:.1f} MiB/s over {summary['transport']} × {summary['streams']}{resumed}); "
           f"CRC-32C {summary['crc32c']} verified", file=sys.stderr)
+    if summary.get("shares"):
+        by_worker: dict[str, int] = {}
+        for share in summary["shares"]:
+            where = share["endpoint"] if share["worker"] else f"{share['endpoint']} (coordinator)"
+            by_worker[where] = by_worker.get(where, 0) + share["bytes"]
+        print(f"in shares from {len(by_worker)} cluster sources: "
+              + ", ".join(f"{where} {n:,} bytes" for where, n in by_worker.items()), file=sys.stderr)
+    if summary.get("retried"):
+        print(f"done again {summary['retried']}", file=sys.stderr)
     if args.verbose:
         print(f"choice: {summary['choice']}", file=sys.stderr)
         print(f"data path: {summary.get('data_path', '')}", file=sys.stderr)
