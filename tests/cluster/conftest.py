@@ -23,6 +23,7 @@ import pytest
 import dstp
 from dstp.server import DstpServer
 from dstp.settings import Settings
+from dstp.transport.channels import StripedChannel
 
 DASK = str(Path(sys.executable).parent / "dask")
 START_TIMEOUT_S = 90
@@ -42,6 +43,19 @@ class DaskCluster:
         proc = self.workers[worker]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+class KillOnConnect(StripedChannel):
+    """A client's channel that calls ``kill(host:port)`` — a test's real SIGKILL of the worker there —
+    as the client connects to that data endpoint (``wrap_channel=lambda ch: KillOnConnect(ch, kill)``)."""
+
+    def __init__(self, inner, kill) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.inner, self.kill = inner, kill
+
+    def connect(self, stripe: int):  # type: ignore[no-untyped-def]
+        self.kill(f"{self.inner.host}:{self.inner.port}")
+        return self.inner.connect(stripe)
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

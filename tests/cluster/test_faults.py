@@ -12,26 +12,14 @@ import pytest
 
 import dstp
 import oracle
+from cluster.conftest import KillOnConnect
 from dstp.client._partitions import fetch_partitions
 from dstp.server import DstpServer
-from dstp.transport.channels import StripedChannel
 from dstp.transport.tuning import AutoTuner
 
 pytestmark = pytest.mark.timeout(180)
 
 LARGE = "select * from ccm3"  # every grid point: the largest query of the small samples
-
-
-class _KillOnConnect(StripedChannel):
-    """Kills ``victim`` (a real SIGKILL) the moment the client first connects to its data endpoint."""
-
-    def __init__(self, inner, kill) -> None:  # type: ignore[no-untyped-def]
-        super().__init__()
-        self.inner, self.kill = inner, kill
-
-    def connect(self, stripe: int):  # type: ignore[no-untyped-def]
-        self.kill(f"{self.inner.host}:{self.inner.port}")
-        return self.inner.connect(stripe)
 
 
 def test_worker_killed_while_holding_its_partition_is_refetched_elsewhere(coordinator: DstpServer, dask_cluster,
@@ -49,7 +37,7 @@ def test_worker_killed_while_holding_its_partition_is_refetched_elsewhere(coordi
 
     assert coordinator.endpoints is not None
     with dstp.Client(coordinator.endpoints.grpc, tuner=AutoTuner(tmp_path / "t.json"),
-                     wrap_channel=lambda ch: _KillOnConnect(ch, kill)) as c:
+                     wrap_channel=lambda ch: KillOnConnect(ch, kill)) as c:
         stream = c.query_batches(LARGE, transport="striped", streams=2)
         got = stream.read_all()
     assert killed == [victim]
