@@ -76,6 +76,9 @@ from dstp.transport.files import split_ranges
 
 __all__ = ["ClusterQuery", "ClusterServicer", "Coordinator"]
 
+#: Shares of a download from the workers are multiples of this many bytes (but the last).
+SHARE_ALIGN = 64 * 2**10
+
 log = logging.getLogger("dstp.cluster")
 
 #: Stripes per partition transfer when the client leaves it to the server (partitions already run in parallel).
@@ -561,7 +564,9 @@ class Coordinator:
         if not workers:
             return []
         name = str(f.path.relative_to(catalog.root))
-        shares = dict(zip(workers, split_ranges(f.missing, len(workers), handle.block_size)))
+        # Equal shares in multiples of 64 KiB (not of the block size: a file of a few 4 MiB blocks would be
+        # split unevenly — 8 + 4 MiB from two workers instead of 6 + 6).
+        shares = dict(zip(workers, split_ranges(f.missing, len(workers), min(handle.block_size, SHARE_ALIGN))))
         found = self.client.run(open_file_shares, f.dataset_id, name, f.size, shares, expect, congestion_control,
                                 handle.block_size, workers=list(shares), on_error="return")
         failed = {w: r for w, r in found.items() if not isinstance(r, FileShare)}

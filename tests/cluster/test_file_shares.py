@@ -23,12 +23,11 @@ import numpy as np
 import pytest
 
 import dstp
-from cluster.conftest import DaskCluster, start_dask, stop_dask
+from cluster.conftest import DaskCluster, KillOnConnect, start_dask, stop_dask
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.channels import StripedChannel
 from dstp.transport.files import STATE_SUFFIX, merge_ranges
 from dstp.transport.tuning import AutoTuner
 
@@ -142,6 +141,8 @@ def test_plain_clients_and_small_files_get_no_shares(coordinator: DstpServer, da
         assert merge_ranges(ranges) == [(0, size)] and sum(e - s for s, e in ranges) == size  # no overlap, no gap
         assert all(p.offer.endpoint and p.offer.ticket and p.offer.key for p in cut.parts)
         assert all(r.length % BLOCK == 0 for p in cut.parts[:-1] for r in p.ranges)
+        lengths = [sum(r.length for r in p.ranges) for p in cut.parts]
+        assert max(lengths) - min(lengths) <= len(lengths) * BLOCK  # equal shares, to a 64 KiB grain
         small = stub.OpenFile(pb.OpenFileRequest(dataset="ccm3", file=source.name, channels=striped,
                                                  range=pb.ByteRange(offset=0, length=BLOCK - 1), accept_parts=True))
         assert list(small.parts) == []
@@ -184,18 +185,6 @@ def test_a_copy_with_other_bytes_fails_the_checksum_and_the_coordinator_sends_it
     assert sum(_sent(coordinator).values()) > sum(before.values())  # the first attempt did come from the workers
 
 
-class _KillOnConnect(StripedChannel):
-    """Kills a worker (a real SIGKILL) the moment the client first connects to its data endpoint."""
-
-    def __init__(self, inner, kill) -> None:  # type: ignore[no-untyped-def]
-        super().__init__()
-        self.inner, self.kill = inner, kill
-
-    def connect(self, stripe: int):  # type: ignore[no-untyped-def]
-        self.kill(f"{self.inner.host}:{self.inner.port}")
-        return self.inner.connect(stripe)
-
-
 def test_a_worker_killed_as_its_share_starts_loses_nothing(coordinator: DstpServer, dask_cluster: DaskCluster,
                                                            catalog_root: Path, tmp_path: Path) -> None:
     source = _largest(catalog_root, "ccm3")
@@ -210,7 +199,7 @@ def test_a_worker_killed_as_its_share_starts_loses_nothing(coordinator: DstpServ
                 dask_cluster.kill(victim)
                 killed.append(victim)
 
-    with _connect(coordinator, tmp_path, wrap_channel=lambda ch: _KillOnConnect(ch, kill)) as c:
+    with _connect(coordinator, tmp_path, wrap_channel=lambda ch: KillOnConnect(ch, kill)) as c:
         summary = c.get("ccm3", source.name, tmp_path / "out.nc", transport="striped", streams=2)
     assert killed == [victim]
     assert (tmp_path / "out.nc").read_bytes() == source.read_bytes()
