@@ -175,8 +175,9 @@ class Client:
         if info.partitions:  # a scale-out coordinator: one partition per worker, fetched in parallel
             from dstp.client._partitions import fetch_partitions
 
-            if choice.transport != "striped":
-                choice = self.policy.choose("striped", streams, congestion_control, compression)
+            kind = info.partitions[0].offer.kind  # the workers' striped TCP, or UDT when that was asked for
+            if choice.transport != kind:
+                choice = self.policy.choose(kind, streams, congestion_control, compression)
             return fetch_partitions(self._rpc, self.policy, choice, info, self.target,
                                     allow_truncated=allow_truncated)
         if transport == "auto":

@@ -1,7 +1,7 @@
 """Fetching a partitioned (scale-out) result: every worker's partition at once, re-resolved on failure.
 
 A coordinator answers a partitionable query with one partition per worker
-(``QueryInfo.partitions``), each a striped-TCP offer at that worker's own
+(``QueryInfo.partitions``), each a striped-TCP (or, when asked for, UDT) offer at that worker's own
 data channel. They are fetched in parallel, one thread per partition. A
 partition is delivered only once all of it has arrived: if its fetch fails
 (the worker died, the transfer broke beyond resuming), what arrived of it is
@@ -59,7 +59,8 @@ def fetch_partitions(rpc: Any, policy: Any, choice: Any, info: QueryInfo, target
                      report: Callable[[int, int, int], None] | None = None) -> QueryStream:
     """Return a stream of the partitions' batches (fetched in parallel); ``stream.partitions`` lists, once
     it has ended, a :class:`PartitionFetched` per partition."""
-    stream = QueryStream(info, iter(()), "striped", allow_truncated)
+    stream = QueryStream(info, iter(()), info.partitions[0].offer.kind if info.partitions else "striped",
+                         allow_truncated)
     stream.choice = f"{len(info.partitions)} partitions on cluster workers, fetched in parallel"
     stream.partitions = []  # type: ignore[attr-defined]
     stream._batches = _batches(rpc, policy, choice, info, target, stream, report)

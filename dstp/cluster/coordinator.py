@@ -98,6 +98,8 @@ class ClusterQuery:
     expires_at: float
     #: Stripes granted per partition transfer.
     streams: int = 1
+    #: The data channel its partitions are offered on: "striped" or "udt".
+    kind: str = "striped"
     #: The datasets' identities the pieces were cut against (a rerun is checked against the same).
     expect: tuple[DatasetIdentity, ...] = ()
     #: Streamed: each partition's running Dask task (None once it has finished), else empty.
@@ -133,6 +135,8 @@ class Coordinator:
         self._arrived = threading.Condition()
         #: Each worker's identity of the datasets asked about so far (a worker scans its catalog once).
         self._identities: dict[str, dict[str, str]] = {}
+        #: Each worker's UDT endpoint ("" if it runs none), asked once per worker (:meth:`udt_workers`).
+        self._udt: dict[str, str] = {}
 
     def start(self) -> "Coordinator":
         """Connect, register the worker plugin (every worker, and each that joins later), wait for one worker."""
@@ -209,6 +213,21 @@ class Coordinator:
         with self._lock:
             return [w for w in workers if all(self._identities.get(w, {}).get(i.dataset) == i.digest for i in expect)]
 
+    def udt_workers(self, workers: list[str]) -> list[str]:
+        """Return the workers that run a UDT data channel (each asked once, for its life)."""
+        with self._lock:
+            for gone in set(self._udt) - set(workers):
+                del self._udt[gone]
+            unknown = [w for w in workers if w not in self._udt]
+        if unknown:
+            found = self.client.run(node_report, workers=unknown, on_error="return")
+            with self._lock:
+                for w, report in found.items():
+                    if isinstance(report, dict) and report.get("running"):
+                        self._udt[w] = report.get("udt_endpoint", "")
+        with self._lock:
+            return [w for w in workers if self._udt.get(w)]
+
     def _gather(self, futures: list[Any], what: str) -> list[Any]:
         """Return the futures' results within the query time limit; typed errors pass, the rest is clear."""
         from distributed import wait
@@ -273,14 +292,15 @@ class Coordinator:
                              f"({outstanding} of {len(labels)} partitions outstanding); is any worker alive?")
 
     def plan(self, service: DstpService, sql: str, principal: Principal, compression: str,
-             streams: int = 0) -> QueryInfo | None:
+             streams: int = 0, kind: str = "striped") -> QueryInfo | None:
         """Run ``sql`` as partitions on the workers and return the answer listing them; None when the
         coordinator must answer it itself (not partitionable, no worker, or over a result limit).
 
         A query whose result is surely within the result limits (:func:`~.partitions.within_limits`) is
         *streamed*: Query answers as soon as every partition task has its ticket, and each worker sends
         its piece while computing it (rows and bytes -1 in the answer). Any other is computed first, and
-        answered by the coordinator itself when its total is over a limit.
+        answered by the coordinator itself when its total is over a limit. ``kind``: the workers' data
+        channel the partitions are offered on ("striped", or "udt": only workers that run one).
         """
         prepared = service.prepare(sql, principal)
         reason = why_not_partitioned(prepared)
@@ -292,6 +312,10 @@ class Coordinator:
             workers = self.eligible(workers, expect)
             if not workers:
                 reason = "no cluster worker holds the coordinator's copy of its dataset"
+        if not reason and kind == "udt":
+            workers = self.udt_workers(workers)
+            if not workers:
+                reason = "no cluster worker runs a UDT data channel"
         if reason:
             log.info("answered by the coordinator, not partitioned: %s — %s", reason, sql.strip()[:120])
             return None
@@ -326,7 +350,7 @@ class Coordinator:
             return None
         cq = ClusterQuery(query_id, sql, principal, specs, results, compression,
                           self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS),
-                          expect=expect)
+                          expect=expect, kind=kind)
         if stream:
             cq.futures = futures
             cq.generations = [g for g, _ in found]
@@ -344,7 +368,7 @@ class Coordinator:
                                  seconds=sum(r.seconds for r in results), **audit)
         log.info("query %s partitioned into %d pieces on %d workers%s", query_id, len(specs),
                  len({r.worker for r in results}), ", streamed" if stream else f": {rows} rows")
-        return _answer(prepared, query_id, [self._partition(prepared, r, cq.streams) for r in results], stream)
+        return _answer(prepared, query_id, [self._partition(prepared, r, cq) for r in results], stream)
 
     def reduce_on_workers(self, prepared: PreparedQuery) -> PreparedQuery:
         """Service hook on every prepared query: a reduction that splits (:mod:`.reduce`) gets a
@@ -483,12 +507,20 @@ class Coordinator:
         timer.start()
         return timer
 
-    def _partition(self, prepared: PreparedQuery, r: PartitionResult, streams: int) -> PartitionInfo:
+    def _partition(self, prepared: PreparedQuery, r: PartitionResult, cq: ClusterQuery) -> PartitionInfo:
         h = prepared.plan.hyperslab
         first = h.ranges[0][r.start:r.stop]
         hyperslab = {**h.as_dict(), h.dims[0]: (first.start, first.stop, first.step)}
-        offer = ChannelOffer("striped", r.ticket, r.expires_at_unix_ms, r.endpoint, streams,
-                             r.compression, "", r.key, r.cipher)
+        if cq.kind == "udt":
+            if not r.udt_endpoint:
+                raise TransportError(f"partition {r.index} of query {cq.query_id} is held by cluster worker "
+                                     f"{r.worker}, which runs no UDT data channel; run the query with "
+                                     "transport='striped'")
+            offer = ChannelOffer("udt", r.ticket, r.expires_at_unix_ms, r.udt_endpoint, 1, r.compression, "",
+                                 r.key, r.cipher)
+        else:
+            offer = ChannelOffer("striped", r.ticket, r.expires_at_unix_ms, r.endpoint, cq.streams,
+                                 r.compression, "", r.key, r.cipher)
         return PartitionInfo(r.index, r.worker, offer, r.rows, r.bytes, hyperslab)
 
     def resolve(self, service: DstpService, query_id: str, index: int, principal: Principal) -> PartitionInfo:
@@ -513,7 +545,7 @@ class Coordinator:
                                         on_error="return").get(old.worker)
                 if isinstance(again, PartitionResult):
                     cq.results[index] = again
-                    return self._partition(prepared, again, cq.streams)
+                    return self._partition(prepared, again, cq)
             running = cq.futures[index] if cq.futures else None
             if running is not None and not running.done():
                 # Dask runs the task again elsewhere when its worker died: wait for that run's ticket.
@@ -544,7 +576,7 @@ class Coordinator:
             if cq.generations:
                 cq.generations[index] = generation
             cq.results[index] = again
-            return self._partition(prepared, again, cq.streams)
+            return self._partition(prepared, again, cq)
 
     # -- files ------------------------------------------------------------------------------
 
@@ -619,10 +651,11 @@ class ClusterServicer(DstpServicer):
 
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
         channels = [codec.channel_kind_name(k) for k in request.channels]
-        if not channels or "striped" in channels:
+        kind = "striped" if not channels or "striped" in channels else "udt" if "udt" in channels else ""
+        if kind:
             with grpc_errors(context):
                 info = self.coordinator.plan(self.service, request.sql, principal_of(context),
-                                             codec.compression_name(request.compression), request.streams)
+                                             codec.compression_name(request.compression), request.streams, kind)
                 if info is not None:
                     return codec.query_response_pb(info)
         return super().Query(request, context)

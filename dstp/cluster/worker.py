@@ -63,6 +63,10 @@ __all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "W
 
 log = logging.getLogger("dstp.cluster")
 
+#: The kind of a worker's tickets: redeemable on either of its data channels (striped TCP, UDT), as the
+#: coordinator's offer says; the HELLO's proof binds a ticket to its client either way.
+DATA_TICKET = "data"
+
 #: The one WorkerNode of each worker in this process, by worker address (a process may run several
 #: threaded workers; each Dask process worker has its own process and so its own table).
 _NODES: dict[str, "WorkerNode"] = {}
@@ -92,6 +96,8 @@ class PartitionResult:
     #: The piece of the outermost dimension, in positions of the query's own range.
     start: int
     stop: int
+    #: The worker's UDT data channel ("" when it runs none); the ticket is good on either channel.
+    udt_endpoint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +277,7 @@ class PartitionStore:
             self._issued += 1
             group = f"{label}#{self._issued}"
             held.expires_at = self.clock() + self.tickets.ttl_s
-        return self.tickets.issue(group, "striped", (held, compression))
+        return self.tickets.issue(group, DATA_TICKET, (held, compression))
 
     def summary_of(self, label: str) -> QuerySummary | None:
         """Return the execution summary of a held partition, or None (not held, or still being computed)."""
@@ -297,7 +303,7 @@ class PartitionStore:
                 raise TicketError("the ticket's proof is missing or wrong: only the client that asked for the "
                                   "ticket can redeem it (it proves so with the offer's key; proto/README.md)")
 
-        return self.tickets.claim(token, kind, check)
+        return self.tickets.claim(token, DATA_TICKET, check)  # any of this worker's channels
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
                     proof: Callable[[bytes], bool]) -> QuerySource:
@@ -341,13 +347,35 @@ class WorkerNode:
             max_pending_per_address=settings.max_pending_per_address,
         )
         self.channel.start()
+        #: The UDT data channel (None: disabled by udt_port -1, or libudt not built).
+        self.udt = self._udt_channel(host, settings, sealed)
         self.congestion_controls = allowed_congestion_controls()
-        log.info("dstp worker %s: %d datasets from %s, data channel %s", address, len(self.catalog), root,
-                 self.channel.endpoint)
+        log.info("dstp worker %s: %d datasets from %s, data channel %s%s", address, len(self.catalog), root,
+                 self.channel.endpoint, f", UDT {self.udt.endpoint}" if self.udt is not None else "")
+
+    def _udt_channel(self, host: str, settings: Settings, sealed: bool) -> DataChannelServer | None:
+        if settings.udt_port < 0:
+            return None
+        from dstp.transport import udt
+
+        if not udt.available():
+            log.warning("dstp worker: no UDT data channel: %s", udt.unavailable_reason())
+            return None
+        channel = DataChannelServer(
+            "udt", udt.UdtChannelListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
+            sealed=sealed, hello_timeout=settings.hello_timeout_s,
+            max_pending_per_address=settings.max_pending_per_address,
+        )
+        channel.start()
+        return channel
 
     @property
     def endpoint(self) -> str:
         return self.channel.endpoint
+
+    @property
+    def udt_endpoint(self) -> str:
+        return self.udt.endpoint if self.udt is not None else ""
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
                     proof: Callable[[bytes], bool]) -> QuerySource | FileSource:
@@ -373,6 +401,8 @@ class WorkerNode:
 
     def close(self) -> None:
         self.channel.stop()
+        if self.udt is not None:
+            self.udt.stop()
         self.catalog.close()
 
 
@@ -412,7 +442,7 @@ def _result(node: WorkerNode, label: str, index: int, spec: PartitionSpec, ticke
         compression=compression, rows=-1 if summary is None else known.rows,
         bytes=-1 if summary is None else known.bytes, hyperslabs_read=known.stats.hyperslabs,
         elements_read=known.stats.elements, bytes_read=known.stats.bytes, truncated=known.truncated,
-        seconds=known.seconds, start=spec.start, stop=spec.stop,
+        seconds=known.seconds, start=spec.start, stop=spec.stop, udt_endpoint=node.udt_endpoint,
     )
 
 
@@ -525,7 +555,7 @@ def open_file_shares(dataset: str, name: str, size: int, shares: dict[str, list[
     cc = congestion_control if congestion_control in node.congestion_controls else ""
     ranges = tuple((int(o), int(n)) for o, n in shares[dask_worker.address])
     grant = _FileGrant(dataset, path, ranges, cc, block_size or node.settings.block_bytes)
-    ticket = node.store.tickets.issue(f"file-{uuid.uuid4().hex[:12]}", "striped", grant)
+    ticket = node.store.tickets.issue(f"file-{uuid.uuid4().hex[:12]}", DATA_TICKET, grant)
     return FileShare(worker=node.address, endpoint=node.endpoint, ticket=ticket.token, key=ticket.key,
                      expires_at_unix_ms=ticket.expires_at_unix_ms, cipher="aes-256-gcm" if node.sealed else "",
                      congestion_control=cc, ranges=ranges)
@@ -549,5 +579,6 @@ def node_report(dask_worker: Any = None) -> dict[str, Any]:
     node = _NODES.get(dask_worker.address)
     if node is None:
         return {"running": False}
-    return {"running": True, "endpoint": node.endpoint, "bytes_sent": node.store.bytes_sent,
+    return {"running": True, "endpoint": node.endpoint, "udt_endpoint": node.udt_endpoint,
+            "bytes_sent": node.store.bytes_sent,
             "held": node.store.holds(), "partials": node.partials, "file_bytes_sent": node.file_bytes_sent}
