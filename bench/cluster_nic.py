@@ -8,7 +8,10 @@ with the NIC as the limit the result should arrive ``n`` times as fast from ``n`
 
 Workers join one at a time (a joining worker is used from the next query on); after each join, ``REPEATS``
 fresh client processes run the query (striped, 2 streams per worker) and report seconds, records, bytes
-and bytes per worker. An ``iperf3 -R`` through one worker's link measures what the link carries.
+and bytes per worker, then ``REPEATS`` fresh clients download the largest sample file (``dstp get``, striped,
+2 streams), which the coordinator hands out in shares to the workers (m → n; ``cluster_file_min_bytes`` is
+set to 1 MiB, below the samples' 12 MB files). An ``iperf3 -R`` through one
+worker's link measures what the link carries.
 
 Needs root (``ip netns``, ``tc``); the topology is torn down afterwards, whatever happens.
 Reproduce: ``python -m bench.cluster_nic`` (writes bench/results/cluster_nic.{json,md}).
@@ -36,6 +39,7 @@ REPEATS = 3
 WORKERS = 3
 SQL = "select temperature, humidity, cloud from ccm3"
 SCHEDULER = f"tcp://{SUBNET}.1:8786"
+FILE_MIN_BYTES = 2**20  # hand downloads from 1 MiB up to the workers (the default, 16 MiB, is above the samples)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -93,14 +97,17 @@ def process(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subp
         stop(proc)
 
 
-def client_main(url: str, workers: int) -> dict[str, Any]:
-    """One fresh client (inside the hub): wait for ``workers`` workers, run the query, report."""
+def client_main(url: str, workers: int, get: str = "") -> dict[str, Any]:
+    """One fresh client (inside the hub): wait for ``workers`` workers, run the query (or download
+    ``get``, DATASET/FILE), report."""
     import distributed
 
     import dstp
 
     with distributed.Client(SCHEDULER, timeout=60) as dask_client:
         dask_client.wait_for_workers(workers, timeout=60)
+    if get:
+        return _download(url, workers, get)
     with dstp.connect(url, timeout=300) as client:
         started = time.perf_counter()
         stream = client.query_batches(SQL, transport="striped", streams=2)
@@ -115,13 +122,32 @@ def client_main(url: str, workers: int) -> dict[str, Any]:
     return {"workers": workers, "seconds": seconds, "rows": rows, "bytes": nbytes, "per_worker": per_worker}
 
 
-def _client(url: str, workers: int) -> dict[str, Any]:
-    argv = in_ns(HUB, sys.executable, "-m", "bench.cluster_nic", "--client", url, "--workers", str(workers))
+def _download(url: str, workers: int, path: str) -> dict[str, Any]:
+    import tempfile
+
+    import dstp
+
+    dataset, name = path.split("/")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp, dstp.connect(url, timeout=300) as client:
+        started = time.perf_counter()
+        summary = client.get(dataset, name, Path(tmp) / name, transport="striped", streams=2)
+        seconds = time.perf_counter() - started
+    per_worker: dict[str, int] = {}
+    for share in summary.get("shares", []):
+        where = share["endpoint"] if share["worker"] else "coordinator"
+        per_worker[where] = per_worker.get(where, 0) + share["bytes"]
+    return {"workers": workers, "file": path, "seconds": seconds, "bytes": summary["bytes"],
+            "per_worker": per_worker or {"coordinator": summary["bytes"]}, "retried": summary.get("retried", "")}
+
+
+def _client(url: str, workers: int, get: str = "") -> dict[str, Any]:
+    argv = in_ns(HUB, sys.executable, "-m", "bench.cluster_nic", "--client", url, "--workers", str(workers),
+                 *(["--get", get] if get else []))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
-        return {"workers": workers, "error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
+        return {"workers": workers, "file": get, "error": (done.stderr.strip().splitlines() or ["failed"])[-1][:300]}
     answer: dict[str, Any] = json.loads(lines[-1])
     return answer
 
@@ -152,6 +178,9 @@ def run(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str,
 
     env = {"DSTP_CATALOG_ROOT": str(root), "MALLOC_TRIM_THRESHOLD_": str(64 * 2**20)}
     runs: list[dict[str, Any]] = []
+    gets: list[dict[str, Any]] = []
+    biggest = max(root.glob("*/*.nc"), key=lambda p: p.stat().st_size)
+    name = f"{biggest.parent.name}/{biggest.name}"
     started = time.monotonic()
     with topology(workers), contextlib.ExitStack() as stack:
         link = _link_mbps()
@@ -165,7 +194,7 @@ def run(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str,
 
         join(0)  # the coordinator waits for a first worker before it serves
         srv = stack.enter_context(serve(root, "--host", f"{SUBNET}.1", "--cluster", SCHEDULER, "--udt-port", "-1",
-                                        prefix=in_ns(HUB)))
+                                        prefix=in_ns(HUB), env={"DSTP_CLUSTER_FILE_MIN_BYTES": str(FILE_MIN_BYTES)}))
         url = srv.endpoints["grpc"]
         for n in range(1, workers + 1):
             if n > 1:
@@ -173,6 +202,14 @@ def run(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str,
             _client(url, n)  # untimed: the new worker's catalog scan, page cache
             for _ in range(repeats):
                 runs.append(_client(url, n))
+            for _ in range(repeats):
+                gets.append(_client(url, n, name))
+    return {"sql": SQL, "file": name, "cluster_file_min_bytes": FILE_MIN_BYTES, "rate": RATE, "link_iperf3_Mbps": round(link, 1),
+            "repeats": repeats, "rows": _medians(runs, workers), "file_rows": _medians(gets, workers),
+            "runs": runs, "gets": gets, "suite_seconds": round(time.monotonic() - started, 1)}
+
+
+def _medians(runs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     rows = []
     for n in range(1, workers + 1):
         ok = sorted((r for r in runs if r["workers"] == n and "error" not in r), key=lambda r: r["seconds"])
@@ -180,29 +217,41 @@ def run(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str,
             rows.append({"workers": n, "runs": 0, "errors": [r["error"] for r in runs if r["workers"] == n]})
             continue
         mid = ok[len(ok) // 2]
-        rows.append({"workers": n, "runs": len(ok), "seconds": mid["seconds"], "rows": mid["rows"],
+        rows.append({"workers": n, "runs": len(ok), "seconds": mid["seconds"], "rows": mid.get("rows", 0),
                      "MB": mid["bytes"] / 1e6, "Mbps": mid["bytes"] * 8 / mid["seconds"] / 1e6,
                      "per_worker_MB": {e: round(b / 1e6, 1) for e, b in mid["per_worker"].items()},
-                     "all_seconds": [round(r["seconds"], 3) for r in ok]})
-    return {"sql": SQL, "rate": RATE, "link_iperf3_Mbps": round(link, 1), "repeats": repeats, "rows": rows,
-            "runs": runs, "suite_seconds": round(time.monotonic() - started, 1)}
+                     "all_seconds": [round(r["seconds"], 3) for r in ok],
+                     "retried": sum(1 for r in ok if r.get("retried"))})
+    return rows
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"`{result['sql']}` (medium samples); each worker's link sends at most {result['rate']} "
              f"(tc tbf; iperf3 -R through one link: {result['link_iperf3_Mbps']} Mb/s). Median of "
              f"{result['repeats']} fresh client processes per worker count; records over the striped channel, "
-             "2 streams per worker, fetched from every worker at once.", "",
-             "| workers | s | Mb/s (aggregate) | MB | records | MB per worker | runs (s) |",
-             "|---:|---:|---:|---:|---:|---|---|"]
-    for row in result["rows"]:
+             "2 streams per worker, fetched from every worker at once.", "", *_table(result["rows"], records=True)]
+    if result.get("file_rows"):
+        lines += ["", f"`dstp get` of `{result['file']}` (striped, 2 streams per source; the coordinator hands the "
+                  "file to the workers in shares, each sent from its worker's throttled link; cluster_file_min_bytes "
+                  f"{result['cluster_file_min_bytes']:,}). Median of "
+                  f"{result['repeats']} fresh client processes per worker count.", "",
+                  *_table(result["file_rows"], records=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[dict[str, Any]], records: bool) -> list[str]:
+    """Markdown rows of one table: per worker count, the median run's figures (records for queries)."""
+    lines = ["| workers | s | Mb/s (aggregate) | MB |" + (" records |" if records else "") + " MB per worker | runs (s) |",
+             "|---:|---:|---:|---:|" + ("---:|" if records else "") + "---|---|"]
+    for row in rows:
         if not row["runs"]:
-            lines.append(f"| {row['workers']} | – | – | – | – | {'; '.join(row['errors'])} | |")
+            lines.append(f"| {row['workers']} | – | – | – |" + (" – |" if records else "")
+                         + f" {'; '.join(row['errors'])} | |")
             continue
         per = ", ".join(f"{v:g}" for v in row["per_worker_MB"].values())
-        lines.append(f"| {row['workers']} | {row['seconds']:.3f} | {row['Mbps']:.1f} | {row['MB']:.1f} | "
-                     f"{row['rows']:,} | {per} | {row['all_seconds']} |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {row['workers']} | {row['seconds']:.3f} | {row['Mbps']:.1f} | {row['MB']:.1f} |"
+                     + (f" {row['rows']:,} |" if records else "") + f" {per} | {row['all_seconds']} |")
+    return lines
 
 
 def plot(result: dict[str, Any], out: Path) -> None:
@@ -213,14 +262,17 @@ def plot(result: dict[str, Any], out: Path) -> None:
 
     rows = [r for r in result["rows"] if r["runs"]]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.plot([r["workers"] for r in rows], [r["Mbps"] for r in rows], "o-", label="dstp, aggregate")
+    ax.plot([r["workers"] for r in rows], [r["Mbps"] for r in rows], "o-", label="query result")
+    files = [r for r in result.get("file_rows", []) if r["runs"]]
+    if files:
+        ax.plot([r["workers"] for r in files], [r["Mbps"] for r in files], "s--", label="dstp get (file shares)")
     ax.plot([r["workers"] for r in rows], [r["workers"] * result["link_iperf3_Mbps"] for r in rows], "k:",
             label="workers × one link (iperf3)")
     ax.set_xlabel("workers (each link throttled)")
     ax.set_ylabel("Mb/s")
     ax.set_xticks([r["workers"] for r in rows])
     ax.legend()
-    ax.set_title("Result throughput with throttled worker NICs")
+    ax.set_title("Throughput with throttled worker NICs")
     fig.tight_layout()
     fig.savefig(out / f"{NAME}.png", dpi=110)
     plt.close(fig)
@@ -231,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client", metavar="URL", help="run one client (inside the hub namespace) and print JSON")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--get", default="", metavar="FILE", help="with --client: download DATASET/FILE instead")
     args = parser.parse_args(argv)
     if args.client:
-        print(json.dumps(client_main(args.client, args.workers)))
+        print(json.dumps(client_main(args.client, args.workers, args.get)))
         return 0
     import platformdirs
 
