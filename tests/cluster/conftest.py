@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,7 @@ class DaskCluster:
 
 
 class KillOnConnect(StripedChannel):
-    """A client's channel that calls ``kill(host:port)`` — a test's real SIGKILL of the worker there —
-    as the client connects to that data endpoint (``wrap_channel=lambda ch: KillOnConnect(ch, kill)``)."""
+    """A client's channel that calls ``kill(host:port)`` as the client connects to that data endpoint."""
 
     def __init__(self, inner, kill) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
@@ -56,6 +56,25 @@ class KillOnConnect(StripedChannel):
     def connect(self, stripe: int):  # type: ignore[no-untyped-def]
         self.kill(f"{self.inner.host}:{self.inner.port}")
         return self.inner.connect(stripe)
+
+
+class KillVictimOnDial:
+    """SIGKILLs worker ``victim`` (a real kill) the first time the client dials one of its endpoints
+    (``endpoints``: data endpoint → worker); pass ``wrap`` as the client's ``wrap_channel``."""
+
+    def __init__(self, cluster: "DaskCluster", endpoints: dict[str, str], victim: str) -> None:
+        self.cluster, self.endpoints, self.victim = cluster, endpoints, victim
+        self.killed: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, endpoint: str) -> None:
+        with self._lock:
+            if self.endpoints.get(endpoint) == self.victim and not self.killed:
+                self.cluster.kill(self.victim)
+                self.killed.append(self.victim)
+
+    def wrap(self, channel: StripedChannel) -> KillOnConnect:
+        return KillOnConnect(channel, self)
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

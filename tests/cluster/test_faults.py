@@ -12,7 +12,7 @@ import pytest
 
 import dstp
 import oracle
-from cluster.conftest import KillOnConnect
+from cluster.conftest import KillVictimOnDial
 from dstp.client._partitions import fetch_partitions
 from dstp.server import DstpServer
 from dstp.transport.tuning import AutoTuner
@@ -26,21 +26,13 @@ def test_worker_killed_while_holding_its_partition_is_refetched_elsewhere(coordi
                                                                           client, tmp_path) -> None:
     endpoints = {r["endpoint"]: w for w, r in coordinator.coordinator.reports().items()}
     victim = sorted(dask_cluster.workers)[0]
-    killed: list[str] = []
-    lock = threading.Lock()
-
-    def kill(endpoint: str) -> None:
-        with lock:
-            if endpoints.get(endpoint) == victim and not killed:
-                dask_cluster.kill(victim)
-                killed.append(victim)
-
+    killer = KillVictimOnDial(dask_cluster, endpoints, victim)
     assert coordinator.endpoints is not None
     with dstp.Client(coordinator.endpoints.grpc, tuner=AutoTuner(tmp_path / "t.json"),
-                     wrap_channel=lambda ch: KillOnConnect(ch, kill)) as c:
+                     wrap_channel=killer.wrap) as c:
         stream = c.query_batches(LARGE, transport="striped", streams=2)
         got = stream.read_all()
-    assert killed == [victim]
+    assert killer.killed == [victim]
     want = client.query(LARGE)
     oracle.assert_same_records(got, want)
     lost = [p for p in stream.partitions if p.attempts > 1]

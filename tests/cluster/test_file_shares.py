@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 
 import dstp
-from cluster.conftest import DaskCluster, KillOnConnect, start_dask, stop_dask
+from cluster.conftest import DaskCluster, KillVictimOnDial, start_dask, stop_dask
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
@@ -190,18 +189,10 @@ def test_a_worker_killed_as_its_share_starts_loses_nothing(coordinator: DstpServ
     source = _largest(catalog_root, "ccm3")
     endpoints = {r["endpoint"]: w for w, r in coordinator.coordinator.reports().items()}
     victim = sorted(dask_cluster.workers)[0]
-    killed: list[str] = []
-    lock = threading.Lock()
-
-    def kill(endpoint: str) -> None:
-        with lock:
-            if endpoints.get(endpoint) == victim and not killed:
-                dask_cluster.kill(victim)
-                killed.append(victim)
-
-    with _connect(coordinator, tmp_path, wrap_channel=lambda ch: KillOnConnect(ch, kill)) as c:
+    killer = KillVictimOnDial(dask_cluster, endpoints, victim)
+    with _connect(coordinator, tmp_path, wrap_channel=killer.wrap) as c:
         summary = c.get("ccm3", source.name, tmp_path / "out.nc", transport="striped", streams=2)
-    assert killed == [victim]
+    assert killer.killed == [victim]
     assert (tmp_path / "out.nc").read_bytes() == source.read_bytes()
     shares = summary["shares"]
     assert victim not in {s["worker"] for s in shares}

@@ -6,13 +6,12 @@ The oracle is the session's single server (itself checked against xarray/DuckDB 
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 import dstp
 import oracle
-from cluster.conftest import KillOnConnect
+from cluster.conftest import KillVictimOnDial
 from dstp.server import DstpServer
 from dstp.transport import udt
 from dstp.transport.tuning import AutoTuner
@@ -57,22 +56,14 @@ def test_a_worker_killed_as_its_udt_partition_is_dialled_is_refetched(coordinato
                                                                      client, tmp_path) -> None:
     udt_ends = _udt_endpoints(coordinator)
     victim = sorted(dask_cluster.workers)[0]
-    killed: list[str] = []
-    lock = threading.Lock()
-
-    def kill(endpoint: str) -> None:
-        with lock:
-            if udt_ends.get(endpoint) == victim and not killed:
-                dask_cluster.kill(victim)
-                killed.append(victim)
-
+    killer = KillVictimOnDial(dask_cluster, udt_ends, victim)
     sql = "select * from ccm3"
     assert coordinator.endpoints is not None
     with dstp.Client(coordinator.endpoints.grpc, tuner=AutoTuner(tmp_path / "t.json"),
-                     wrap_channel=lambda ch: KillOnConnect(ch, kill)) as c:
+                     wrap_channel=killer.wrap) as c:
         stream = c.query_batches(sql, transport="udt")
         got = stream.read_all()
-    assert killed == [victim]
+    assert killer.killed == [victim]
     oracle.assert_same_records(got, client.query(sql))
     lost = [p for p in stream.partitions if p.attempts > 1]
     assert len(lost) == 1 and lost[0].worker != victim and lost[0].endpoint in udt_ends
