@@ -78,6 +78,10 @@ class Settings:
         16 * 2**20, "Smallest download a scale-out coordinator hands to its workers in shares (smaller ones it "
         "sends itself); docs/scale-out.md."
     )
+    cluster_reduce_fan_in: int = _setting(
+        8, "Pieces of a reduction merged per task on the workers (a tree, as Dask's tree reduction) until "
+        "at most this many reach the scale-out coordinator; 0: the coordinator combines every piece."
+    )
     max_sql_length: int = _setting(16_384, "Longest query text accepted, in characters.")
     cors_origins: tuple[str, ...] = _setting((), "Origins allowed by CORS on the HTTP API (empty: same origin only).")
     # -- limits that hold (SECURITY.md) --

@@ -54,6 +54,7 @@ from dstp.cluster.worker import (
     FileShare,
     PartitionResult,
     dataset_identities,
+    merge_partials,
     node_report,
     open_file_shares,
     published,
@@ -397,8 +398,9 @@ class Coordinator:
             futures = [self.client.submit(run_partial, sql, spec, split.partial_sql, expect,
                                           key=f"dstp-reduce-{label}-p{spec.index}", workers=[live[spec.index % len(live)]],
                                           allow_other_workers=True, pure=False) for spec in specs]
-            self._wait_all(futures, cancel, deadline)
-            results = self._gather(futures, f"the pieces of a reduction ({len(specs)})")
+            tops = self._tree(futures, split.merge_sql, label)
+            self._wait_all([*futures, *tops], cancel, deadline)
+            results = self._gather(tops, f"the pieces of a reduction ({len(specs)})")
             tables = []
             for ipc, hyperslabs, elements, nbytes in results:
                 tables.append(pa.ipc.open_stream(ipc).read_all())
@@ -410,6 +412,23 @@ class Coordinator:
             return pa.concat_tables(tables) if tables else split.partial_schema.empty_table()
 
         return dataclasses.replace(prepared, combine=Combine(split.combine_sql, partials, len(specs)))
+
+    def _tree(self, pieces: list[Any], merge_sql: str, label: str) -> list[Any]:
+        """Return the futures the coordinator combines: ``pieces`` merged on the workers, at most
+        ``cluster_reduce_fan_in`` per task and level, until that many remain (Dask places each merge by
+        its inputs' locality); ``pieces`` themselves when there is no merge statement or few pieces."""
+        fan_in = self.settings.cluster_reduce_fan_in
+        if not merge_sql or fan_in < 2:
+            return pieces
+        level = 0
+        while len(pieces) > fan_in:
+            groups = [pieces[i:i + fan_in] for i in range(0, len(pieces), fan_in)]
+            pieces = [g[0] if len(g) == 1 else
+                      self.client.submit(merge_partials, merge_sql, *g, key=f"dstp-merge-{label}-l{level}-{k}",
+                                         pure=False)
+                      for k, g in enumerate(groups)]
+            level += 1
+        return pieces
 
     def _wait_all(self, futures: list[Any], cancel: threading.Event, deadline: float) -> None:
         """Return once every future has finished; raise when the query is cancelled or out of time first."""

@@ -14,8 +14,13 @@ coordinator would run (``plan.sql``) two statements are made:
   ``sum(sums) / sum(counts)`` for the mean — grouped by the keys, then the query's ORDER BY, LIMIT
   and OFFSET.
 
-The combined result must have exactly the single server's schema (checked on empty tables before
-anything runs); otherwise, or for anything else, the coordinator reduces the records itself. Sums of
+With many pieces they meet in a tree (Dask's tree reduction): a **merge** statement — partial rows in,
+partial rows out (``sum`` of counts and sums, ``min``/``max`` of minima/maxima, grouped by the keys,
+each column cast back to its partial type) — runs on the workers over ``cluster_reduce_fan_in`` pieces
+at a time until that few remain for the coordinator's combine.
+
+The combined result must have exactly the single server's schema, and a merge exactly the partial
+schema (checked on empty tables before anything runs); otherwise, or for anything else, the coordinator reduces the records itself. Sums of
 floating-point values are added in another order than on one server, as DuckDB's own parallel
 aggregation does: equal to the last few bits, not bit for bit.
 """
@@ -45,6 +50,8 @@ class SplitReduction:
     partial_sql: str
     combine_sql: str
     partial_schema: pa.Schema
+    #: Partial rows in, partial rows out (a tree's inner node); "" when it would not keep the partial schema.
+    merge_sql: str = ""
 
 
 def _bare(node: exp.Expression) -> exp.Expression:
@@ -135,6 +142,7 @@ def _split(tree: exp.Select, prepared: PreparedQuery, settings: Settings, column
         keys.append(node)
     partial: list[Any] = [exp.alias_(k.copy(), f"__k{i}", quoted=True) for i, k in enumerate(keys)]
     outputs: list[Any] = []
+    merges: dict[str, type[exp.AggFunc]] = {}  # partial column: the aggregate that merges it
     for item in items:
         name = item.alias_or_name
         agg = _aggregate(item)
@@ -147,6 +155,9 @@ def _split(tree: exp.Select, prepared: PreparedQuery, settings: Settings, column
             continue
         j = len(partial)
         arg = agg.this.copy() if agg.this is not None else exp.Star()
+        merges[f"__p{j}"] = type(agg) if isinstance(agg, (exp.Min, exp.Max)) else exp.Sum  # how pieces merge
+        if isinstance(agg, exp.Avg):
+            merges[f"__p{j}c"] = exp.Sum
         if isinstance(agg, exp.Count):
             partial.append(exp.alias_(exp.Count(this=arg), f"__p{j}", quoted=True))
             combined: Any = exp.Cast(this=exp.Sum(this=_q(f"__p{j}")), to=exp.DataType.build("BIGINT"))
@@ -199,4 +210,29 @@ def _split(tree: exp.Select, prepared: PreparedQuery, settings: Settings, column
     want = prepared.schema
     if combined_schema.names != want.names or combined_schema.types != want.types:
         raise ValueError("the combined result's types would not be the single server's")
-    return SplitReduction(partial_sql, combine_sql, partial_schema)
+    return SplitReduction(partial_sql, combine_sql, partial_schema,
+                          _merge_sql(prepared, settings, partial_schema, len(keys), merges))
+
+
+def _merge_sql(prepared: PreparedQuery, settings: Settings, schema: pa.Schema, nkeys: int,
+               merges: dict[str, type[exp.AggFunc]]) -> str:
+    """Return the statement that merges partial rows into partial rows of the same schema ("" if none)."""
+    items: list[Any] = []
+    for field in schema:
+        column = _q(field.name)
+        if field.name not in merges:  # a group key
+            items.append(column)
+            continue
+        merged: Any = merges[field.name](this=column)
+        if merges[field.name] is exp.Sum and pa.types.is_int64(field.type):  # a count: sum() widens it
+            merged = exp.Cast(this=merged, to=exp.DataType.build("BIGINT"))
+        items.append(exp.alias_(merged, field.name, quoted=True))
+    merge = exp.select(*items).from_(exp.to_table(PARTIALS))
+    if nkeys:
+        merge = merge.group_by(*[_q(f"__k{i}") for i in range(nkeys)])
+    sql = merge.sql(dialect="duckdb")
+    try:
+        merged_schema = sql_schema(prepared.plan, settings, sql, {PARTIALS: schema})
+    except (DstpError, ValueError):
+        return ""
+    return sql if merged_schema.equals(schema) else ""

@@ -50,7 +50,7 @@ from dstp.cluster.partitions import (
     partition_prepared,
 )
 from dstp.errors import CatalogError, DstpError, LimitExceededError, TicketError, TransportError
-from dstp.query.execute import QueryExecution, QuerySummary, prepare_query, sql_schema
+from dstp.query.execute import PARTIALS, QueryExecution, QuerySummary, prepare_query, sql_schema
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
 from dstp.transport.sources import FileSource, QuerySource
@@ -58,7 +58,8 @@ from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
 __all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities",
-           "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition", "start_node",
+           "merge_partials", "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition",
+           "start_node",
            "stop_node"]
 
 log = logging.getLogger("dstp.cluster")
@@ -337,6 +338,8 @@ class WorkerNode:
         self.store = PartitionStore(settings.ticket_ttl_s)
         #: Pieces of reductions this node has reduced (:func:`run_partial`).
         self.partials = 0
+        #: Inner nodes of reduction trees this node has merged (:func:`merge_partials`).
+        self.merges = 0
         host = urlparse(address).hostname or settings.host
         #: Bytes of files sent from this node (shares of downloads; :func:`open_file_shares`).
         self.file_bytes_sent = 0
@@ -518,6 +521,29 @@ def run_partial(sql: str, spec: PartitionSpec, partial_sql: str, expect: tuple[D
     return sink.getvalue().to_pybytes(), stats.hyperslabs, stats.elements, stats.bytes
 
 
+def merge_partials(merge_sql: str, *pieces: tuple[bytes, int, int, int]) -> tuple[bytes, int, int, int]:
+    """Dask task, an inner node of a reduction's tree: the pieces' partial rows (Arrow IPC, as
+    :func:`run_partial` returns them) merged by ``merge_sql`` into partial rows of the same schema,
+    with the pieces' read statistics added up."""
+    import duckdb
+    from distributed import get_worker
+
+    table = pa.concat_tables([pa.ipc.open_stream(ipc).read_all() for ipc, *_ in pieces])
+    con = duckdb.connect()
+    try:
+        con.execute("SET threads = 1")
+        con.register(PARTIALS, table)
+        merged = con.sql(merge_sql).to_arrow_table()
+    finally:
+        con.close()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, merged.schema) as writer:
+        writer.write_table(merged)
+    node_of(get_worker()).merges += 1
+    return (sink.getvalue().to_pybytes(), sum(p[1] for p in pieces), sum(p[2] for p in pieces),
+            sum(p[3] for p in pieces))
+
+
 def reissue(label: str, spec: PartitionSpec, compression: str = "none", dask_worker: Any = None) -> PartitionResult | None:
     """``client.run`` on the worker that holds ``label``: a fresh ticket for it (rows -1 while it is still
     being computed), or None if it is not held."""
@@ -581,4 +607,4 @@ def node_report(dask_worker: Any = None) -> dict[str, Any]:
         return {"running": False}
     return {"running": True, "endpoint": node.endpoint, "udt_endpoint": node.udt_endpoint,
             "bytes_sent": node.store.bytes_sent,
-            "held": node.store.holds(), "partials": node.partials, "file_bytes_sent": node.file_bytes_sent}
+            "held": node.store.holds(), "partials": node.partials, "merges": node.merges, "file_bytes_sent": node.file_bytes_sent}

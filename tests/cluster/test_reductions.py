@@ -5,15 +5,22 @@ tests/query/test_reductions_oracle.py). Keys, counts, minima and maxima must be 
 and means of floating-point values within 1e-12 relative (the pieces add in another order, as DuckDB's
 own parallel aggregation does). Each worker's report counts the pieces it reduced, which proves where
 the work ran; reductions that cannot be split are answered by the coordinator and count nothing.
+A second coordinator on the same cluster merges the pieces in a tree (fan-in 2: two pieces merged on
+a worker, the third beside them), which the workers' reports count.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import dstp
 from dstp.server import DstpServer
+from dstp.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,3 +99,29 @@ def test_a_reduction_reads_as_much_on_the_workers_as_one_server_reads(cluster_cl
     spread = cluster_client.query_batches(sql, transport="grpc")
     spread.read_all()
     assert spread.summary.elements_read == single.summary.elements_read > 0
+
+
+@pytest.fixture(scope="module")
+def tree_coordinator(catalog_root: Path, dask_cluster) -> Iterator[DstpServer]:  # type: ignore[no-untyped-def]
+    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, batch_rows=4096,
+                        cluster_reduce_fan_in=2)
+    server = DstpServer(settings, cluster=dask_cluster.address)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _merges(coordinator: DstpServer) -> int:
+    return sum(r.get("merges", 0) for r in coordinator.coordinator.reports().values())
+
+
+@pytest.mark.parametrize("sql, ordered", SPLIT, ids=[s[:60] for s, _ in SPLIT])
+def test_pieces_merged_in_a_tree_on_the_workers_equal_the_single_server(tree_coordinator, client, sql,  # type: ignore[no-untyped-def]
+                                                                        ordered) -> None:
+    before, partials = _merges(tree_coordinator), _partials(tree_coordinator)
+    assert tree_coordinator.endpoints is not None
+    with dstp.connect(tree_coordinator.endpoints.grpc) as c:
+        got = c.query(sql, transport="grpc")
+    assert sum(_partials(tree_coordinator).values()) == sum(partials.values()) + 3  # three pieces
+    assert _merges(tree_coordinator) == before + 1  # fan-in 2: one merge of two pieces, the third beside it
+    _same(got, client.query(sql), ordered, sql)
