@@ -632,8 +632,8 @@ class Coordinator:
         service.audit.record("file", handle.file_id, principal=principal.name, credential=principal.key,
                              channel="cluster", datasets=(f.dataset_id,), outcome="handed_to_workers", file=f.path.name,
                              range=f"{f.offset}+{f.length}", workers=[p.worker for p in parts])
-        log.info("file %s: %s/%s, %d bytes in %d shares on %d workers", handle.file_id, f.dataset_id, name, wanted,
-                 len(parts), len(parts))
+        log.info("file %s: %s/%s, %d bytes in %d shares, one per worker", handle.file_id, f.dataset_id, name,
+                 wanted, len(parts))
         return parts
 
     def servicer(self, service: DstpService) -> "ClusterServicer":

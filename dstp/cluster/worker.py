@@ -31,8 +31,8 @@ import dataclasses
 import logging
 import os
 import threading
-import uuid
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -297,19 +297,20 @@ class PartitionStore:
         with self._lock:
             return sorted(self._held)
 
-    def claim(self, token: bytes, kind: str, proof: Callable[[bytes], bool]) -> tuple[Ticket, object]:
-        """Redeem ``token`` (its HELLO proved the key); return it and its payload."""
+    def claim(self, token: bytes, proof: Callable[[bytes], bool]) -> tuple[Ticket, object]:
+        """Redeem ``token`` (its HELLO proved the key), on whichever of this worker's channels it arrived;
+        return it and its payload."""
         def check(ticket: Ticket, payload: object) -> None:
             if not proof(ticket.key):
                 raise TicketError("the ticket's proof is missing or wrong: only the client that asked for the "
                                   "ticket can redeem it (it proves so with the offer's key; proto/README.md)")
 
-        return self.tickets.claim(token, DATA_TICKET, check)  # any of this worker's channels
+        return self.tickets.claim(token, DATA_TICKET, check)
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
                     proof: Callable[[bytes], bool]) -> QuerySource:
         """Redeem a held partition's ticket and return its messages (a data channel serving partitions only)."""
-        ticket, payload = self.claim(token, kind, proof)
+        ticket, payload = self.claim(token, proof)
         assert isinstance(payload, tuple)
         return self.source_of(ticket, *payload)
 
@@ -383,7 +384,7 @@ class WorkerNode:
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
                     proof: Callable[[bytes], bool]) -> QuerySource | FileSource:
         """The data channel's callback: redeem ``token`` for a held partition or a share of a file."""
-        ticket, payload = self.store.claim(token, kind, proof)
+        ticket, payload = self.store.claim(token, proof)
         if isinstance(payload, _FileGrant):
             return self._file_source(ticket, payload, cancel)
         assert isinstance(payload, tuple)
