@@ -46,8 +46,10 @@ class Catalog:
     """The datasets served from one root, by id."""
 
     def __init__(self, root: Path, datasets: dict[str, GriddedDataset], problems: list[Problem],
-                 remotes: dict[str, RemoteDataset] | None = None) -> None:
+                 remotes: dict[str, RemoteDataset] | None = None, handles: FileHandles | None = None) -> None:
         self.root = root
+        #: The open files of its datasets (one cache, so no file is opened twice; see FileHandles.inspect).
+        self.handles = handles if handles is not None else FileHandles()
         self._datasets = datasets
         self.problems = problems
         #: Datasets of other dstp servers published here (``<remote>`` descriptors), by id.
@@ -64,7 +66,7 @@ class Catalog:
         problems: list[Problem] = []
         if not root.is_dir():
             problems.append(Problem(root, "catalog root is not a directory"))
-            return cls(root, datasets, problems)
+            return cls(root, datasets, problems, handles=handles)
         for path in sorted(root.rglob("*" + DESCRIPTOR_SUFFIX)):
             try:
                 desc = read_descriptor(path)
@@ -78,7 +80,7 @@ class Catalog:
             except CatalogError as exc:
                 problems.append(Problem(path, str(exc)))
                 log.warning("skipped %s: %s", path, exc)
-        return cls(root, datasets, problems, remotes)
+        return cls(root, datasets, problems, remotes, handles)
 
     def __iter__(self) -> Iterator[GriddedDataset]:
         return iter(self._datasets.values())

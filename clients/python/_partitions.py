@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from dstp.client._channels import receive_stripes
 from dstp.client._stream import QueryStream
@@ -44,7 +44,8 @@ MAX_PARALLEL = 16
 
 @dataclass(frozen=True, slots=True)
 class PartitionFetched:
-    """What one partition's fetch took: which worker served it, in how many tries."""
+    """What one partition's fetch took: which worker served it, in how many tries, and which index ranges
+    of the grid it covers ({dimension: (start, stop, step)})."""
 
     index: int
     worker: str
@@ -52,6 +53,7 @@ class PartitionFetched:
     rows: int
     wire_bytes: int
     attempts: int
+    hyperslab: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def fetch_partitions(rpc: Any, policy: Any, choice: Any, info: QueryInfo, target: str, *,
@@ -91,7 +93,8 @@ def _fetch_one(rpc: Any, policy: Any, choice: Any, info: QueryInfo, target: str,
             error = TransportError(f"partition {part.index} from {part.worker} held {part.rows} records but "
                                    f"{rows} arrived")
             continue
-        return PartitionFetched(part.index, part.worker, offer.endpoint, rows, summary.wire_bytes, attempt), \
+        return PartitionFetched(part.index, part.worker, offer.endpoint, rows, summary.wire_bytes, attempt,
+                                dict(part.hyperslab)), \
             batches, summary
     assert error is not None
     raise type(error)(f"partition {part.index} of query {info.query_id} could not be fetched after {ATTEMPTS} "

@@ -39,6 +39,7 @@ import grpc
 import pyarrow as pa
 
 from dstp.auth import Principal
+from dstp.cluster.locality import Placement, file_fingerprint, place_by_files, uses_locality
 from dstp.cluster.partitions import (
     DatasetIdentity,
     PartitionSpec,
@@ -53,6 +54,7 @@ from dstp.cluster.reduce import split_reduction
 from dstp.cluster.worker import (
     FileShare,
     PartitionResult,
+    adopt_dataset,
     dataset_identities,
     merge_partials,
     node_report,
@@ -103,6 +105,8 @@ class ClusterQuery:
     kind: str = "striped"
     #: The datasets' identities the pieces were cut against (a rerun is checked against the same).
     expect: tuple[DatasetIdentity, ...] = ()
+    #: Per partition, the workers that hold every file it reads (empty: any worker whose copy is the coordinator's).
+    holders: tuple[tuple[str, ...], ...] = ()
     #: Streamed: each partition's running Dask task (None once it has finished), else empty.
     futures: list[Any] = field(default_factory=list)
     #: Generation of the published ticket behind ``results[i]`` (streamed partitions; see Coordinator).
@@ -138,6 +142,10 @@ class Coordinator:
         self._identities: dict[str, dict[str, str]] = {}
         #: Each worker's UDT endpoint ("" if it runs none), asked once per worker (:meth:`udt_workers`).
         self._udt: dict[str, str] = {}
+        #: The files each worker whose copy differs holds of a dataset, by (dataset, identity digest),
+        #: asked once per worker (:meth:`holdings`); and the coordinator's fingerprints of those files.
+        self._held: dict[str, dict[tuple[str, str], frozenset[int]]] = {}
+        self._fingerprints: dict[tuple[str, str], list[str]] = {}
 
     def start(self) -> "Coordinator":
         """Connect, register the worker plugin (every worker, and each that joins later), wait for one worker."""
@@ -209,10 +217,88 @@ class Coordinator:
                         self._identities.setdefault(w, {}).update(ids)
                         for i in expect:
                             if ids.get(i.dataset) != i.digest:
-                                log.warning("cluster worker %s is left out of queries on %r: its copy differs from "
-                                            "the coordinator's (or it does not serve it)", w, i.dataset)
+                                log.warning("cluster worker %s: its copy of %r differs from the coordinator's (or "
+                                            "it does not serve it); it runs only pieces whose files it holds",
+                                            w, i.dataset)
         with self._lock:
             return [w for w in workers if all(self._identities.get(w, {}).get(i.dataset) == i.digest for i in expect)]
+
+    def holdings(self, workers: list[str], ds: Any) -> dict[str, frozenset[int]]:
+        """Return, per worker of ``workers`` holding any file of dataset ``ds`` (the coordinator's), the
+        indices of the files it holds: all of them where its copy is the coordinator's; for any other
+        worker, those it has under the same path with the same size and fingerprint (it is sent the
+        dataset once and answers, :func:`~.worker.adopt_dataset`)."""
+        ident = identity_of(ds)
+        every = frozenset(range(len(ds.files)))
+        full = self.eligible(workers, (ident,))
+        out = {w: every for w in full}
+        if not uses_locality(ds):
+            return out
+        key = (ds.id, ident.digest)
+        with self._lock:
+            for gone in set(self._held) - set(workers):
+                del self._held[gone]
+            ask = [w for w in workers if w not in out and key not in self._held.get(w, {})]
+        if ask:
+            import pickle
+
+            blob = pickle.dumps(dataclasses.replace(ds, handles=None))
+            found = self.client.run(adopt_dataset, blob, str(self.catalog_root), self._prints(ds, key),
+                                    workers=ask, on_error="return")
+            with self._lock:
+                for w, held in found.items():
+                    if isinstance(held, list):
+                        self._held.setdefault(w, {})[key] = frozenset(k for k, ok in enumerate(held) if ok)
+                        log.info("cluster worker %s holds %d of the %d files of %r (the rest are read by others)",
+                                 w, sum(held), len(held), ds.id)
+                    else:
+                        log.warning("cluster worker %s could not say which files of %r it holds: %s", w, ds.id, held)
+        with self._lock:
+            for w in workers:
+                held = self._held.get(w, {}).get(key)
+                if w not in out and held:
+                    out[w] = held
+        return out
+
+    @property
+    def catalog_root(self) -> Any:
+        root = self.settings.catalog_root
+        assert root is not None, "a coordinator serves a catalog root"
+        from pathlib import Path
+
+        return Path(root).resolve()
+
+    def _prints(self, ds: Any, key: tuple[str, str]) -> list[str]:
+        """Return the fingerprints of the coordinator's files of ``ds`` (computed once per identity)."""
+        with self._lock:
+            known = self._fingerprints.get(key)
+        if known is None:
+            coordinate = ds.dimensions[ds.descriptor.aggregate].coordinate
+            variable = coordinate.spec.variable if coordinate is not None else None
+            known = [file_fingerprint(ds.handles, f.path, variable) for f in ds.files]
+            with self._lock:
+                self._fingerprints[key] = known
+        return known
+
+    def placements(self, prepared: PreparedQuery, workers: list[str]) -> tuple[tuple[Placement, ...], bool] | str:
+        """Return the query's pieces with the workers each may run on, and whether those are pinned by
+        the coordinator (every worker holds every file: one piece each, Dask may move a piece when its
+        worker dies) rather than by the files (Dask picks among the holders, and only among them);
+        or why no worker can run it."""
+        expect = identities(prepared)
+        full = self.eligible(workers, expect)
+        holdings = self.holdings(workers, prepared.plan.scans[0].dataset) if len(full) < len(workers) else {}
+        if len(holdings) > len(full):
+            placed = place_by_files(prepared, holdings)
+            if not isinstance(placed, str):
+                return placed, False
+            if not full:
+                return placed
+            log.info("pieces not placed by file (%s); run by the %d workers that hold every file", placed, len(full))
+        if not full:
+            return "no cluster worker holds the coordinator's copy of its dataset, or any of its files"
+        specs = plan_partitions(prepared, len(full))
+        return tuple(Placement(spec, (full[spec.index % len(full)],)) for spec in specs), True
 
     def udt_workers(self, workers: list[str]) -> list[str]:
         """Return the workers that run a UDT data channel (each asked once, for its life)."""
@@ -265,9 +351,10 @@ class Coordinator:
             self._arrived.notify_all()
 
     def _submit(self, label: str, sql: str, spec: PartitionSpec, compression: str, workers: list[str],
-                key: str, publish: bool, expect: tuple[DatasetIdentity, ...]) -> Any:
+                key: str, publish: bool, expect: tuple[DatasetIdentity, ...], loose: bool = True) -> Any:
+        """Submit piece ``spec`` to one of ``workers`` (``loose``: or any other, when they die)."""
         future = self.client.submit(run_partition, label, sql, spec, compression, self._topic if publish else "",
-                                    expect, key=key, workers=workers, allow_other_workers=True, pure=False)
+                                    expect, key=key, workers=workers, allow_other_workers=loose, pure=False)
         future.add_done_callback(self._ended)
         return future
 
@@ -309,28 +396,27 @@ class Coordinator:
         if not reason and not workers:
             reason = "no cluster worker is alive"
         expect = identities(prepared)
-        if not reason:
-            workers = self.eligible(workers, expect)
-            if not workers:
-                reason = "no cluster worker holds the coordinator's copy of its dataset"
         if not reason and kind == "udt":
             workers = self.udt_workers(workers)
             if not workers:
                 reason = "no cluster worker runs a UDT data channel"
-        if reason:
-            log.info("answered by the coordinator, not partitioned: %s — %s", reason, sql.strip()[:120])
+        placed = self.placements(prepared, workers) if not reason else reason
+        if isinstance(placed, str):
+            log.info("answered by the coordinator, not partitioned: %s — %s", placed, sql.strip()[:120])
             return None
+        pieces, pinned = placed
         query_id = service.offers.label("q")
         label = f"{query_id}-{uuid.uuid4().hex[:8]}"
-        specs = plan_partitions(prepared, len(workers))
+        specs = tuple(p.spec for p in pieces)
         labels = [f"{label}.p{s.index}" for s in specs]
         s = self.settings
         stream = within_limits(prepared, s.max_result_rows, s.max_result_bytes)
         slot = service.admission.acquire(principal.key, "queries", query_id)
         futures: list[Any] = []
         try:
-            futures = [self._submit(labels[i], sql, spec, compression, [workers[spec.index % len(workers)]],
-                                    f"dstp-{label}-p{spec.index}", stream, expect) for i, spec in enumerate(specs)]
+            futures = [self._submit(labels[i], sql, p.spec, compression, list(p.workers),
+                                    f"dstp-{label}-p{p.spec.index}", stream, expect, loose=pinned)
+                       for i, p in enumerate(pieces)]
             if stream:
                 found = self._await_published(labels, futures, [0] * len(labels), f"query {query_id}")
                 results = [r for _, r in found]
@@ -351,7 +437,7 @@ class Coordinator:
             return None
         cq = ClusterQuery(query_id, sql, principal, specs, results, compression,
                           self.clock() + s.ticket_ttl_s, streams=min(s.max_streams, streams or DEFAULT_STREAMS),
-                          expect=expect, kind=kind)
+                          expect=expect, kind=kind, holders=() if pinned else tuple(p.workers for p in pieces))
         if stream:
             cq.futures = futures
             cq.generations = [g for g, _ in found]
@@ -383,21 +469,22 @@ class Coordinator:
             log.info("reduced on the coordinator, not on workers: %s — %s", split, sql.strip()[:120])
             return prepared
         expect = identities(prepared)
-        workers = self.eligible(self.workers(), expect)
-        if not workers:
-            log.info("reduced on the coordinator: no cluster worker holds its data — %s", sql.strip()[:120])
+        placed = self.placements(prepared, self.workers())
+        if isinstance(placed, str):
+            log.info("reduced on the coordinator: %s — %s", placed, sql.strip()[:120])
             return prepared
-        specs = plan_partitions(prepared, len(workers))
+        specs = tuple(p.spec for p in placed[0])
 
         def partials(cancel: threading.Event, deadline: float, stats: ReadStats) -> pa.Table:
-            live = self.eligible(self.workers(), expect)
-            if not live:
-                raise TransportError("no cluster worker holding this query's data is alive to reduce its pieces; "
-                                     "run it again")
+            again = self.placements(prepared, self.workers())
+            if isinstance(again, str):
+                raise TransportError(f"no cluster worker holding this query's data is alive to reduce its pieces "
+                                     f"({again}); run it again")
+            pieces, pinned = again
             label = uuid.uuid4().hex[:8]
-            futures = [self.client.submit(run_partial, sql, spec, split.partial_sql, expect,
-                                          key=f"dstp-reduce-{label}-p{spec.index}", workers=[live[spec.index % len(live)]],
-                                          allow_other_workers=True, pure=False) for spec in specs]
+            futures = [self.client.submit(run_partial, sql, p.spec, split.partial_sql, expect,
+                                          key=f"dstp-reduce-{label}-p{p.spec.index}", workers=list(p.workers),
+                                          allow_other_workers=pinned, pure=False) for p in pieces]
             tops = self._tree(futures, split.merge_sql, label)
             self._wait_all([*futures, *tops], cancel, deadline)
             results = self._gather(tops, f"the pieces of a reduction ({len(specs)})")
@@ -407,8 +494,8 @@ class Coordinator:
                 stats.hyperslabs += hyperslabs
                 stats.elements += elements
                 stats.bytes += nbytes
-            log.info("reduction %s: %d pieces on %d workers, %d partial rows", label, len(specs),
-                     len(set(live[s.index % len(live)] for s in specs)), sum(t.num_rows for t in tables))
+            log.info("reduction %s: %d pieces on %d workers, %d partial rows", label, len(pieces),
+                     len({w for p in pieces for w in p.workers}), sum(t.num_rows for t in tables))
             return pa.concat_tables(tables) if tables else split.partial_schema.empty_table()
 
         return dataclasses.replace(prepared, combine=Combine(split.combine_sql, partials, len(specs)))
@@ -565,6 +652,10 @@ class Coordinator:
                 if isinstance(again, PartitionResult):
                     cq.results[index] = again
                     return self._partition(prepared, again, cq)
+            holders = [w for w in cq.holders[index] if w in live] if cq.holders else None
+            if holders == []:
+                raise TransportError(f"no live cluster worker holds the files {what} reads (its holders "
+                                     f"{', '.join(cq.holders[index])} are gone); run the query again")
             running = cq.futures[index] if cq.futures else None
             if running is not None and not running.done():
                 # Dask runs the task again elsewhere when its worker died: wait for that run's ticket.
@@ -573,7 +664,7 @@ class Coordinator:
                 after = cq.generations[index]
                 generation, again = self._await_published([old.label], [running], [after], what)[0]
             else:
-                live = self.eligible(live, cq.expect)
+                live = holders if holders is not None else self.eligible(live, cq.expect)
                 if not live:
                     raise CatalogError(f"no cluster worker holds the coordinator's copy of the data to run {what} "
                                        "again")
@@ -583,7 +674,7 @@ class Coordinator:
                     after = self._published.get(old.label, (0, old))[0]
                 future = self._submit(old.label, cq.sql, spec, cq.compression, others,
                                       f"dstp-{old.label}-r{uuid.uuid4().hex[:6]}", publish=True,
-                                      expect=cq.expect)
+                                      expect=cq.expect, loose=holders is None)
                 try:
                     generation, again = self._await_published([old.label], [future], [after], what)[0]
                 except BaseException:
@@ -610,8 +701,10 @@ class Coordinator:
         if not f.dataset_id or wanted < max(1, self.settings.cluster_file_min_bytes):
             return []
         catalog = service.catalog
-        expect = identity_of(catalog.get(f.dataset_id))
-        workers = self.eligible(self.workers(), (expect,))
+        ds = catalog.get(f.dataset_id)
+        expect = identity_of(ds)
+        k = next((i for i, file in enumerate(ds.files) if file.path == f.path), -1)
+        workers = [w for w, held in self.holdings(self.workers(), ds).items() if k in held]
         if not workers:
             return []
         name = str(f.path.relative_to(catalog.root))

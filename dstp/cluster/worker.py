@@ -40,7 +40,9 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from dstp.catalog.dataset import GriddedDataset
 from dstp.catalog.registry import Catalog
+from dstp.cluster.locality import file_fingerprint, files_read
 from dstp.cluster.partitions import (
     DatasetIdentity,
     PartitionSpec,
@@ -50,15 +52,15 @@ from dstp.cluster.partitions import (
     partition_prepared,
 )
 from dstp.errors import CatalogError, DstpError, LimitExceededError, TicketError, TransportError
-from dstp.query.execute import PARTIALS, QueryExecution, QuerySummary, prepare_query, sql_schema
+from dstp.query.execute import PARTIALS, PreparedQuery, QueryExecution, QuerySummary, prepare_query, sql_schema
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
 from dstp.transport.sources import FileSource, QuerySource
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 from dstp.transport.tickets import Ticket, TicketStore
 
-__all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "dataset_identities",
-           "merge_partials", "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition",
+__all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "adopt_dataset",
+           "dataset_identities", "merge_partials", "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition",
            "start_node",
            "stop_node"]
 
@@ -337,6 +339,10 @@ class WorkerNode:
         self.catalog = Catalog.scan(Path(root), open_files=settings.open_files,
                                     chunk_cache_bytes=settings.chunk_cache_bytes, direct_chunks=settings.direct_chunks)
         self.store = PartitionStore(settings.ticket_ttl_s)
+        #: The coordinator's datasets this worker holds only some files of (:func:`adopt_dataset`), by
+        #: (dataset, identity digest): the dataset over this worker's paths, and the indices of its files held here.
+        self.adopted: dict[tuple[str, str], tuple[GriddedDataset, frozenset[int]]] = {}
+        self._adopt_lock = threading.Lock()
         #: Pieces of reductions this node has reduced (:func:`run_partial`).
         self.partials = 0
         #: Inner nodes of reduction trees this node has merged (:func:`merge_partials`).
@@ -377,6 +383,28 @@ class WorkerNode:
     def endpoint(self) -> str:
         return self.channel.endpoint
 
+    def dataset_for(self, want: DatasetIdentity) -> tuple[GriddedDataset, frozenset[int] | None] | None:
+        """Return this worker's dataset of identity ``want`` — its own copy (None: every file held), or the
+        coordinator's adopted one with the files held here — or None when it has neither."""
+        if want.dataset in self.catalog and self.catalog.get(want.dataset).identity == want.digest:
+            return self.catalog.get(want.dataset), None
+        with self._adopt_lock:
+            return self.adopted.get((want.dataset, want.digest))
+
+    def catalog_for(self, expect: tuple[DatasetIdentity, ...]) -> tuple[Catalog, dict[str, frozenset[int]]]:
+        """Return the catalog a piece planned against ``expect`` runs on — the worker's own, with the
+        adopted datasets in place of its differing copies — and the files held of each adopted one."""
+        swap: dict[str, GriddedDataset] = {}
+        held: dict[str, frozenset[int]] = {}
+        for want in expect:
+            found = self.dataset_for(want)
+            if found is not None and found[1] is not None:
+                swap[want.dataset], held[want.dataset] = found[0], found[1]
+        if not swap:
+            return self.catalog, held
+        own = {ds.id: ds for ds in self.catalog}
+        return Catalog(self.catalog.root, {**own, **swap}, [], self.catalog.remotes, self.catalog.handles), held
+
     @property
     def udt_endpoint(self) -> str:
         return self.udt.endpoint if self.udt is not None else ""
@@ -391,7 +419,7 @@ class WorkerNode:
         return self.store.source_of(ticket, *payload)
 
     def _file_source(self, ticket: Ticket, grant: _FileGrant, cancel: threading.Event | None) -> FileSource:
-        handles = self.catalog.get(grant.dataset).handles
+        handles = self.catalog.handles
 
         def sent() -> None:
             with self._file_lock:
@@ -455,6 +483,22 @@ def published(message: dict[str, Any]) -> PartitionResult:
     return PartitionResult(**message)
 
 
+def _piece(node: WorkerNode, sql: str, spec: PartitionSpec, expect: tuple[DatasetIdentity, ...],
+           where: str) -> PreparedQuery:
+    """Return ``sql`` planned on this worker and cut to piece ``spec``; CatalogError when this worker's
+    data is not the coordinator's (``expect``) or it does not hold a file the piece reads."""
+    catalog, held = node.catalog_for(expect)
+    planned = prepare_query(sql, catalog, node.settings)
+    check_identities(planned, expect, where)
+    if held:
+        ds = planned.plan.scans[0].dataset
+        missing = sorted(files_read(planned, spec) - held.get(ds.id, frozenset(range(len(ds.files)))))
+        if missing:
+            raise CatalogError(f"{where} does not hold {', '.join(ds.files[k].path.name for k in missing[:3])} "
+                               f"of dataset {ds.id!r}, which piece {spec.index} reads; it was not run")
+    return partition_prepared(planned, spec)
+
+
 def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = "none",
                   publish: str = "", expect: tuple[DatasetIdentity, ...] = ()) -> PartitionResult:
     """Dask task: run piece ``spec`` of ``sql`` on this worker, keep its result, return how to fetch it.
@@ -469,9 +513,7 @@ def run_partition(label: str, sql: str, spec: PartitionSpec, compression: str = 
 
     worker = get_worker()
     node = node_of(worker)
-    planned = prepare_query(sql, node.catalog, node.settings)
-    check_identities(planned, expect, f"cluster worker {worker.address}")
-    prepared = partition_prepared(planned, spec)
+    prepared = _piece(node, sql, spec, expect, f"cluster worker {worker.address}")
     execution = QueryExecution(prepared, node.settings)
     held = node.store.open(label, prepared.schema)
     ticket: Ticket | None = None
@@ -503,9 +545,7 @@ def run_partial(sql: str, spec: PartitionSpec, partial_sql: str, expect: tuple[D
 
     worker = get_worker()
     node = node_of(worker)
-    planned = prepare_query(sql, node.catalog, node.settings)
-    check_identities(planned, expect, f"cluster worker {worker.address}")
-    piece = partition_prepared(planned, spec)
+    piece = _piece(node, sql, spec, expect, f"cluster worker {worker.address}")
     plan = dataclasses.replace(piece.plan, sql=partial_sql)
     prepared = dataclasses.replace(piece, plan=plan, schema=sql_schema(plan, node.settings, partial_sql))
     execution = QueryExecution(prepared, node.settings)
@@ -568,10 +608,18 @@ def open_file_shares(dataset: str, name: str, size: int, shares: dict[str, list[
     """
     node = node_of(dask_worker)
     where = f"cluster worker {dask_worker.address}"
-    ds = node.catalog.get(dataset)
-    check_identity(identity_of(ds), expect, where, "its share of the file would be other bytes, so it was not sent")
-    path = node.catalog.published_file(dataset, name)
-    fd = ds.handles.open_raw(path)
+    found = node.dataset_for(expect)
+    if found is None:
+        check_identity(identity_of(node.catalog.get(dataset)), expect, where,
+                       "its share of the file would be other bytes, so it was not sent")
+        raise AssertionError("unreachable: a differing identity raises")
+    ds, held = found
+    k = next((i for i, f in enumerate(ds.files) if name in (f.path.name, str(f.path.relative_to(node.catalog.root)))),
+             None)
+    if k is None or (held is not None and k not in held):
+        raise CatalogError(f"{where} does not hold {name} of dataset {dataset!r}; its share was not sent")
+    path = ds.files[k].path
+    fd = node.catalog.handles.open_raw(path)
     try:
         here = os.fstat(fd).st_size
     finally:
@@ -586,6 +634,40 @@ def open_file_shares(dataset: str, name: str, size: int, shares: dict[str, list[
     return FileShare(worker=node.address, endpoint=node.endpoint, ticket=ticket.token, key=ticket.key,
                      expires_at_unix_ms=ticket.expires_at_unix_ms, cipher="aes-256-gcm" if node.sealed else "",
                      congestion_control=cc, ranges=ranges)
+
+
+def adopt_dataset(blob: bytes, root: str, fingerprints: list[str], dask_worker: Any = None) -> list[bool]:
+    """``client.run`` on a worker whose copy of a dataset is not the coordinator's: which of the coordinator's
+    files (``blob``: its pickled dataset, paths under ``root``) this worker holds — the same path under its
+    own root, the same size and the same :func:`~.locality.file_fingerprint` (``fingerprints``, in file
+    order). When it holds any, it keeps the dataset over its own paths (:meth:`WorkerNode.dataset_for`) and
+    runs pieces that read only those files."""
+    import pickle
+
+    node = node_of(dask_worker)
+    theirs: GriddedDataset = pickle.loads(blob)  # noqa: S301 - from the coordinator, over Dask's comms
+    mine = node.catalog.root
+    files = tuple(dataclasses.replace(f, path=mine / f.path.relative_to(root)) for f in theirs.files)
+    agg = theirs.descriptor.aggregate
+    coordinate = theirs.dimensions[agg].coordinate if agg else None
+    variable = coordinate.spec.variable if coordinate is not None else None
+    held: list[bool] = []
+    for f, want in zip(files, fingerprints):
+        try:
+            ok = f.path.is_file() and f.path.stat().st_size == f.size and \
+                file_fingerprint(node.catalog.handles, f.path, variable) == want
+        except (OSError, DstpError) as exc:
+            log.info("dstp worker %s: %s of %s not usable here: %s", node.address, f.path.name, theirs.id, exc)
+            ok = False
+        held.append(ok)
+    if any(held):
+        ds = dataclasses.replace(theirs, files=files, handles=node.catalog.handles)
+        ds.__dict__["identity"] = theirs.identity  # the coordinator's, computed over the same content
+        with node._adopt_lock:
+            node.adopted[(theirs.id, theirs.identity)] = (ds, frozenset(k for k, ok in enumerate(held) if ok))
+        log.info("dstp worker %s holds %d of the %d files of %s; it runs pieces that read only those",
+                 node.address, sum(held), len(held), theirs.id)
+    return held
 
 
 def dataset_identities(datasets: list[str], dask_worker: Any = None) -> dict[str, str]:
@@ -608,4 +690,5 @@ def node_report(dask_worker: Any = None) -> dict[str, Any]:
         return {"running": False}
     return {"running": True, "endpoint": node.endpoint, "udt_endpoint": node.udt_endpoint,
             "bytes_sent": node.store.bytes_sent,
-            "held": node.store.holds(), "partials": node.partials, "merges": node.merges, "file_bytes_sent": node.file_bytes_sent}
+            "held": node.store.holds(), "partials": node.partials, "merges": node.merges, "file_bytes_sent": node.file_bytes_sent,
+            "adopted": {ds: len(held) for (ds, _), (_, held) in node.adopted.items()}}

@@ -45,7 +45,7 @@ class Access:
         remotes = {i: r for i, r in self.catalog.remotes.items() if can_read(principal, r.descriptor, now)}
         if len(readable) == len(self.catalog) and len(remotes) == len(self.catalog.remotes):
             return self.catalog
-        return Catalog(self.catalog.root, readable, self.catalog.problems, remotes)
+        return Catalog(self.catalog.root, readable, self.catalog.problems, remotes, self.catalog.handles)
 
     def require(self, principal: Principal, dataset_id: str) -> None:
         """Raise DatasetNotFoundError (as for a dataset that does not exist) unless ``principal`` may read it."""

@@ -60,18 +60,20 @@ class KillOnConnect(StripedChannel):
 
 class KillVictimOnDial:
     """SIGKILLs worker ``victim`` (a real kill) the first time the client dials one of its endpoints
-    (``endpoints``: data endpoint → worker); pass ``wrap`` as the client's ``wrap_channel``."""
+    (``endpoints``: data endpoint → worker), or — ``victim`` None — the first worker the client dials;
+    pass ``wrap`` as the client's ``wrap_channel``."""
 
-    def __init__(self, cluster: "DaskCluster", endpoints: dict[str, str], victim: str) -> None:
+    def __init__(self, cluster: "DaskCluster", endpoints: dict[str, str], victim: str | None) -> None:
         self.cluster, self.endpoints, self.victim = cluster, endpoints, victim
         self.killed: list[str] = []
         self._lock = threading.Lock()
 
     def __call__(self, endpoint: str) -> None:
         with self._lock:
-            if self.endpoints.get(endpoint) == self.victim and not self.killed:
-                self.cluster.kill(self.victim)
-                self.killed.append(self.victim)
+            worker = self.endpoints.get(endpoint)
+            if worker is not None and worker == (self.victim or worker) and not self.killed:
+                self.cluster.kill(worker)
+                self.killed.append(worker)
 
     def wrap(self, channel: StripedChannel) -> KillOnConnect:
         return KillOnConnect(channel, self)
