@@ -13,8 +13,16 @@ and bytes per worker, then ``REPEATS`` fresh clients download the largest sample
 set to 1 MiB, below the samples' 12 MB files). An ``iperf3 -R`` through one
 worker's link measures what the link carries.
 
+Host-local files (``--layouts``): the same three throttled workers, each with a catalog root of its own
+holding only some of ccm3's six monthly files — ``shared`` (every file on every worker), ``pairs``
+(each file on two workers), ``disjoint`` (each file on one) — all joined before the first query. The
+coordinator places each piece on a worker that holds its files (dstp/cluster/locality.py); the query
+and ``dstp get`` of one ccm3 file are measured as above, ``REPEATS`` fresh clients per layout, the layouts
+one after the other (each needs its own workers).
+
 Needs root (``ip netns``, ``tc``); the topology is torn down afterwards, whatever happens.
-Reproduce: ``python -m bench.cluster_nic`` (writes bench/results/cluster_nic.{json,md}).
+Reproduce: ``python -m bench.cluster_nic`` (writes bench/results/cluster_nic.{json,md});
+``python -m bench.cluster_nic --layouts`` (writes bench/results/cluster_locality.{json,md}).
 """
 
 from __future__ import annotations
@@ -209,6 +217,115 @@ def run(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str,
             "runs": runs, "gets": gets, "suite_seconds": round(time.monotonic() - started, 1)}
 
 
+#: Which of ccm3's six files (in time order) worker k holds, per layout.
+LAYOUTS: dict[str, Any] = {
+    "shared": lambda i, k: True,
+    "pairs": lambda i, k: k in (i % 3, (i + 1) % 3),
+    "disjoint": lambda i, k: k == i % 3,
+}
+LOCAL_FILE = "ccm3/ccm3_1990-01.nc"
+
+
+def local_roots(root: Path, into: Path, layout: str, workers: int = WORKERS) -> list[Path]:
+    """Return one catalog root per worker under ``into``: ccm3's descriptor and the files ``layout`` gives
+    that worker (hard links where the filesystem allows, else copies)."""
+    import shutil
+
+    files = sorted((root / "ccm3").glob("ccm3_*.nc"))
+    roots = []
+    for k in range(workers):
+        folder = into / layout / f"w{k}" / "ccm3"
+        folder.mkdir(parents=True)
+        shutil.copy2(root / "ccm3" / "ccm3.dstp.xml", folder)
+        for i, f in enumerate(files):
+            if LAYOUTS[layout](i, k):
+                try:
+                    os.link(f, folder / f.name)
+                except OSError:
+                    shutil.copy2(f, folder / f.name)
+        roots.append(folder.parent)
+    return roots
+
+
+def run_layouts(root: Path, repeats: int = REPEATS, workers: int = WORKERS) -> dict[str, Any]:
+    """The query and one download with every worker joined, for each layout of host-local files."""
+    import tempfile
+
+    from bench.dstp_process import serve
+
+    rows = []
+    started = time.monotonic()
+    with topology(workers), tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+        link = _link_mbps()
+        for layout in LAYOUTS:
+            roots = local_roots(root, Path(tmp), layout, workers)
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(process(in_ns(HUB, sys.executable, "-m", "distributed.cli.dask_scheduler",
+                                                  "--host", f"{SUBNET}.1", "--port", "8786", "--no-dashboard")))
+                _wait_listening(HUB, f"{SUBNET}.1", 8786)
+                for k in range(workers):
+                    stack.enter_context(process(in_ns(worker_ns(k), sys.executable, "-m", "distributed.cli.dask_worker",
+                                                      SCHEDULER, "--nworkers", "1", "--nthreads", "2", "--host",
+                                                      f"{SUBNET}.{10 + k}", "--no-dashboard",
+                                                      "--preload", "dstp.cluster"),  # its own root, not the coordinator's
+                                                {"DSTP_CATALOG_ROOT": str(roots[k]),
+                                                 "MALLOC_TRIM_THRESHOLD_": str(64 * 2**20)}))
+                srv = stack.enter_context(serve(root, "--host", f"{SUBNET}.1", "--cluster", SCHEDULER, "--udt-port",
+                                                "-1", prefix=in_ns(HUB),
+                                                env={"DSTP_CLUSTER_FILE_MIN_BYTES": str(FILE_MIN_BYTES)}))
+                url = srv.endpoints["grpc"]
+                _client(url, workers)  # untimed: the workers are asked which files they hold, page cache
+                runs = [_client(url, workers) for _ in range(repeats)]
+                gets = [_client(url, workers, LOCAL_FILE) for _ in range(repeats)]
+            query, get = _medians(runs, workers)[-1], _medians(gets, workers)[-1]
+            rows.append({"layout": layout, "holders_per_file": sum(LAYOUTS[layout](0, k) for k in range(workers)),
+                         "query": query, "get": get})
+    return {"sql": SQL, "file": LOCAL_FILE, "rate": RATE, "link_iperf3_Mbps": round(link, 1), "repeats": repeats,
+            "workers": workers, "rows": rows, "suite_seconds": round(time.monotonic() - started, 1)}
+
+
+def layouts_markdown(result: dict[str, Any]) -> str:
+    lines = [f"Three workers, each link sending at most {result['rate']} (iperf3 -R through one: "
+             f"{result['link_iperf3_Mbps']} Mb/s), each with its own catalog root holding some of ccm3's six "
+             f"files; the coordinator places pieces where their files are. `{result['sql']}` and `dstp get "
+             f"{result['file']}` (striped, 2 streams per source), median of {result['repeats']} fresh client "
+             "processes per layout.", "",
+             "| layout | holders per file | query s | query Mb/s | MB per worker | get s | get Mb/s | get MB per source |",
+             "|---|---:|---:|---:|---|---:|---:|---|"]
+    for row in result["rows"]:
+        q, g = row["query"], row["get"]
+        if not q["runs"] or not g["runs"]:
+            lines.append(f"| {row['layout']} | {row['holders_per_file']} | – | – | "
+                         f"{'; '.join(q.get('errors', []) + g.get('errors', []))} | – | – | |")
+            continue
+        per_q = ", ".join(f"{v:g}" for v in q["per_worker_MB"].values())
+        per_g = ", ".join(f"{v:g}" for v in g["per_worker_MB"].values())
+        lines.append(f"| {row['layout']} | {row['holders_per_file']} | {q['seconds']:.3f} | {q['Mbps']:.1f} | {per_q} | "
+                     f"{g['seconds']:.3f} | {g['Mbps']:.1f} | {per_g} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_layouts(result: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["query"]["runs"] and r["get"]["runs"]]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.bar([i - 0.2 for i in x], [r["query"]["Mbps"] for r in rows], 0.4, label="query result")
+    ax.bar([i + 0.2 for i in x], [r["get"]["Mbps"] for r in rows], 0.4, label="dstp get (from the file's holders)")
+    ax.axhline(result["workers"] * result["link_iperf3_Mbps"], color="k", linestyle=":", label="3 × one link (iperf3)")
+    ax.set_xticks(list(x), [f"{r['layout']}\n({r['holders_per_file']} per file)" for r in rows])
+    ax.set_ylabel("Mb/s")
+    ax.legend(fontsize=8)
+    ax.set_title("Host-local files, 3 throttled workers")
+    fig.tight_layout()
+    fig.savefig(out / "cluster_locality.png", dpi=110)
+    plt.close(fig)
+
+
 def _medians(runs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     rows = []
     for n in range(1, workers + 1):
@@ -284,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--get", default="", metavar="FILE", help="with --client: download DATASET/FILE instead")
+    parser.add_argument("--layouts", action="store_true",
+                        help="measure host-local file layouts (shared, pairs, disjoint) with every worker joined")
     args = parser.parse_args(argv)
     if args.client:
         print(json.dumps(client_main(args.client, args.workers, args.get)))
@@ -294,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     from dstp.samples import ensure_samples
 
     root = ensure_samples(Path(platformdirs.user_cache_dir("dstp")) / "bench", "medium")
+    if args.layouts:
+        local = run_layouts(root, args.repeats)
+        write_json("cluster_locality", local)
+        write_markdown("cluster_locality", "Scale-out with host-local files", layouts_markdown(local))
+        plot_layouts(local, RESULTS)
+        print(layouts_markdown(local))
+        return 0
     result = run(root, args.repeats)
     write_json(NAME, result)
     write_markdown(NAME, "Scale-out with throttled worker NICs", markdown(result))
