@@ -8,6 +8,7 @@ stays dead), each bounded by a deadline and killed at the end. The coordinator i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -140,13 +141,23 @@ def dask_cluster(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -
     stop_dask(cluster)
 
 
+@contextlib.contextmanager
+def running_coordinator(catalog_root: Path, cluster: DaskCluster, **settings: Any) -> Iterator[DstpServer]:
+    """A coordinator (``dstp serve ROOT --cluster``) on loopback over ``cluster``; ``settings`` beyond the
+    tests' usual ones (no HTTP, no UDT, 4,096-record batches)."""
+    server = DstpServer(Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1,
+                                 batch_rows=4096, **settings), cluster=cluster.address)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def coordinator(catalog_root: Path, dask_cluster: DaskCluster) -> Iterator[DstpServer]:
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, batch_rows=4096)
-    server = DstpServer(settings, cluster=dask_cluster.address)
-    server.start()
-    yield server
-    server.stop()
+    with running_coordinator(catalog_root, dask_cluster) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

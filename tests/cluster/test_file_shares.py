@@ -22,11 +22,10 @@ import numpy as np
 import pytest
 
 import dstp
-from cluster.conftest import DaskCluster, KillVictimOnDial, start_dask, stop_dask
+from cluster.conftest import DaskCluster, KillVictimOnDial, running_coordinator, start_dask, stop_dask
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
-from dstp.settings import Settings
 from dstp.transport.files import STATE_SUFFIX, merge_ranges
 from dstp.transport.tuning import AutoTuner
 
@@ -67,12 +66,8 @@ def dask_cluster(catalog_root: Path, altered: Path, tmp_path_factory: pytest.Tem
 
 @pytest.fixture(scope="module")
 def coordinator(catalog_root: Path, dask_cluster: DaskCluster) -> Iterator[DstpServer]:
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, batch_rows=4096,
-                        block_bytes=BLOCK, cluster_file_min_bytes=BLOCK)
-    server = DstpServer(settings, cluster=dask_cluster.address)
-    server.start()
-    yield server
-    server.stop()
+    with running_coordinator(catalog_root, dask_cluster, block_bytes=BLOCK, cluster_file_min_bytes=BLOCK) as server:
+        yield server
 
 
 def _largest(catalog_root: Path, dataset: str) -> Path:

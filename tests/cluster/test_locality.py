@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import dstp
 import oracle
-from cluster.conftest import DaskCluster, KillVictimOnDial, start_dask, stop_dask
+from cluster.conftest import DaskCluster, KillVictimOnDial, running_coordinator, start_dask, stop_dask
 from dstp.catalog.registry import Catalog
 from dstp.cluster.locality import Placement, files_read, place_by_files
 from dstp.cluster.partitions import PartitionSpec
@@ -180,12 +180,8 @@ def names(dask_cluster: DaskCluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def coordinator(catalog_root: Path, dask_cluster: DaskCluster) -> Iterator[DstpServer]:
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1, batch_rows=4096,
-                        block_bytes=BLOCK, cluster_file_min_bytes=BLOCK)
-    server = DstpServer(settings, cluster=dask_cluster.address)
-    server.start()
-    yield server
-    server.stop()
+    with running_coordinator(catalog_root, dask_cluster, block_bytes=BLOCK, cluster_file_min_bytes=BLOCK) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
