@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import grpc
@@ -261,11 +262,9 @@ class Coordinator:
         return out
 
     @property
-    def catalog_root(self) -> Any:
+    def catalog_root(self) -> Path:
         root = self.settings.catalog_root
         assert root is not None, "a coordinator serves a catalog root"
-        from pathlib import Path
-
         return Path(root).resolve()
 
     def _prints(self, ds: Any, key: tuple[str, str]) -> list[str]:

@@ -19,6 +19,7 @@ coordinator, never a gap.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from dataclasses import dataclass
@@ -56,12 +57,14 @@ def _overlaps(r: range, lo: int, hi: int) -> bool:
     return j < len(r) and r[j] < hi
 
 
-def files_read(prepared: PreparedQuery, spec: PartitionSpec | None = None) -> frozenset[int]:
+def files_read(prepared: PreparedQuery, spec: PartitionSpec | None = None,
+               starts: list[int] | None = None) -> frozenset[int]:
     """Return the indices of the files a scan of ``prepared`` (cut to ``spec``, if given) reads.
 
     A column along the aggregation axis is read from the files its range overlaps; one without it from
     the first file that has its variable (as ``GriddedDataset.read``); coordinates and columns held in
-    memory from none. Every file when the dataset is not placed by file (:func:`uses_locality`)."""
+    memory from none. Every file when the dataset is not placed by file (:func:`uses_locality`).
+    ``starts``: each file's first index on the aggregation axis, when the caller has them already."""
     scan = prepared.plan.scans[0]
     ds: Any = scan.dataset
     everything = frozenset(range(len(ds.files)))
@@ -70,6 +73,13 @@ def files_read(prepared: PreparedQuery, spec: PartitionSpec | None = None) -> fr
     h = spec.as_hyperslab(scan.hyperslab) if spec is not None else scan.hyperslab
     agg = ds.descriptor.aggregate
     along = h.ranges[h.dims.index(agg)] if agg in h.dims else None
+    if along is not None and len(along):
+        starts = starts if starts is not None else [f.start for f in ds.files]
+        # the files from the one holding the range's first index to the one holding its last (a bisection:
+        # a placement asks this once per file boundary, so it must not walk every file each time)
+        near = range(max(0, bisect.bisect_right(starts, along[0]) - 1), bisect.bisect_right(starts, along[-1]))
+    else:
+        near = range(0)
     need: set[int] = set()
     for name in scan.columns:
         column = ds.readable(name)
@@ -79,7 +89,7 @@ def files_read(prepared: PreparedQuery, spec: PartitionSpec | None = None) -> fr
             if along is None:
                 return everything
             lacks = column.file_decodings  # a file without the variable reads as NULLs, not from the file
-            need.update(k for k, f in enumerate(ds.files) if _overlaps(along, f.start, f.start + f.count)
+            need.update(k for k in near if _overlaps(along, ds.files[k].start, ds.files[k].start + ds.files[k].count)
                         and not (lacks and lacks[k] is None))
         else:
             need.add(next((k for k, d in enumerate(column.file_decodings) if d is not None), 0))
@@ -107,8 +117,10 @@ def place_by_files(prepared: PreparedQuery, holdings: Mapping[str, frozenset[int
     edges = [0, *cuts, len(first)]
     share = max(1, math.ceil(len(first) / max(1, len(holdings))))
 
+    first_indices = [f.start for f in ds.files]
+
     def holders_of(lo: int, hi: int) -> tuple[frozenset[int], frozenset[str]]:
-        need = files_read(prepared, PartitionSpec(0, dimension, lo, hi))
+        need = files_read(prepared, PartitionSpec(0, dimension, lo, hi), first_indices)
         return need, frozenset(w for w, held in holdings.items() if need <= held)
 
     pieces: list[tuple[int, int, frozenset[str]]] = []
