@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from dstp.catalog.netcdf4_ import FileHandles
-from dstp.cluster.partitions import PartitionSpec
+from dstp.cluster.partitions import PartitionSpec, file_cuts
 from dstp.query.execute import PreparedQuery
 
 __all__ = ["Placement", "file_fingerprint", "files_read", "place_by_files", "uses_locality"]
@@ -107,17 +107,11 @@ def place_by_files(prepared: PreparedQuery, holdings: Mapping[str, frozenset[int
     ds: Any = scan.dataset
     h = scan.hyperslab
     dimension, first = h.dims[0], h.ranges[0]
-    cuts: list[int] = []
-    if uses_locality(ds) and ds.descriptor.aggregate == dimension:
-        # Where a file begins between two indices read (a stride may step over the first index of a file).
-        starts = np.array(sorted(f.start for f in ds.files))
-        values = np.asarray(first)
-        cuts = [i for i in range(1, len(values))
-                if np.searchsorted(starts, values[i], "right") > np.searchsorted(starts, values[i - 1], "right")]
+    first_indices = [f.start for f in ds.files]
+    cuts = file_cuts(first, tuple(first_indices)) if uses_locality(ds) and ds.descriptor.aggregate == dimension else []
     edges = [0, *cuts, len(first)]
     share = max(1, math.ceil(len(first) / max(1, len(holdings))))
 
-    first_indices = [f.start for f in ds.files]
 
     def holders_of(lo: int, hi: int) -> tuple[frozenset[int], frozenset[str]]:
         need = files_read(prepared, PartitionSpec(0, dimension, lo, hi), first_indices)

@@ -24,6 +24,7 @@ refuses the piece (:func:`check_identities`) instead of answering from other dat
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,8 @@ from dstp.errors import CatalogError
 from dstp.query.execute import PreparedQuery
 from dstp.query.plan import Hyperslab
 
-__all__ = ["DatasetIdentity", "OrderKey", "PartitionSpec", "check_identities", "check_identity", "identities",
+__all__ = ["DatasetIdentity", "OrderKey", "PartitionSpec", "check_identities", "check_identity", "file_cuts",
+           "identities",
            "identity_of", "order_keys",
            "partition_prepared", "plan_partitions", "why_not_partitioned", "within_limits"]
 
@@ -117,10 +119,12 @@ def why_not_partitioned(prepared: PreparedQuery) -> str:
     return ""
 
 
-def _cuts(first: range, file_starts: tuple[int, ...]) -> list[int]:
-    """Return the positions in ``first`` where a file begins (a cut there keeps files whole)."""
-    starts = set(file_starts)
-    return [i for i, value in enumerate(first) if i > 0 and value in starts]
+def file_cuts(first: range, file_starts: tuple[int, ...]) -> list[int]:
+    """Return the positions in ``first`` where a file begins between two indices read (a cut there keeps
+    files whole; a stride may step over the first index of a file)."""
+    starts = sorted(file_starts)
+    return [i for i in range(1, len(first))
+            if bisect.bisect_right(starts, first[i]) > bisect.bisect_right(starts, first[i - 1])]
 
 
 def plan_partitions(prepared: PreparedQuery, workers: int) -> tuple[PartitionSpec, ...]:
@@ -133,7 +137,7 @@ def plan_partitions(prepared: PreparedQuery, workers: int) -> tuple[PartitionSpe
     ds: Any = scan.dataset
     bounds: list[int] = []
     if ds.descriptor.aggregate == dimension and len(ds.files) > 1:
-        cuts = _cuts(first, tuple(f.start for f in ds.files))
+        cuts = file_cuts(first, tuple(f.start for f in ds.files))
         if len(cuts) + 1 >= n:
             # Choose n-1 of the file boundaries closest to even shares of the indices.
             chosen: list[int] = []

@@ -608,17 +608,12 @@ def open_file_shares(dataset: str, name: str, size: int, shares: dict[str, list[
     """
     node = node_of(dask_worker)
     where = f"cluster worker {dask_worker.address}"
-    found = node.dataset_for(expect)
-    if found is None:
-        check_identity(identity_of(node.catalog.get(dataset)), expect, where,
-                       "its share of the file would be other bytes, so it was not sent")
-        raise AssertionError("unreachable: a differing identity raises")
-    ds, held = found
-    k = next((i for i, f in enumerate(ds.files) if name in (f.path.name, str(f.path.relative_to(node.catalog.root)))),
-             None)
-    if k is None or (held is not None and k not in held):
+    catalog, held = node.catalog_for((expect,))
+    ds = catalog.get(dataset)
+    check_identity(identity_of(ds), expect, where, "its share of the file would be other bytes, so it was not sent")
+    path = catalog.published_file(dataset, name)
+    if dataset in held and [f.path for f in ds.files].index(path) not in held[dataset]:
         raise CatalogError(f"{where} does not hold {name} of dataset {dataset!r}; its share was not sent")
-    path = ds.files[k].path
     fd = node.catalog.handles.open_raw(path)
     try:
         here = os.fstat(fd).st_size
