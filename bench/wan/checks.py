@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from bench.wan.netns import ns_exec, pid_alive, sh
 from bench.wan.relay import REPO_ROOT
@@ -61,6 +61,41 @@ def ping_rtt(path: WanLike, count: int = 20, interval_s: float = 0.05) -> dict[s
     if summary:  # ping's summary line has microsecond resolution
         out_doc.update(min_ms=float(summary[1]), avg_ms=float(summary[2]), max_ms=float(summary[3]))
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out_doc.items()}
+
+
+def rtt_verdict(ping: dict[str, Any], target_ms: float) -> dict[str, Any]:
+    """Judge one ping run against the RTT the path should have.
+
+    The relay holds every packet until its time is due; the host's scheduler can only make it later.
+    So the *minimum* RTT measures the delay the emulator imposes, and median − minimum (``jitter_ms``)
+    measures what the load on the machine added. The verdict is on the minimum; the jitter is
+    reported beside it (a loaded machine shows a large jitter, not a wrong path).
+    """
+    tol_ms = target_ms * RTT_TOLERANCE + RTT_SLACK_MS
+    low, median = ping.get("min_ms"), ping.get("median_ms")
+    return {"measured_ms": low, "target_ms": target_ms, "tolerance_ms": round(tol_ms, 3), "statistic": "min",
+            **{k: v for k, v in ping.items() if k != "min_ms"},
+            "jitter_ms": round(median - low, 3) if low is not None and median is not None else None,
+            "pass": low is not None and abs(low - target_ms) <= tol_ms}
+
+
+def rtt_check(
+    path: WanLike, target_ms: float, count: int = 20, ping: Callable[..., dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Return the RTT verdict; ping a second time (once) when every packet of the first run was late.
+
+    A first run whose minimum is too *high* can be the machine's load (every ping delayed); the second
+    run decides and the first is kept under ``first_attempt``. A minimum too *low* means the emulator
+    does not delay as asked: that fails at once. ``ping`` is the probe (default :func:`ping_rtt`).
+    """
+    probe = ping or ping_rtt
+    first = rtt_verdict(probe(path, count=count), target_ms)
+    low = first["measured_ms"]
+    if first["pass"] or low is None or low < target_ms:
+        return {**first, "attempts": 1}
+    second = rtt_verdict(probe(path, count=count), target_ms)
+    return {**second, "attempts": 2, "first_attempt": {k: first[k] for k in ("measured_ms", "median_ms", "jitter_ms")
+                                                        if k in first}}
 
 
 def _wait_listening(ns: str, port: int, timeout_s: float = 5.0) -> bool:
@@ -179,14 +214,7 @@ def self_check(
     ``seconds=0`` skips iperf3 (the loss check then only sees the ping packets).
     """
     before = path.stats()
-    out: dict[str, Any] = {}
-    ping = ping_rtt(path, count=ping_count)
-    target_ms = path.rtt_s * 1000
-    tol_ms = target_ms * RTT_TOLERANCE + RTT_SLACK_MS
-    measured = ping.get("median_ms")
-    out["rtt"] = {"measured_ms": round(measured, 3) if measured is not None else None, "target_ms": target_ms,
-                  "tolerance_ms": round(tol_ms, 3), **{k: v for k, v in ping.items() if k != "median_ms"},
-                  "pass": measured is not None and abs(measured - target_ms) <= tol_ms}
+    out: dict[str, Any] = {"rtt": rtt_check(path, path.rtt_s * 1000, ping_count)}
     if seconds <= 0:
         out["rate"] = {"pass": None, "skipped": "seconds=0"}
     elif shutil.which("iperf3") is None:
