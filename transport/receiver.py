@@ -124,6 +124,7 @@ class StripedReceiver:
         cipher: str = "",
         pool: ConnectionPool | None = None,
         pool_key: Hashable = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if cipher and cipher not in CIPHERS:
             raise TransportUnavailableError(f"the server seals this transfer with {cipher!r}, which this client "
@@ -152,7 +153,11 @@ class StripedReceiver:
         self._send_locks = {i: threading.Lock() for i in range(self.streams)}
         self._finished = False
         self._threads: list[threading.Thread] = []
-        self._last_frame = time.monotonic()
+        #: What the stall timer reads (a test's clock can jump; the default is ``time.monotonic``).
+        self.clock = clock
+        self._last_frame = clock()
+        self._last_seq: dict[int, int] = {}  # stripe -> the last message it delivered
+        self._failures: dict[int, int] = {}  # stripe -> connections that broke
         #: Where warm connections come from and go back to (None: every stripe dialed, closed at the end).
         self.pool = pool
         self.pool_key = pool_key
@@ -261,6 +266,8 @@ class StripedReceiver:
                 if isinstance(exc, IntegrityError):
                     self.stats.corrupted += 1
                 failures += 1
+                with self._cond:
+                    self._failures[stripe] = failures
                 conn.close()
                 if failures > self.max_reconnects:
                     self._fail(TransportError(
@@ -366,8 +373,27 @@ class StripedReceiver:
                 self.stats.native_frames += native_fd >= 0
                 self.stats.bytes += header.length
                 self.stats.per_stripe_bytes[stripe] = self.stats.per_stripe_bytes.get(stripe, 0) + header.length
-                self._last_frame = time.monotonic()
+                self._last_seq[stripe] = seq
+                self._last_frame = self.clock()
                 self._cond.notify_all()
+
+    def _where(self) -> str:
+        """Say (under the lock) where a stalled transfer stands, stripe by stripe, for the error message.
+
+        ``waiting for message 17 (3 later messages held); stripe 0: last #16, open; stripe 1: nothing
+        yet, open, kept connection; stripe 2: last #12, closed after 2 failures``
+        """
+        parts = [f"waiting for message {self._next} ({len(self._pending)} later messages held)"]
+        for stripe in range(self.streams):
+            last = self._last_seq.get(stripe)
+            state = [f"last #{last}" if last is not None else "nothing yet",
+                     "open" if stripe in self._live else "closed"]
+            if stripe in self._untried:
+                state.append("kept connection")
+            if self._failures.get(stripe):
+                state.append(f"after {self._failures[stripe]} failures")
+            parts.append(f"stripe {stripe}: {', '.join(state)}")
+        return "; ".join(parts)
 
     def _fail(self, error: DstpError) -> None:
         with self._cond:
@@ -394,10 +420,10 @@ class StripedReceiver:
                 with self._cond:
                     while self._next not in self._pending and self._error is None:
                         if not self._cond.wait(timeout=1.0):
-                            idle = time.monotonic() - self._last_frame
+                            idle = self.clock() - self._last_frame
                             if idle > self.stall_timeout:
                                 self._error = TransportError(
-                                    f"no data arrived for {idle:.0f} s; the transfer stalled")
+                                    f"no data arrived for {idle:.0f} s; the transfer stalled {self._where()}")
                     if self._error is not None:
                         raise self._error
                     item = self._pending.pop(self._next)

@@ -408,6 +408,45 @@ def _hostile(script: list[tuple[Kind, int, bytes]]) -> StripedReceiver:
     return receiver
 
 
+def test_a_stalled_transfer_says_where_it_stands_stripe_by_stripe() -> None:
+    """The stall error names the message awaited and each stripe's last message and state (its clock is a seam)."""
+    clock = Clock()
+    hold = threading.Event()
+    scripts = {0: [(Kind.DATA, 0, b"a"), (Kind.DATA, 2, b"c")], 1: []}  # message 1 never comes
+
+    def dial(stripe: int) -> Any:
+        client, server = pipe()
+
+        def play() -> None:
+            recv_frame(server)  # the HELLO
+            for kind, sequence, payload in scripts[stripe]:
+                send_frame(server, kind, stripe, sequence, 0, payload)
+            hold.wait(30)
+            server.close()
+
+        threading.Thread(target=play, daemon=True).start()
+        return client
+
+    receiver = StripedReceiver(b"DT1" + bytes(24), 2, dial, max_reconnects=0, stall_timeout=60, clock=clock)
+    receiver.start()
+    try:
+        messages = receiver.messages()
+        assert next(messages)[0] == 0
+        for _ in range(500):  # bounded: message 2 is received and held, out of order
+            if receiver.stats.frames >= 2:
+                break
+            time.sleep(0.01)
+        assert receiver.stats.frames == 2
+        clock.advance(61)
+        with pytest.raises(dstp.TransportError) as caught:
+            next(messages)
+    finally:
+        hold.set()
+    text = str(caught.value)
+    assert "no data arrived for 61 s; the transfer stalled waiting for message 1 (1 later messages held)" in text
+    assert "stripe 0: last #2, open" in text and "stripe 1: nothing yet, open" in text, text
+
+
 @pytest.mark.parametrize(
     "script, error, words",
     [
