@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -99,6 +100,26 @@ def test_publish_then_validate(tmp_path: Path) -> None:
     (tmp_path / "bad" / "bad.dstp.xml").write_text("<dataset>")
     bad = run("catalog", "validate", str(tmp_path), check=False)
     assert bad.returncode == 1 and "bad.dstp.xml:1" in bad.stdout
+
+
+def test_the_program_ends_at_once_with_its_status_and_all_its_output(tmp_path: Path) -> None:
+    """After the command, no interpreter teardown (it aborted a finished get once); stdout to a pipe is flushed."""
+    marker = tmp_path / "teardown-ran"
+    run("publish", *map(str, builders.edge_station(tmp_path / "good" / "st")), "--id", "station")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "bad.dstp.xml").write_text("<dataset>")
+    for root, status, words in ((tmp_path / "good", 0, "1 dataset(s) valid, 0 problem(s)"),
+                                (tmp_path / "bad", 1, "bad.dstp.xml:1")):
+        program = ("import atexit, pathlib, sys; "
+                   f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('ran')); "
+                   f"sys.argv = ['dstp', 'catalog', 'validate', {str(root)!r}]; "
+                   "from dstp.cli import entry; entry()")
+        buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                              env=buffered)
+        assert proc.returncode == status, proc.stderr
+        assert words in proc.stdout  # block-buffered (a pipe): it was flushed before the process ended
+        assert not marker.exists()
 
 
 def test_a_terminal_preview_stops_the_query_after_the_rows_it_shows(served: str) -> None:
