@@ -79,7 +79,7 @@ class Tool:
     """One row: a peer and its settings."""
 
     name: str
-    kind: str  # iperf3 | gridftp | dstp | query | udt_raw
+    kind: str  # iperf3 | gridftp | dstp | query | udt_raw | copy
     streams: int = 0
     congestion: str = ""
     transport: str = "striped"
@@ -217,6 +217,9 @@ def _run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int) ->
             return Run(tool.name, 0, 0.0, 0.0, 0.0, False, ok=False, detail={"error": "not installed"})
         assert source is not None
         return tools.iperf3(p, tool.name, tool.streams, source.size, cap_s=cap, congestion=tool.congestion or None)
+    if tool.kind == "copy":
+        assert source is not None
+        return tools.local_copy(tool.name, source, bench.out, compare_bytes=bench.compare_bytes)
     if tool.kind == "gridftp":
         if not bench.gridftp_ok:
             return Run(tool.name, 0, 0.0, 0.0, 0.0, False, ok=False, detail={"error": "not installed"})

@@ -271,6 +271,42 @@ def iperf3(place: Place, tool: str, streams: int, nbytes: int, *, cap_s: float |
                        "counted": "received" if use is received else "sent (interrupted)"})
 
 
+def local_copy(tool: str, source: BulkFile, out: Path, *, compare_bytes: bool = False) -> Run:
+    """Return one ``cp SOURCE OUT`` run: the same bytes read and written on this host with no network —
+    the ceiling of a tmpfs → tmpfs transfer (a receiver pays the same page allocation for its output)."""
+    remove_output(out)
+    done = run_capped(["cp", "--reflink=never", "--sparse=never", str(source.path), str(out)])
+    try:
+        if done.returncode == 0:
+            how, same = check_output(out, source, compare_bytes)
+            return Run(tool, source.size, done.wall_s, done.cpu_s, 0.0, True, ok=same, verified=how, identical=same)
+        return Run(tool, 0, done.wall_s, done.cpu_s, 0.0, False, ok=False, detail={"error": done.stderr.strip()[-300:]})
+    finally:
+        remove_output(out)
+
+
+def warm_memory(folder: Path, nbytes: int, block: int = 16 << 20) -> dict[str, Any]:
+    """Write ``nbytes`` to a file in ``folder`` (tmpfs), delete it, twice; return each pass's MB/s.
+
+    On a virtual machine a page the guest has not used for a while can cost a fault in the host
+    when it is first written again: a tmpfs output landing on such pages was 2–4× slower, which
+    tool it hit depending on the order of the runs. Writing and freeing the memory first makes
+    every timed run meet pages in the same state; both passes' rates are kept in the results.
+    """
+    passes = []
+    zeros = bytes(block)
+    path = folder / "memory-warm-up"
+    for _ in range(2):
+        started = time.perf_counter()
+        with open(path, "wb", buffering=0) as f:
+            for _ in range(max(1, nbytes // block)):
+                f.write(zeros)
+        seconds = time.perf_counter() - started
+        path.unlink()
+        passes.append(round(nbytes / seconds / 1e6, 1))
+    return {"bytes": nbytes, "MBps_per_pass": passes}
+
+
 def gridftp(place: Place, tool: str, parallel: int, source: BulkFile, out: Path, *, cap_s: float | None = None,
             compare_bytes: bool = False) -> Run:
     """Return one ``globus-url-copy -p N ftp://server/FILE file:///OUT`` run against a one-shot anonymous server."""
