@@ -11,11 +11,11 @@ a connection that wraps another, to inject faults or count bytes, sees every
 byte in Python); sealed transfers, UDT and in-memory pipes keep the Python path.
 
 It is opt-in: ``DSTP_NATIVE=1`` in a process's environment switches it on for
-that process (server or client). Measured on this 2-core machine
-(``python -m bench run --only bulk_native``), it moved a 1 GiB file no faster
-than the Python path and cost the client more CPU (the Python path's per-block
-overhead is small at 4 MiB blocks; tmpfs page allocation and kernel copies
-dominate), so the Python path stays the default until a measurement says otherwise. Which path a download took is in its summary (``data_path``)
+that process (server or client). Measured on this 2-core VM (``python -m bench
+run --only bulk_native``, three runs), it was ahead of the Python path in two of
+three runs, inside the spread that tmpfs page allocation gives every tool here
+(docs/transport.md), so the Python path stays the default until a measurement
+on a quieter machine says otherwise. The extension's CRC-32C is used either way. Which path a download took is in its summary (``data_path``)
 and ``dstp get -v``; the server logs it per stripe at DEBUG level.
 """
 
