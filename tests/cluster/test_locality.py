@@ -180,15 +180,9 @@ def names(dask_cluster: DaskCluster) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def coordinator(catalog_root: Path, dask_cluster: DaskCluster) -> Iterator[DstpServer]:
+    """This module's coordinator (small blocks, file shares from 1 block); conftest's ``cluster_client`` uses it."""
     with running_coordinator(catalog_root, dask_cluster, block_bytes=BLOCK, cluster_file_min_bytes=BLOCK) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def local_client(coordinator: DstpServer) -> Iterator[dstp.Client]:
-    assert coordinator.endpoints is not None
-    with dstp.connect(coordinator.endpoints.grpc) as c:
-        yield c
 
 
 def _files_of(stream_partition, files: list[tuple[int, int]]) -> set[int]:  # type: ignore[no-untyped-def]
@@ -200,9 +194,9 @@ def _files_of(stream_partition, files: list[tuple[int, int]]) -> set[int]:  # ty
                                  "select temperature, gw, time from ccm3 where lat > 60",
                                  "select precipitation, time, lon from ccm3 where time >= '1990-04-01' "
                                  "order by precipitation desc, time"])
-def test_each_piece_runs_on_a_worker_that_holds_its_files(local_client: dstp.Client, client: dstp.Client,
+def test_each_piece_runs_on_a_worker_that_holds_its_files(cluster_client: dstp.Client, client: dstp.Client,
                                                           names: dict[str, str], sql: str) -> None:
-    stream = local_client.query_batches(sql, transport="striped", streams=2)
+    stream = cluster_client.query_batches(sql, transport="striped", streams=2)
     got = stream.read_all()
     want = client.query(sql)
     oracle.assert_same_records(got, want, ordered="order by" in sql)
@@ -215,27 +209,27 @@ def test_each_piece_runs_on_a_worker_that_holds_its_files(local_client: dstp.Cli
 
 
 @pytest.mark.parametrize("sql, dataset, attrs, extra, ordered", CASES, ids=[c[0][:70] for c in CASES])
-def test_shared_query_set_with_files_spread_over_workers(local_client, client, sql, dataset, attrs, extra,
+def test_shared_query_set_with_files_spread_over_workers(cluster_client, client, sql, dataset, attrs, extra,
                                                          ordered) -> None:
-    got = local_client.query_batches(sql, transport="striped", streams=2).read_all()
+    got = cluster_client.query_batches(sql, transport="striped", streams=2).read_all()
     want = client.query(sql)
     assert got.schema.equals(want.schema, check_metadata=False)
     oracle.assert_same_records(got, want, ordered=ordered)
 
 
-def test_a_dataset_on_one_worker_runs_there(local_client: dstp.Client, client: dstp.Client,
+def test_a_dataset_on_one_worker_runs_there(cluster_client: dstp.Client, client: dstp.Client,
                                             names: dict[str, str]) -> None:
     sql = "select salinity, time, depth from ocean where salinity > 34"
-    stream = local_client.query_batches(sql, transport="striped", streams=2)
+    stream = cluster_client.query_batches(sql, transport="striped", streams=2)
     oracle.assert_same_records(stream.read_all(), client.query(sql))
     assert {names[p.worker] for p in stream.partitions} == {"w0"}
 
 
-def test_a_reduction_is_reduced_where_the_files_are(coordinator: DstpServer, local_client: dstp.Client,
+def test_a_reduction_is_reduced_where_the_files_are(coordinator: DstpServer, cluster_client: dstp.Client,
                                                     client: dstp.Client) -> None:
     sql = "select lev, avg(temperature) as t, count(*) as n from ccm3 where humidity > 40 group by lev"
     before = sum(r["partials"] for r in coordinator.coordinator.reports().values())
-    oracle.assert_same_records(local_client.query(sql), client.query(sql))
+    oracle.assert_same_records(cluster_client.query(sql), client.query(sql))
     assert sum(r["partials"] for r in coordinator.coordinator.reports().values()) - before >= 2
 
 
