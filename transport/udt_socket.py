@@ -429,6 +429,8 @@ def connect(
     attempt is repeated on a fresh socket (so a server that starts listening a
     little late is still reached), and a shorter one cuts the attempt short.
     ``timeout=None`` makes exactly one libudt attempt (about 3 s to fail).
+    The timeout covers creating the socket too: libudt can keep its socket
+    table locked while its garbage collector tears down a closed connection.
     The MSS is negotiated down to the smaller of the two peers'.
     """
     u = _require()
@@ -437,7 +439,10 @@ def connect(
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with _errors(what):
-            sock = u.UdtSocket(_family(host))
+            # Creating the socket waits for libudt's socket table, which its
+            # garbage collector can hold for minutes: that wait counts too.
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            sock = u.UdtSocket(_family(host), timeout=remaining)
             try:
                 opts.apply(sock)
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -349,6 +349,43 @@ def test_connect_to_dead_port_times_out() -> None:
 
 
 @pytest.mark.timeout(20)
+def test_connect_deadline_covers_a_stalled_socket_table() -> None:
+    # CI once saw UDT::socket() wait ~10 min for libudt's socket-table lock
+    # (held by its garbage collector) before our connect deadline even began.
+    # The creation gate stands in for that lock.
+    with udt_socket.listen(HOST, 0) as lst:
+        before = _udt._abandoned_sockets()
+        _udt._set_creation_gate(True)
+        try:
+            with pytest.raises(TransportError) as info:
+                udt_socket.connect(HOST, lst.address[1], timeout=0.3)
+            # Creation without a deadline waits too, with the GIL released: this
+            # thread keeps running Python while the other one waits.
+            waiting = Worker(lambda: _udt.UdtSocket())
+            waiting.start()
+            for _ in range(500):
+                if _udt._creation_waiters() == 2:  # the abandoned attempt and this one
+                    break
+                waiting.join(0.01)
+            assert _udt._creation_waiters() == 2 and waiting.is_alive()
+        finally:
+            _udt._set_creation_gate(False)
+        message = str(info.value)
+        assert message.startswith(f"UDT connect to {HOST}:{lst.address[1]} timed out")
+        assert "did not create a socket within 0.3 s" in message and "socket table" in message
+        assert getattr(info.value, "udt_code") == _udt.ERROR_CODES["ETIMEOUT"]
+        waiting.join_result(5.0).close()
+        # The socket created once the table is free is closed, not leaked, and
+        # the next connect works.
+        with udt_socket.connect(HOST, lst.address[1], timeout=5.0) as conn:
+            peer, _ = lst.accept(timeout=5.0)
+            with peer:
+                conn.sendall(b"after")
+                assert peer.recv(5) == b"after"
+        assert _udt._abandoned_sockets() == before + 1
+
+
+@pytest.mark.timeout(20)
 def test_accept_timeout() -> None:
     with udt_socket.listen(HOST, 0) as lst:
         with pytest.raises(TransportError, match="timed out"):

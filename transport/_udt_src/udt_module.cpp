@@ -37,10 +37,16 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -330,14 +336,149 @@ constexpr int64_t kUdtConnectWindowMs = 3000 + 500;
 // The socket
 // ---------------------------------------------------------------------------
 
+// Closes a socket nobody will use, without waiting for unsent data.
+void discard_socket(UDTSOCKET u) {
+    if (u == UDT::INVALID_SOCK || g_cleaned.load()) return;
+    bool sync = false;
+    UDT::setsockopt(u, 0, UDT_SNDSYN, &sync, sizeof sync);
+    UDT::close(u);
+    UDT::getlasterror().clear();
+}
+
+// A test seam standing in for libudt's socket-table lock: while the test holds
+// it, socket creation waits exactly as it does when libudt's garbage collector
+// holds that lock (seen in CI: UDT::socket() blocked for minutes).
+// Heap-allocated and never destroyed, like the creator's queue below: a
+// static condition_variable's destructor at exit would wait for the creator
+// thread, which never returns.
+std::mutex& g_gate_mutex = *new std::mutex;
+std::condition_variable& g_gate_cv = *new std::condition_variable;
+bool g_gate_closed = false;
+int g_gate_waiters = 0;  // threads waiting at the closed gate (under g_gate_mutex)
+// Sockets created after their creator gave up (closed at once): a count for tests.
+std::atomic<int> g_abandoned{0};
+
+void set_creation_gate(bool closed) {
+    {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lk(g_gate_mutex);
+        g_gate_closed = closed;
+    }
+    g_gate_cv.notify_all();
+}
+
+// UDT::socket() on the calling thread. No GIL.
+UDTSOCKET create_now(int family, int type, Err* err) {
+    InFlight busy;
+    {
+        std::unique_lock<std::mutex> lk(g_gate_mutex);
+        ++g_gate_waiters;
+        g_gate_cv.wait(lk, [] { return !g_gate_closed; });
+        --g_gate_waiters;
+    }
+    UDTSOCKET u = UDT::socket(family, type, 0);
+    if (u == UDT::INVALID_SOCK) *err = last_error();
+    return u;
+}
+
+// UDT::socket() waits for libudt's global socket-table lock, which libudt's
+// garbage collector holds while it tears down a closed connection's queues
+// (joining their threads). With a deadline, creation is handed to one
+// long-lived creator thread (a hand-off costs far less than a thread per
+// socket) and abandoned when the deadline passes; the creator closes a socket
+// whose requester gave up.
+struct Creation {
+    std::mutex m;
+    std::condition_variable cv;
+    int family = AF_INET;
+    int type = SOCK_STREAM;
+    bool done = false;
+    bool abandoned = false;
+    UDTSOCKET u = UDT::INVALID_SOCK;
+    Err err;
+};
+
+std::mutex& g_requests_mutex = *new std::mutex;
+std::condition_variable& g_requests_cv = *new std::condition_variable;
+std::deque<std::shared_ptr<Creation>>& g_requests = *new std::deque<std::shared_ptr<Creation>>;
+bool g_creator_started = false;
+
+[[noreturn]] void creator_loop() {
+    for (;;) {
+        std::shared_ptr<Creation> c;
+        {
+            std::unique_lock<std::mutex> lk(g_requests_mutex);
+            g_requests_cv.wait(lk, [] { return !g_requests.empty(); });
+            c = g_requests.front();
+            g_requests.pop_front();
+        }
+        Err e;
+        UDTSOCKET u = create_now(c->family, c->type, &e);
+        std::lock_guard<std::mutex> lk(c->m);
+        if (c->abandoned) {
+            g_abandoned.fetch_add(1);
+            discard_socket(u);
+            continue;
+        }
+        c->u = u;
+        c->err = e;
+        c->done = true;
+        c->cv.notify_one();
+    }
+}
+
+// No GIL.
+UDTSOCKET create_within(int family, int type, double timeout_s, Err* err, bool* timed_out) {
+    auto c = std::make_shared<Creation>();
+    c->family = family;
+    c->type = type;
+    {
+        std::lock_guard<std::mutex> lk(g_requests_mutex);
+        if (!g_creator_started) {
+            try {
+                std::thread(creator_loop).detach();
+            } catch (const std::system_error&) {
+                return create_now(family, type, err);  // no thread to spare: wait without a deadline
+            }
+            g_creator_started = true;
+        }
+        g_requests.push_back(c);
+    }
+    g_requests_cv.notify_one();
+    std::unique_lock<std::mutex> lk(c->m);
+    auto limit = std::chrono::duration<double>(std::max(0.0, timeout_s));
+    if (!c->cv.wait_for(lk, limit, [&] { return c->done; })) {
+        c->abandoned = true;
+        *timed_out = true;
+        return UDT::INVALID_SOCK;
+    }
+    *err = c->err;
+    return c->u;
+}
+
 class UdtSocket {
   public:
-    UdtSocket(int family, int type) : family_(family), type_(type) {
+    UdtSocket(int family, int type, const py::object& timeout) : family_(family), type_(type) {
         if (family != AF_INET && family != AF_INET6) throw py::value_error("family must be AF_INET or AF_INET6");
         if (type != SOCK_STREAM && type != SOCK_DGRAM) throw py::value_error("type must be SOCK_STREAM or SOCK_DGRAM");
         if (g_cleaned.load()) raise_as(g_UdtError, kEINVOP, "socket", "libudt was cleaned up (interpreter exiting)");
-        UDTSOCKET u = UDT::socket(family, type, 0);
-        if (u == UDT::INVALID_SOCK) raise_err(last_error(), "socket");
+        double limit = timeout.is_none() ? -1.0 : timeout.cast<double>();
+        Err err;
+        bool timed_out = false;
+        UDTSOCKET u;
+        {
+            py::gil_scoped_release nogil;
+            u = limit < 0 ? create_now(family, type, &err) : create_within(family, type, limit, &err, &timed_out);
+        }
+        if (timed_out) {
+            char secs[32];
+            std::snprintf(secs, sizeof secs, "%.1f", limit);
+            raise_as(g_UdtTimeout, kETIMEOUT, "socket",
+                     std::string("libudt did not create a socket within ") + secs +
+                         " s: its socket table stayed locked (libudt's garbage collector holds that lock while it "
+                         "tears down a closed connection); the attempt was abandoned");
+        }
+        if (u == UDT::INVALID_SOCK) raise_err(err, "socket");
         u_.store(u);
     }
 
@@ -349,11 +490,15 @@ class UdtSocket {
         // Garbage-collected while open: close without blocking the collector.
         // With UDT_SNDSYN off, libudt's close() returns at once and keeps
         // sending unsent data in its own threads until UDT_LINGER expires,
-        // which is what the kernel does for an abandoned TCP socket.
-        bool sync = false;
-        UDT::setsockopt(u, 0, UDT_SNDSYN, &sync, sizeof sync);
-        UDT::close(u);
-        UDT::getlasterror().clear();
+        // which is what the kernel does for an abandoned TCP socket. libudt's
+        // locks may be held for long: never wait for them with the GIL held.
+        InFlight busy;
+        if (PyGILState_Check()) {
+            py::gil_scoped_release nogil;
+            discard_socket(u);
+        } else {
+            discard_socket(u);
+        }
     }
 
     UdtSocket(const UdtSocket&) = delete;
@@ -399,7 +544,13 @@ class UdtSocket {
 
     void listen(int backlog) {
         UDTSOCKET u = live("listen");
-        if (UDT::listen(u, backlog) == UDT::ERROR) fail(last_error(), "listen");
+        Err err;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            if (UDT::listen(u, backlog) == UDT::ERROR) err = last_error();
+        }
+        if (err.set()) fail(err, "listen");
     }
 
     py::tuple accept(const py::object& timeout) {
@@ -602,7 +753,13 @@ class UdtSocket {
         UDTSOCKET u = live("getsockname");
         sockaddr_storage ss{};
         int len = sizeof ss;
-        if (UDT::getsockname(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) fail(last_error(), "getsockname");
+        Err err;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            if (UDT::getsockname(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) err = last_error();
+        }
+        if (err.set()) fail(err, "getsockname");
         return to_python(ss);
     }
 
@@ -610,7 +767,13 @@ class UdtSocket {
         UDTSOCKET u = live("getpeername");
         sockaddr_storage ss{};
         int len = sizeof ss;
-        if (UDT::getpeername(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) fail(last_error(), "getpeername");
+        Err err;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            if (UDT::getpeername(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) err = last_error();
+        }
+        if (err.set()) fail(err, "getpeername");
         return to_python(ss);
     }
 
@@ -738,7 +901,13 @@ class UdtSocket {
     std::string state() const {
         UDTSOCKET u = u_.load();
         if (u == UDT::INVALID_SOCK) return "CLOSED";
-        return state_name(UDT::getsockstate(u));
+        UDTSTATUS st;
+        {
+            py::gil_scoped_release nogil;
+            InFlight busy;
+            st = UDT::getsockstate(u);
+        }
+        return state_name(st);
     }
 
     std::string repr() const {
@@ -950,9 +1119,21 @@ PYBIND11_MODULE(_udt, m) {
     m.def("library_version", []() { return std::string("UDT4"); }, "libudt API generation (the library has no runtime version call).");
     m.def("inflight_calls", []() { return g_inflight.load(); }, "Threads currently blocked inside libudt (diagnostics).");
 
+    m.def("_set_creation_gate", &set_creation_gate, py::arg("closed"),
+          "Tests only: closed=True makes socket creation wait, as when libudt's socket table is locked.");
+    m.def("_creation_waiters", [] {
+              py::gil_scoped_release nogil;
+              std::lock_guard<std::mutex> lk(g_gate_mutex);
+              return g_gate_waiters;
+          }, "Tests only: threads whose socket creation waits at the closed gate.");
+    m.def("_abandoned_sockets", [] { return g_abandoned.load(); },
+          "Tests only: sockets created after their creator's deadline passed (each closed at once).");
+
     py::class_<UdtSocket>(m, "UdtSocket", "A UDT socket (libudt). Not an OS file descriptor.")
-        .def(py::init<int, int>(), py::arg("family") = static_cast<int>(AF_INET),
-             py::arg("type") = static_cast<int>(SOCK_STREAM))
+        .def(py::init<int, int, const py::object&>(), py::arg("family") = static_cast<int>(AF_INET),
+             py::arg("type") = static_cast<int>(SOCK_STREAM), py::kw_only(), py::arg("timeout") = py::none(),
+             "timeout=t: give up creating the socket after t s with UdtTimeout (libudt's socket table can "
+             "stay locked while its garbage collector works); None = wait.")
         .def("bind", &UdtSocket::bind, py::arg("host"), py::arg("port"), "Bind to host:port ('' = any address).")
         .def("listen", &UdtSocket::listen, py::arg("backlog") = 16)
         .def("accept", &UdtSocket::accept, py::arg("timeout") = py::none(),
