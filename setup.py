@@ -61,6 +61,10 @@ def find_udt_include() -> str | None:
     return None
 
 
+#: Headers both extensions include (release_gil.h: the GIL released safely at interpreter exit).
+CXX_COMMON = "transport/_cxx"
+
+
 def udt_extensions() -> list[Pybind11Extension]:
     if _flag("DSTP_UDT_DISABLE"):
         _notice("dstp: DSTP_UDT_DISABLE is set; the UDT channel will be unavailable")
@@ -75,11 +79,12 @@ def udt_extensions() -> list[Pybind11Extension]:
     if os.environ.get("DSTP_UDT_LIB"):
         lib_dirs = [d for d in os.environ["DSTP_UDT_LIB"].split(os.pathsep) if d]
     # The C++ source picks <udt/udt.h> or <udt.h> itself (__has_include).
-    include_dirs = [] if include == "/usr/include" else [include]
+    include_dirs = [CXX_COMMON] + ([] if include == "/usr/include" else [include])
     return [
         Pybind11Extension(
             "dstp.transport._udt",
             sources=["transport/_udt_src/udt_module.cpp"],
+            depends=[f"{CXX_COMMON}/release_gil.h"],
             include_dirs=include_dirs,
             library_dirs=lib_dirs,
             runtime_library_dirs=lib_dirs,
@@ -101,6 +106,8 @@ def native_extensions() -> list[Pybind11Extension]:
         Pybind11Extension(
             NATIVE,
             sources=["transport/_native_src/native_module.cpp"],
+            include_dirs=[CXX_COMMON],
+            depends=[f"{CXX_COMMON}/release_gil.h"],
             extra_compile_args=["-O3"],
             cxx_std=17,
         )

@@ -236,3 +236,31 @@ def test_a_striped_download_runs_natively_end_to_end(data_client, catalog_root, 
     summary = data_client.get("ccm3", NAME, out, transport="striped", streams=3)
     assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
     assert summary["data_path"].startswith("native"), summary["data_path"]
+
+
+DAEMON_AT_EXIT = """
+import sys, threading
+from dstp.transport import native
+data = bytearray(48 << 20)
+busy = threading.Event()
+def spin():
+    while True:
+        busy.set()
+        native.crc32c(data)  # ~10 ms with the GIL released
+threading.Thread(target=spin, daemon=True).start()
+busy.wait()
+print("main done", flush=True)
+"""
+
+
+def test_a_daemon_thread_inside_a_native_call_does_not_abort_the_exit() -> None:
+    # CPython <= 3.13 ends such a thread with pthread_exit when it wants the GIL back during
+    # finalization; unwinding through pybind11's frames called std::terminate and the process
+    # died with status 134 after its work was done (a finished `dstp get` and a user script did).
+    import subprocess
+    import sys
+
+    for _ in range(5):
+        done = subprocess.run([sys.executable, "-c", DAEMON_AT_EXIT], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-500:]
+        assert done.stdout == "main done\n" and "terminate" not in done.stderr

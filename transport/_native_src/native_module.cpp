@@ -18,6 +18,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "release_gil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -351,7 +353,7 @@ uint32_t recv_crc(int fd, unsigned char* into, size_t len, uint32_t crc) {
 template <typename F>
 auto nogil(F&& body) -> decltype(body()) {
     try {
-        py::gil_scoped_release release;
+        dstp_gil::ReleaseGil release;
         return body();
     } catch (const SysError& e) {
         raise_os(e);
@@ -464,7 +466,7 @@ public:
     }
 
     void close() {
-        py::gil_scoped_release release;
+        dstp_gil::ReleaseGil release;
         unmap();
     }
 
@@ -498,6 +500,7 @@ private:
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
+    dstp_gil::init_main_thread();
     m.doc() = "dstp's native data path: CRC-32C, frames to and from sockets, blocks into place (GIL released)";
     init_tables();
     m.attr("HEADER_BYTES") = kHeader;

@@ -18,6 +18,8 @@
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 
+#include "release_gil.h"
+
 #if __has_include(<udt/udt.h>)
 #include <udt/udt.h>  // Debian/Ubuntu: headers live in /usr/include/udt/
 #elif __has_include(<udt.h>)
@@ -360,7 +362,7 @@ std::atomic<int> g_abandoned{0};
 
 void set_creation_gate(bool closed) {
     {
-        py::gil_scoped_release nogil;
+        dstp_gil::ReleaseGil nogil;
         std::lock_guard<std::mutex> lk(g_gate_mutex);
         g_gate_closed = closed;
     }
@@ -467,7 +469,7 @@ class UdtSocket {
         bool timed_out = false;
         UDTSOCKET u;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             u = limit < 0 ? create_now(family, type, &err) : create_within(family, type, limit, &err, &timed_out);
         }
         if (timed_out) {
@@ -494,7 +496,7 @@ class UdtSocket {
         // locks may be held for long: never wait for them with the GIL held.
         InFlight busy;
         if (PyGILState_Check()) {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             discard_socket(u);
         } else {
             discard_socket(u);
@@ -533,7 +535,7 @@ class UdtSocket {
         Err err;
         bool resolved;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             resolved = resolve(host, port, family_, true, &addr, &rerr);
             if (resolved && UDT::bind(u, reinterpret_cast<sockaddr*>(&addr.ss), addr.len) == UDT::ERROR)
                 err = last_error();
@@ -546,7 +548,7 @@ class UdtSocket {
         UDTSOCKET u = live("listen");
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             if (UDT::listen(u, backlog) == UDT::ERROR) err = last_error();
         }
@@ -563,7 +565,7 @@ class UdtSocket {
         Err err;
         bool timed_out = false;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             if (ms < 0) {
                 a = UDT::accept(u, reinterpret_cast<sockaddr*>(&peer), &peerlen);
@@ -595,7 +597,7 @@ class UdtSocket {
         bool timed_out = false;
         int final_state = 0;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             resolved = resolve(host, port, family_, false, &addr, &rerr);
             if (resolved && ms < 0) {
@@ -619,7 +621,7 @@ class UdtSocket {
         int64_t n = 0;
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             int len = static_cast<int>(std::min<int64_t>(buf.size(), kMaxCall));
             if (len > 0) {
@@ -637,7 +639,7 @@ class UdtSocket {
         Buffer buf(data, false);
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             send_all(u, buf.data(), buf.size(), &err);
         }
@@ -652,7 +654,7 @@ class UdtSocket {
         int64_t total = 0;
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             for (const auto& b : bufs) {
                 int64_t done = send_all(u, b.data(), b.size(), &err);
@@ -675,7 +677,7 @@ class UdtSocket {
         int got = 0;
         Err err;
         if (n > 0) {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             got = recv_some(u, p, static_cast<int>(n), &err);
         }
@@ -695,7 +697,7 @@ class UdtSocket {
         int got = 0;
         Err err;
         if (want > 0) {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             got = recv_some(u, buf.data(), static_cast<int>(std::min<int64_t>(want, kMaxCall)), &err);
         }
@@ -713,7 +715,7 @@ class UdtSocket {
         int64_t got = 0;
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             while (got < want) {
                 int chunk = static_cast<int>(std::min<int64_t>(want - got, kMaxCall));
@@ -739,7 +741,7 @@ class UdtSocket {
         Err err;
         {
             // May wait up to UDT_LINGER seconds for unsent data to be acked.
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             if (UDT::close(u) == UDT::ERROR) err = last_error();
         }
@@ -755,7 +757,7 @@ class UdtSocket {
         int len = sizeof ss;
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             if (UDT::getsockname(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) err = last_error();
         }
@@ -769,7 +771,7 @@ class UdtSocket {
         int len = sizeof ss;
         Err err;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             if (UDT::getpeername(u, reinterpret_cast<sockaddr*>(&ss), &len) == UDT::ERROR) err = last_error();
         }
@@ -791,7 +793,7 @@ class UdtSocket {
         int len = sizeof v;
         int rc;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             rc = UDT::getsockopt(u, 0, o.opt, &v, &len);
         }
@@ -811,7 +813,7 @@ class UdtSocket {
         // libudt takes the socket's locks here, which a thread blocked in recv/send
         // may hold: never wait for them with the GIL held.
         auto set = [&](const void* p, int n) {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             return UDT::setsockopt(u, 0, o.opt, p, n);
         };
@@ -853,7 +855,7 @@ class UdtSocket {
         std::memset(&t, 0, sizeof t);
         int rc;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             rc = UDT::perfmon(u, &t, clear);
         }
@@ -903,7 +905,7 @@ class UdtSocket {
         if (u == UDT::INVALID_SOCK) return "CLOSED";
         UDTSTATUS st;
         {
-            py::gil_scoped_release nogil;
+            dstp_gil::ReleaseGil nogil;
             InFlight busy;
             st = UDT::getsockstate(u);
         }
@@ -1039,7 +1041,7 @@ void cleanup_at_exit() {
     // would touch freed sockets if cleanup() ran now; leaving the library
     // up is harmless at exit, so skip it in that case.
     if (g_inflight.load() != 0) return;
-    py::gil_scoped_release nogil;
+    dstp_gil::ReleaseGil nogil;
     UDT::cleanup();
 }
 
@@ -1072,6 +1074,7 @@ class UdtClosedError(UdtError):
 }  // namespace
 
 PYBIND11_MODULE(_udt, m) {
+    dstp_gil::init_main_thread();
     m.doc() = "Thin binding of libudt (UDT4): zero-copy send/recv with the GIL released. See docs/udt.md.";
 
     py::dict ns;
@@ -1122,7 +1125,7 @@ PYBIND11_MODULE(_udt, m) {
     m.def("_set_creation_gate", &set_creation_gate, py::arg("closed"),
           "Tests only: closed=True makes socket creation wait, as when libudt's socket table is locked.");
     m.def("_creation_waiters", [] {
-              py::gil_scoped_release nogil;
+              dstp_gil::ReleaseGil nogil;
               std::lock_guard<std::mutex> lk(g_gate_mutex);
               return g_gate_waiters;
           }, "Tests only: threads whose socket creation waits at the closed gate.");
