@@ -454,9 +454,10 @@ def cmd_query(args: argparse.Namespace) -> int:
                 finish()
                 import pyarrow as pa
 
+                from dstp.client._output import preview_text
+
                 table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
-                print(table.to_pandas().to_string(index=False, max_rows=args.max_rows) if table.num_rows else
-                      "(no records)")
+                print(preview_text(table) if table.num_rows else "(no records)")
                 if more:
                     stream.close()
                     print(f"… more records than the {args.max_rows:,} shown (the preview stopped the query there); "

@@ -25,20 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dstp.errors import QueryError, TransportUnavailableError
-from dstp.metadata import (
-    ColumnInfo,
-    CoverageRun,
-    DatasetDetails,
-    DatasetSummary,
-    DimensionInfo,
-    FileInfo,
-    GridMappingInfo,
-    KeyInfo,
-)
 from dstp.proto import dstp_pb2 as pb
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from dstp.metadata import ColumnInfo, DatasetDetails, DatasetSummary
+
+# dstp.metadata (~10 ms of imports) is loaded by the functions that build its
+# classes, not here: `dstp get` and a plain query never need it.
 
 __all__ = [
     "CHANNEL_KINDS",
@@ -143,6 +138,8 @@ def summary_pb(s: DatasetSummary) -> pb.DatasetSummary:
 
 def summary_from_pb(m: pb.DatasetSummary) -> DatasetSummary:
     """Return the dataset listing entry a DatasetSummary message carries."""
+    from dstp.metadata import DatasetSummary
+
     return DatasetSummary(
         id=m.id, title=m.title, summary=m.summary, keywords=tuple(m.keywords), attributes=tuple(m.attributes),
         default_grid=tuple(m.default_grid), default_grid_rows=m.default_grid_rows,
@@ -170,6 +167,8 @@ def _column_pb(c: ColumnInfo) -> pb.Column:
 
 
 def _column(c: pb.Column) -> ColumnInfo:
+    from dstp.metadata import ColumnInfo
+
     return ColumnInfo(
         name=c.name, variable=c.variable, dimensions=tuple(c.dimensions), units=c.units,
         description=c.description, arrow_type=c.arrow_type, cf=_pairs(c.cf),
@@ -209,6 +208,8 @@ def details_pb(d: DatasetDetails) -> pb.DatasetDescription:
 
 def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
     """Return the dataset description a DatasetDescription message carries."""
+    from dstp.metadata import CoverageRun, DatasetDetails, DimensionInfo, FileInfo, GridMappingInfo, KeyInfo
+
     return DatasetDetails(
         summary=summary_from_pb(m.summary),
         dimensions=tuple(

@@ -253,7 +253,9 @@ def connect(
 ) -> TcpConn:
     """Return a configured connection to ``host:port`` (buffers set before connecting, for window scaling)."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        # An ASCII name goes as bytes: a str makes CPython load the idna codec (~5 ms of start-up).
+        name: str | bytes = host.encode("ascii") if host.isascii() else host
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise TransportError(f"cannot resolve data endpoint {host}:{port}: {exc}") from exc
     last: OSError | None = None

@@ -31,13 +31,14 @@ from dstp.client._policy import TRANSPORTS, ChannelPolicy
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
-from dstp.metadata import DatasetDetails, DatasetSummary
 from dstp.transport.channels import DataChannel
 from dstp.transport.codec import QueryInfo, TransferSummary
 from dstp.transport.tuning import AutoTuner
 
-if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow
+if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor dstp.metadata)
     import pyarrow as pa
+
+    from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["Client", "connect"]
 

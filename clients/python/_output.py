@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dstp.client._stream import QueryStream
 
 __all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "partial_name", "save_result",
-           "write_netcdf"]
+           "preview_text", "write_netcdf"]
 
 #: What ``save_result`` writes, by file extension.
 FILE_FORMATS = {".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".parquet": "parquet", ".csv": "csv",
@@ -43,6 +43,38 @@ FILE_FORMATS = {".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".parqu
 CSV_NULL = b"NA"
 
 _BLANK_LINE = re.compile(rb"(?m)^$")
+
+
+def preview_text(table: pa.Table) -> str:
+    """Return ``table`` as a plain text table for a terminal: a header of column names, one line per record.
+
+    Every value is shown exactly: floats as the shortest text that reads back as the same value of
+    their own type (float32 as float32), times as ISO dates, NULL as ``NA`` (as in CSV). pyarrow
+    and numpy only: loading pandas to print a few rows cost ``dstp query`` ~0.3 s of start-up.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    columns: list[list[str]] = []
+    right: list[bool] = []
+    for name, column in zip(table.column_names, table.columns):
+        kind = column.type
+        if pa.types.is_floating(kind):
+            # as_py widens float16/32 to float exactly; numpy's scalar of the column's own width
+            # prints the shortest text for that width (to_numpy and pyarrow.compute load pandas
+            # or ~0.1 s of function wrappers).
+            width = {16: np.float16, 32: np.float32, 64: np.float64}[kind.bit_width]
+            cells = ["NA" if v is None else str(width(v)) for v in column.to_pylist()]
+        else:
+            cells = ["NA" if v is None else v.isoformat(sep=" ") if isinstance(v, dt.datetime) else
+                     v.isoformat() if isinstance(v, (dt.date, dt.time)) else str(v) for v in column.to_pylist()]
+        columns.append([name, *cells])
+        right.append(not (pa.types.is_string(kind) or pa.types.is_large_string(kind)))
+    widths = [max(map(len, cells)) for cells in columns]
+    lines = []
+    for row in zip(*columns):
+        lines.append(" ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)).rstrip())
+    return "\n".join(lines)
 
 
 def csv_header(schema: pa.Schema) -> bytes:

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import grpc
 
 from dstp.errors import DstpError, IntegrityError, LimitExceededError, TransportError, error_from_status
-from dstp.metadata import DatasetDetails, DatasetSummary
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport import codec
 from dstp.transport.codec import QueryInfo
 from dstp.transport.tickets import fetch_proof
+
+if TYPE_CHECKING:  # built by codec when a listing or description arrives
+    from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["Rpc", "rpc_error"]
 
