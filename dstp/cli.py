@@ -765,9 +765,10 @@ def entry() -> None:
     server stopped, messages written — so the process ends with ``os._exit`` once stdout, stderr
     and the log handlers are flushed. Interpreter shutdown would only tear down the native
     thread pools of gRPC, Arrow and DuckDB, and there it has turned finished commands into deaths
-    by signal: a ``dstp get`` that had printed "CRC-32C … verified" aborted with ``terminate called
-    without an active exception`` (a C++ thread destroyed while joinable; bench run, 1 in 25), and a
-    ``dstp query`` stopped by Ctrl-C once ended by SIGINT (-2) instead of 130 after its message.
+    by signal: a ``dstp query`` stopped by Ctrl-C once ended by SIGINT (-2) instead of 130 after
+    its message, and a ``dstp get`` that had printed "CRC-32C … verified" aborted with ``terminate
+    called without an active exception`` — that one was a daemon receiver thread inside our C++
+    CRC at finalization, fixed for every program in transport/_cxx/release_gil.h.
     """
     code = main()
     for stream in (sys.stdout, sys.stderr):
