@@ -15,6 +15,8 @@ unavailable. Environment variables (see docs/udt.md):
     look for ``udt.h`` or ``udt/udt.h`` in DIR only (os.pathsep-separated list allowed).
 ``DSTP_UDT_LIB=DIR``
     link against ``libudt`` from DIR (added to the library path and rpath).
+``DSTP_UDT_SHARED=1``
+    link the shared libudt.so even where libudt.a exists (without the teardown repair, docs/udt.md).
 ``DSTP_UDT_REQUIRED=1``
     make a missing header or a failed build an error instead of a notice
     (for CI jobs that must ship the UDT channel).
@@ -80,19 +82,55 @@ def udt_extensions() -> list[Pybind11Extension]:
         lib_dirs = [d for d in os.environ["DSTP_UDT_LIB"].split(os.pathsep) if d]
     # The C++ source picks <udt/udt.h> or <udt.h> itself (__has_include).
     include_dirs = [CXX_COMMON] + ([] if include == "/usr/include" else [include])
-    return [
-        Pybind11Extension(
+    common = dict(include_dirs=include_dirs, extra_compile_args=["-O2"], cxx_std=17)
+    shared = Pybind11Extension(
+        "dstp.transport._udt",
+        sources=["transport/_udt_src/udt_module.cpp"],
+        depends=[f"{CXX_COMMON}/release_gil.h"],
+        library_dirs=lib_dirs,
+        runtime_library_dirs=lib_dirs,
+        libraries=["udt", "pthread"],
+        **common,
+    )
+    archive = None if _flag("DSTP_UDT_SHARED") else find_udt_archive(lib_dirs)
+    if archive is not None:
+        # libudt's archive linked in, with CSndQueue's init and destructor wrapped
+        # (transport/_udt_src/libudt_fixes.cpp: a closed paced socket otherwise
+        # locks libudt's socket table until its next packet would have been due).
+        static = Pybind11Extension(
             "dstp.transport._udt",
-            sources=["transport/_udt_src/udt_module.cpp"],
-            depends=[f"{CXX_COMMON}/release_gil.h"],
-            include_dirs=include_dirs,
-            library_dirs=lib_dirs,
-            runtime_library_dirs=lib_dirs,
-            libraries=["udt", "pthread"],
-            extra_compile_args=["-O2"],
-            cxx_std=17,
+            sources=["transport/_udt_src/udt_module.cpp", "transport/_udt_src/libudt_fixes.cpp"],
+            depends=[f"{CXX_COMMON}/release_gil.h", "transport/_udt_src/libudt_fixes.h"],
+            define_macros=[("DSTP_UDT_STATIC", "1")],
+            extra_objects=[archive],
+            libraries=["pthread"],
+            extra_link_args=["-Wl,--exclude-libs,ALL"] + [f"-Wl,--wrap={s}" for s in UDT_WRAPPED],
+            **common,
         )
-    ]
+        static.shared_fallback = shared  # type: ignore[attr-defined]  # built if this link fails
+        return [static]
+    _notice(SHARED_NOTICE)
+    return [shared]
+
+
+SHARED_NOTICE = ("dstp: linking the shared libudt (no libudt.a, DSTP_UDT_SHARED set, or the static link failed): "
+                 "a paced UDT socket closed mid-send can lock libudt's socket table (docs/udt.md)")
+
+
+#: libudt symbols the static link wraps (mangled: CSndQueue::init(CChannel*, CTimer*), CSndQueue::~CSndQueue()).
+UDT_WRAPPED = ["_ZN9CSndQueue4initEP8CChannelP6CTimer", "_ZN9CSndQueueD1Ev"]
+DEFAULT_LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
+
+
+def find_udt_archive(lib_dirs: list[str]) -> str | None:
+    """Return libudt's static archive (libudt.a, from libudt-dev) where ``ld --wrap`` works, or None."""
+    if not sys.platform.startswith("linux"):
+        return None  # --wrap is a GNU ld / lld option
+    for d in lib_dirs or DEFAULT_LIB_DIRS:
+        path = os.path.join(d, "libudt.a")
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 NATIVE = "dstp.transport._native"
@@ -137,7 +175,13 @@ class optional_build_ext(build_ext):
         try:
             super().build_extension(ext)
         except _build_errors() as exc:  # CompileError, LinkError, ...
-            self._give_up(exc, ext)
+            fallback = getattr(ext, "shared_fallback", None)
+            if fallback is None:
+                self._give_up(exc, ext)
+                return
+            _notice(f"dstp: linking libudt.a into {ext.name} failed ({type(exc).__name__}); trying the shared libudt")
+            _notice(SHARED_NOTICE)
+            self.build_extension(fallback)
 
     def _give_up(self, exc: BaseException, ext) -> None:
         names = [ext.name] if ext is not None else [e.name for e in self.extensions]

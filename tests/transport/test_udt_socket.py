@@ -385,6 +385,61 @@ def test_connect_deadline_covers_a_stalled_socket_table() -> None:
         assert _udt._abandoned_sockets() == before + 1
 
 
+def test_libudt_is_linked_with_the_teardown_repair_where_its_archive_exists() -> None:
+    # libudt-dev ships libudt.a; setup.py links it in with the repair below.
+    # A build that fell back to libudt.so says so at install time.
+    archives = [d for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/local/lib") if os.path.isfile(f"{d}/libudt.a")]
+    if archives and not os.environ.get("DSTP_UDT_SHARED"):
+        assert _udt.LIBUDT_LINK == "static"
+    else:
+        assert _udt.LIBUDT_LINK in ("static", "shared")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(_udt is None or getattr(_udt, "LIBUDT_LINK", "") != "static", reason="needs libudt.a")
+def test_closing_a_paced_socket_leaves_the_socket_table_free() -> None:
+    # libudt 4.11's garbage collector tears a closed socket's multiplexer down
+    # while it holds the socket table's lock, joining a send worker that sleeps
+    # until the socket's next packet is due -- here 30 s away (50 B/s at MSS
+    # 1500). Unrepaired, every socket() in the process waits that long (CI saw
+    # 90 s and 10 min) and this test fails at its 15 s deadline; repaired, the
+    # worker is woken and the teardown follows libudt's ~1 s hold of closed sockets.
+    srv = _udt.UdtSocket()
+    srv.bind(HOST, 0)
+    srv.listen(4)
+    accepting = Worker(lambda: srv.accept(timeout=10))
+    accepting.start()
+    cli = _udt.UdtSocket()
+    cli.setsockopt("UDT_MSS", 1500)
+    cli.setsockopt("UDT_MAXBW", 50)
+    cli.connect(HOST, srv.getsockname()[1], timeout=5)
+    peer, _ = accepting.join_result(10)
+    port = cli.getsockname()[1]
+    cli.setsockopt("UDT_SNDSYN", False)
+    cli.send(b"x" * 200_000)  # more than the first congestion window: the rest waits for its turn
+    deadline = time.monotonic() + 10
+    while cli.perfmon()["usPktSndPeriod"] < 2e7:  # 3e7 us between packets once paced
+        assert time.monotonic() < deadline, "the socket was never paced at UDT_MAXBW"
+        time.sleep(0.01)
+    cli.setsockopt("UDT_LINGER", 0)
+    cli.close()
+    try:
+        # libudt keeps a closed socket ~1 s, then removes it and its multiplexer.
+        deadline = time.monotonic() + 15
+        while not any(p == port for p, _ in _udt._teardowns()[1]):
+            assert time.monotonic() < deadline, f"libudt did not tear down the send queue of port {port}"
+            time.sleep(0.02)
+        # The table is free again: a socket is created, and connects.
+        again = Worker(lambda: _udt.UdtSocket(timeout=5.0))
+        again.start()
+        fresh = again.join_result(10)
+        fresh.connect(HOST, srv.getsockname()[1], timeout=5)
+        fresh.close()
+    finally:
+        peer.close()
+        srv.close()
+
+
 @pytest.mark.timeout(20)
 def test_accept_timeout() -> None:
     with udt_socket.listen(HOST, 0) as lst:

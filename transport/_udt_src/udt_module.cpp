@@ -19,6 +19,9 @@
 #include <pybind11/pybind11.h>
 
 #include "release_gil.h"
+#ifdef DSTP_UDT_STATIC
+#include "libudt_fixes.h"
+#endif
 
 #if __has_include(<udt/udt.h>)
 #include <udt/udt.h>  // Debian/Ubuntu: headers live in /usr/include/udt/
@@ -1131,6 +1134,29 @@ PYBIND11_MODULE(_udt, m) {
           }, "Tests only: threads whose socket creation waits at the closed gate.");
     m.def("_abandoned_sockets", [] { return g_abandoned.load(); },
           "Tests only: sockets created after their creator's deadline passed (each closed at once).");
+
+#ifdef DSTP_UDT_STATIC
+    // libudt linked from its static archive, with the send-queue teardown repaired
+    // (libudt_fixes.cpp); "shared" means the system libudt.so as it is.
+    m.attr("LIBUDT_LINK") = "static";
+    m.def("_teardowns", [] {
+              std::vector<dstp_udt_fixes::Teardown> recent;
+              std::uint64_t count = 0;
+              {
+                  dstp_gil::ReleaseGil nogil;
+                  recent = dstp_udt_fixes::recent_teardowns();
+                  count = dstp_udt_fixes::teardown_count();
+              }
+              py::list items;
+              for (const auto& t : recent) items.append(py::make_tuple(t.port, t.seconds));
+              return py::make_tuple(count, items);
+          },
+          "Diagnostics: (send queues torn down since start-up, [(udp_port, seconds), ...] for the latest 64).");
+    m.def("_set_teardown_repair", &dstp_udt_fixes::set_enabled, py::arg("enabled"),
+          "Tests only: enabled=False tears send queues down as libudt 4.11 does (the worker is not woken).");
+#else
+    m.attr("LIBUDT_LINK") = "shared";
+#endif
 
     py::class_<UdtSocket>(m, "UdtSocket", "A UDT socket (libudt). Not an OS file descriptor.")
         .def(py::init<int, int, const py::object&>(), py::arg("family") = static_cast<int>(AF_INET),

@@ -1,0 +1,27 @@
+// Repairs to libudt 4.11 made at link time (see libudt_fixes.cpp and docs/udt.md,
+// "A stalled socket table"). Built only when setup.py links libudt statically
+// (DSTP_UDT_STATIC); the module reports which way it was linked.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dstp_udt_fixes {
+
+// One send queue libudt tore down: the UDP port its multiplexer had and how
+// long the teardown took (it runs in libudt's garbage collector, holding the
+// socket table's lock).
+struct Teardown {
+    int port;
+    double seconds;
+};
+
+// Send queues torn down since start-up, and the most recent ones (oldest first).
+std::uint64_t teardown_count();
+std::vector<Teardown> recent_teardowns();
+
+// Tests only: false stands the repair down, so a test can show what it prevents.
+void set_enabled(bool enabled);
+bool enabled();
+
+}  // namespace dstp_udt_fixes
