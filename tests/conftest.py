@@ -74,3 +74,21 @@ def scratch(tmp_path: Path) -> Path:
     """An empty folder, removed after the test."""
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a failure in a process that loaded libudt, report its recent send-queue teardowns.
+
+    A slow teardown holds libudt's socket table (docs/udt.md, "A stalled socket table"); reading these
+    figures takes only the extension's own lock, so it works while libudt is stuck.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    udt = sys.modules.get("dstp.transport._udt")
+    if report.failed and udt is not None and hasattr(udt, "_teardowns"):
+        count, recent = udt._teardowns()
+        slow = [(port, round(seconds, 3)) for port, seconds in recent if seconds > 0.5]
+        report.sections.append(("libudt", f"send-queue teardowns so far: {count}; slower than 0.5 s among the "
+                                          f"last {len(recent)}: {slow or 'none'}; threads inside libudt calls: "
+                                          f"{udt.inflight_calls()}"))
