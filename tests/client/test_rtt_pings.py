@@ -1,0 +1,72 @@
+"""How the client measures a path's round trip: one Ping to set the connection up, then the rest at once.
+
+The Pings go through the policy's ``ping`` seam (the client passes its gRPC Ping); here a function
+that records what it was asked, so that the count and the overlap are what is checked.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from dstp.client._policy import RTT_SAMPLES, ChannelPolicy
+from dstp.errors import DstpError
+from dstp.transport.tuning import AutoTuner
+
+
+class Pings:
+    """A ping function: the first call answers ``setup``; later ones meet at a barrier, then answer in turn."""
+
+    def __init__(self, setup: float, later: list[float], together: int) -> None:
+        self.setup, self.later = setup, list(later)
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.barrier = threading.Barrier(together, timeout=10) if together > 1 else None
+        self.fail_with: BaseException | None = None
+
+    def __call__(self) -> float:
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1 and self.setup > 0
+            answer = self.setup if first else self.later.pop(0)
+        if not first and self.barrier is not None:
+            self.barrier.wait()  # breaks (BrokenBarrierError) unless the Pings are in flight together
+        if self.fail_with is not None and not first:
+            raise self.fail_with
+        return answer
+
+
+def _policy(tmp_path: Path, ping: Pings) -> ChannelPolicy:
+    return ChannelPolicy("grpc://far:50051", ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
+
+
+def test_a_new_client_pings_once_then_the_rest_together(tmp_path: Path) -> None:
+    ping = Pings(setup=0.350, later=[0.112, 0.110], together=RTT_SAMPLES - 1)
+    policy = _policy(tmp_path, ping)
+    assert policy.rtt() == pytest.approx(0.110)  # the least sample; the set-up one is not it
+    assert ping.calls == RTT_SAMPLES
+    assert policy.rtt() == pytest.approx(0.110) and ping.calls == RTT_SAMPLES  # remembered: no more Pings
+
+
+def test_only_the_missing_samples_are_taken(tmp_path: Path) -> None:
+    ping = Pings(setup=0.0, later=[0.121, 0.119], together=2)
+    policy = _policy(tmp_path, ping)
+    policy.observe_rtt(0.130)  # e.g. a Ping the user asked for
+    assert policy.rtt() == pytest.approx(0.119)
+    assert ping.calls == 2
+
+    one_more = Pings(setup=0.0, later=[0.125], together=1)
+    policy = _policy(tmp_path, one_more)
+    policy.observe_rtt(0.2)
+    policy.observe_rtt(0.118)
+    assert policy.rtt() == pytest.approx(0.118) and one_more.calls == 1
+
+
+def test_a_ping_that_fails_fails_the_estimate(tmp_path: Path) -> None:
+    ping = Pings(setup=0.05, later=[0.01, 0.01], together=2)
+    ping.fail_with = DstpError("server went away")
+    policy = _policy(tmp_path, ping)
+    with pytest.raises(DstpError, match="server went away"):
+        policy.rtt()
