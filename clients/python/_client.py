@@ -117,7 +117,7 @@ class Client:
         return seconds
 
     def rtt(self) -> float:
-        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3; the last two sent together)."""
+        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3)."""
         return self.policy.rtt()
 
     # -- queries ------------------------------------------------------------------------
