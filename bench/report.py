@@ -83,3 +83,22 @@ def write_markdown(name: str, title: str, text: str, out: Path = RESULTS) -> Pat
     path = out / f"{name}.md"
     path.write_text(f"## {title}\n\n{text}\n")
     return path
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay ``fig`` out, write it to ``path`` (PNG, 110 dpi) and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def command_line(run: Any) -> None:
+    """Run one suite module directly (``python -m bench.NAME [--quick]``) and print its summary as JSON."""
+    import sys
+
+    from bench.__main__ import samples
+
+    quick = "--quick" in sys.argv
+    print(json.dumps(run(quick, samples(quick)), indent=2))

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from bench.report import command_line, save_figure
+
 NAME = "startup"
 REPEATS = 9
 SQL = "select temperature from ccm3 limit 1"
@@ -154,15 +156,8 @@ def plot(result: dict[str, Any], out: Path) -> None:
     ax.set_xlabel("seconds, whole process (median)")
     ax.set_title("Client start-up on loopback")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / f"{NAME}.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / f"{NAME}.png")
 
 
 if __name__ == "__main__":
-    import json
-
-    from bench.__main__ import samples
-
-    quick = "--quick" in sys.argv
-    print(json.dumps(run(quick, samples(quick)), indent=2))
+    command_line(run)

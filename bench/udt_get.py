@@ -14,10 +14,11 @@ The target: dstp ≥ 0.7× raw libudt, whole process. ``python -m bench run --on
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.report import command_line, save_figure
 
 NAME = "udt_get"
 SIZE_MIB = 256
@@ -106,15 +107,8 @@ def plot(result: dict[str, Any], out: Path) -> None:
     ax.set_yticks(range(len(result["rows"])), [row["tool"] for row in result["rows"]])
     ax.set_xlabel("MB/s, whole process (bars: median; dots: runs)")
     ax.set_title(f"{result['bytes'] >> 20} MiB on loopback: dstp UDT vs raw libudt")
-    fig.tight_layout()
-    fig.savefig(out / f"{NAME}.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / f"{NAME}.png")
 
 
 if __name__ == "__main__":
-    import json
-
-    from bench.__main__ import samples
-
-    quick = "--quick" in sys.argv
-    print(json.dumps(run(quick, samples(quick)), indent=2))
+    command_line(run)
