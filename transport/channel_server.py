@@ -208,6 +208,9 @@ class DataChannelServer:
         self.hello_timeouts = 0
         self.evicted = 0
         self._transfers: dict[bytes, Transfer] = {}
+        #: Transfers that ended cleanly, by ticket, with when (timer): a stripe whose HELLO was still on its
+        #: way is kept rather than refused, for as long as a HELLO may wait (hello_timeout + HELLO_GRACE_S).
+        self._finished: dict[bytes, tuple[Transfer, float]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -442,7 +445,7 @@ class DataChannelServer:
             return bool(key) and check_proof(hello_proof(key, ticket, stripe, attempt, acked), proof)
 
         with self._lock:
-            transfer = self._transfers.get(ticket)
+            transfer = self._transfers.get(ticket) or self._finished_transfer(ticket)
             if transfer is None:
                 keys: list[bytes] = []
 
@@ -472,6 +475,18 @@ class DataChannelServer:
         with self._lock:
             if self._transfers.get(key) is transfer:
                 del self._transfers[key]
+            if transfer.finished_clean:
+                self._finished[key] = (transfer, self.timer())
+
+    def _finished_transfer(self, ticket: bytes) -> Transfer | None:
+        """Return the cleanly finished transfer of ``ticket`` while a late stripe may still join it (lock held)."""
+        entry = self._finished.get(ticket)
+        if entry is None:
+            return None
+        if self.timer() - entry[1] > self.hello_timeout + HELLO_GRACE_S:
+            del self._finished[ticket]
+            return None
+        return entry[0]
 
     def _janitor(self) -> None:
         while not self._stopped.wait(JANITOR_INTERVAL_S):
@@ -482,6 +497,9 @@ class DataChannelServer:
                         if elapsed - since > self.hello_timeout + HELLO_GRACE_S]
                 for conn in late:
                     del self._pending[conn]
+                for ticket in [t for t, (_, since) in self._finished.items()
+                               if elapsed - since > self.hello_timeout + HELLO_GRACE_S]:
+                    del self._finished[ticket]
             for conn in late:  # a HELLO trickled in byte by byte still has one deadline
                 self.hello_timeouts += 1
                 _wake(conn)

@@ -109,6 +109,7 @@ class Transfer:
         self._generation = 0
         self._error: DstpError | None = None
         self._done = False
+        self._clean = False  # done, and ended by the client's BYE without an error
         self._all_dead_since: float | None = None
         self.sent_bytes = 0
         self.resumes = 0
@@ -168,8 +169,15 @@ class Transfer:
         """
         with self._cond:
             if self._done:
-                raise TicketError("this ticket's transfer has already finished (tickets are single-use) — "
-                                  "run the query again for a new one")
+                if not (self._clean and keep and attempt > self._attempts.get(stripe, -1)):
+                    raise TicketError("this ticket was already used: its transfer has finished (tickets are "
+                                      "single-use) — run the query again for a new one")
+                # A stripe whose HELLO was on its way while the other stripes finished the transfer: nothing
+                # is left to send on it; it is kept once its client says BYE on it (serve), as the others were.
+                self._attempts[stripe] = attempt
+                self._generation += 1
+                self._keep.add(self._generation)
+                return self._generation
             if attempt <= self._attempts.get(stripe, -1):
                 raise TicketError(f"stripe {stripe} was already opened with attempt {attempt}: a HELLO is good "
                                   "for one connection (a resumed stripe counts its attempt up)")
@@ -346,6 +354,7 @@ class Transfer:
             if self._done:
                 return
             self._done = True
+            self._clean = not cancel and self._error is None
             live = list(self._live.values())
             self._cond.notify_all()
         if cancel:
@@ -366,6 +375,11 @@ class Transfer:
     @property
     def done(self) -> bool:
         return self._done
+
+    @property
+    def finished_clean(self) -> bool:
+        """Whether the transfer ended by the client's BYE, without an error (late stripes may still be kept)."""
+        return self._clean
 
     def idle_for(self) -> float:
         """Return for how long no stripe has been connected (0 while one is)."""
