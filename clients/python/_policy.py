@@ -190,21 +190,13 @@ class ChannelPolicy:
         now = time.monotonic()
         recent = [v for t, v in self._rtt_samples if now - t < RTT_MAX_AGE_S]
         if not recent:
-            recent.append(self._ping_once())
-        missing = RTT_SAMPLES - len(recent)
-        if missing == 1:
-            recent.append(self._ping_once())
-        elif missing > 1:
-            recent += self._ping_together(missing)
+            recent += self._pings(1)  # alone: it sets the connection up
+        if len(recent) < RTT_SAMPLES:
+            recent += self._pings(RTT_SAMPLES - len(recent))
         return min(recent)
 
-    def _ping_once(self) -> float:
-        seconds = self._ping()
-        self.observe_rtt(seconds)
-        return seconds
-
-    def _ping_together(self, count: int) -> list[float]:
-        """Return ``count`` Pings sent at once (one per thread; the first error is raised)."""
+    def _pings(self, count: int) -> list[float]:
+        """Return ``count`` Pings sent at once (one in this thread, the rest in others; the first error is raised)."""
         results: list[float | BaseException] = [0.0] * count
 
         def one(i: int) -> None:
