@@ -11,18 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from dstp.client._policy import RTT_SAMPLES, ChannelPolicy
+from dstp.client._policy import RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
 from dstp.errors import DstpError
 from dstp.transport.tuning import AutoTuner
 
 
 class Pings:
-    """A ping function: the first call answers ``setup``; later ones meet at a barrier, then answer in turn."""
+    """A ping function: the first call answers ``setup``; the next ``together`` meet at a barrier; all answer
+    ``later`` in turn."""
 
     def __init__(self, setup: float, later: list[float], together: int) -> None:
         self.setup, self.later = setup, list(later)
         self.calls = 0
         self.lock = threading.Lock()
+        self.together = together
         self.barrier = threading.Barrier(together, timeout=10) if together > 1 else None
         self.fail_with: BaseException | None = None
 
@@ -30,8 +32,9 @@ class Pings:
         with self.lock:
             self.calls += 1
             first = self.calls == 1 and self.setup > 0
+            grouped = not first and self.calls - (self.setup > 0) <= self.together
             answer = self.setup if first else self.later.pop(0)
-        if not first and self.barrier is not None:
+        if grouped and self.barrier is not None:
             self.barrier.wait()  # breaks (BrokenBarrierError) unless the Pings are in flight together
         if self.fail_with is not None and not first:
             raise self.fail_with
@@ -70,3 +73,18 @@ def test_a_ping_that_fails_fails_the_estimate(tmp_path: Path) -> None:
     policy = _policy(tmp_path, ping)
     with pytest.raises(DstpError, match="server went away"):
         policy.rtt()
+
+
+def test_on_a_fast_path_one_more_ping_is_taken_alone(tmp_path: Path) -> None:
+    # Two Pings at once on a busy loopback read several ms; one alone reads what the path takes.
+    fast = RTT_CHECK_BELOW_S / 4
+    ping = Pings(setup=0.012, later=[fast, fast * 1.1, 0.0009], together=RTT_SAMPLES - 1)
+    policy = _policy(tmp_path, ping)
+    assert policy.rtt() == pytest.approx(0.0009)
+    assert ping.calls == RTT_SAMPLES + 1
+
+
+def test_on_a_long_path_no_ping_is_added(tmp_path: Path) -> None:
+    ping = Pings(setup=0.350, later=[RTT_CHECK_BELOW_S * 5, RTT_CHECK_BELOW_S * 6], together=RTT_SAMPLES - 1)
+    assert _policy(tmp_path, ping).rtt() == pytest.approx(RTT_CHECK_BELOW_S * 5)
+    assert ping.calls == RTT_SAMPLES
