@@ -4,7 +4,8 @@ Thin by design: each rpc converts its request with the wire codec
 (:mod:`dstp.transport.codec`), calls :class:`DstpService`, and converts the
 answer back. A ticket becomes data only through ``service.open_source``
 (Fetch, FetchFile); ``Run`` plans and starts its query directly, with no
-ticket to issue and redeem. :func:`grpc_errors` turns every dstp error into
+ticket to issue and redeem (or, asked with ``inline_max_bytes`` and the
+result may be larger, answers with offers as Query does). :func:`grpc_errors` turns every dstp error into
 its gRPC status with trailing metadata (code, line, column), and every
 unexpected exception into INTERNAL with an incident id; no traceback reaches
 a client.
@@ -204,7 +205,18 @@ class DstpServicer(pb_grpc.DstpServicer):
     def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
             compression = codec.compression_name(request.compression)
-            execution = self.service.run(request.sql, _cancel_on_exit(context), principal_of(context), channel="grpc")
+            if request.HasField("inline_max_bytes"):  # `auto`: the records here if small, else offers
+                outcome = self.service.run_or_offer(
+                    request.sql, [codec.channel_kind_name(k) for k in request.channels], request.inline_max_bytes,
+                    _cancel_on_exit(context), principal_of(context), streams=request.streams,
+                    compression=compression, congestion_control=request.congestion_control)
+                if isinstance(outcome, QueryHandle):
+                    yield pb.FetchResponse(plan=_plan(outcome, tuple(_offer(o) for o in outcome.offers)))
+                    return
+                execution = outcome
+            else:
+                execution = self.service.run(request.sql, _cancel_on_exit(context), principal_of(context),
+                                             channel="grpc")
             try:
                 source = execution.source(compression)
             except BaseException:

@@ -230,18 +230,20 @@ class DatasetDescription(_message.Message):
     def __init__(self, summary: _Optional[_Union[DatasetSummary, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[Dimension, _Mapping]]] = ..., coordinates: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., attributes: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., files: _Optional[_Iterable[_Union[DataFile, _Mapping]]] = ..., correlation_keys: _Optional[_Iterable[_Union[CorrelationKey, _Mapping]]] = ..., aggregate_dimension: _Optional[str] = ..., global_attributes: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., license: _Optional[str] = ..., source: _Optional[str] = ..., descriptor_xml: _Optional[str] = ..., coverage: _Optional[_Iterable[_Union[CoverageRun, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., grid_mappings: _Optional[_Iterable[_Union[GridMapping, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("sql", "channels", "streams", "compression", "congestion_control")
+    __slots__ = ("sql", "channels", "streams", "compression", "congestion_control", "inline_max_bytes")
     SQL_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     CONGESTION_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    INLINE_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     sql: str
     channels: _containers.RepeatedScalarFieldContainer[ChannelKind]
     streams: int
     compression: Compression
     congestion_control: str
-    def __init__(self, sql: _Optional[str] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ...) -> None: ...
+    inline_max_bytes: int
+    def __init__(self, sql: _Optional[str] = ..., channels: _Optional[_Iterable[_Union[ChannelKind, str]]] = ..., streams: _Optional[int] = ..., compression: _Optional[_Union[Compression, str]] = ..., congestion_control: _Optional[str] = ..., inline_max_bytes: _Optional[int] = ...) -> None: ...
 
 class ChannelOffer(_message.Message):
     __slots__ = ("kind", "ticket", "expires_at_unix_ms", "endpoint", "streams", "compression", "congestion_control", "key", "cipher")

@@ -132,8 +132,12 @@ class DstpServicer:
         connection: the first response carries the plan (a QueryResponse whose
         only offer is CHANNEL_KIND_GRPC_STREAM, with an empty ticket: nothing is
         issued or redeemed, the records follow on this stream), then the stream
-        continues as Fetch's does. The request's channels, streams and
-        congestion_control are ignored. Errors are Query's and Fetch's.
+        continues as Fetch's does. Without inline_max_bytes the request's
+        channels, streams and congestion_control are ignored. With it (a client
+        letting the server choose, `auto`), a result that may be larger — or a
+        scale-out coordinator's partitioned answer — is not streamed: the only
+        response is the plan with Query's offers (tickets issued for the
+        channels asked for) and the stream ends. Errors are Query's and Fetch's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -27,7 +27,7 @@ import grpc
 
 from dstp.client._channels import receive_grpc, receive_stripes
 from dstp.client._download import download
-from dstp.client._policy import TRANSPORTS, ChannelPolicy
+from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
@@ -134,7 +134,7 @@ class Client:
         """Ask the server to validate and plan ``sql``; return its answer without fetching."""
         if transport not in TRANSPORTS:
             raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
-        channels = ["grpc", "striped", "udt"] if transport == "auto" else [transport]
+        channels = self._auto_channels() if transport == "auto" else [transport]
         return self._rpc.query(sql, channels, streams=streams, compression=compression,
                                congestion_control=congestion_control)
 
@@ -168,6 +168,10 @@ class Client:
         call = None
         if transport == "grpc":
             info, call = self._rpc.run(sql, compression)  # one round trip instead of Query + Fetch
+        elif transport == "auto":  # one round trip: the records at once if small, else offers to pick from
+            info, call = self._rpc.run(sql, compression, channels=self._auto_channels(),
+                                       inline_max_bytes=GRPC_MAX_BYTES["result"], streams=choice.streams,
+                                       congestion_control=choice.congestion_control)
         else:
             if transport == "striped":  # (auto may yet choose gRPC: its stripes would go unused)
                 self.policy.predial(choice)  # the stripes' handshakes overlap the Query rpc
@@ -182,7 +186,8 @@ class Client:
             return fetch_partitions(self._rpc, self.policy, choice, info, self.target,
                                     allow_truncated=allow_truncated)
         if transport == "auto":
-            choice = self.policy.pick(choice, {o.kind for o in info.offers}, info.max_bytes, "result")
+            choice = self.policy.pick(choice, {o.kind for o in info.offers}, info.max_bytes, "result",
+                                      inline=call is not None)
         kind = choice.transport
         stream = QueryStream(info, iter(()), kind, allow_truncated)
         stream.choice = choice.reason
@@ -210,6 +215,11 @@ class Client:
                                                                          cipher=offer.cipher)
             stream._batches = receive_stripes(transfer, info.schema, report, on_summary)
         return stream
+
+    @staticmethod
+    def _auto_channels() -> list[str]:
+        """Return the channels ``auto`` asks for: gRPC, striped TCP, and UDT when this client has it built."""
+        return ["grpc", "striped", "udt"] if udt_built() else ["grpc", "striped"]
 
     def _broken_off(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Yield ``batches``, turning a gRPC failure mid-stream into the dstp error it stands for."""

@@ -11,7 +11,10 @@ One policy serves queries and downloads alike:
 otherwise striped TCP with the stream count, buffers and congestion control
 the auto-tuner (GridCopy's rule, :mod:`dstp.transport.tuning`) learned for this
 server — or UDT where it measured faster. The path's round-trip time comes
-from Pings, cached for :data:`RTT_MAX_AGE_S`.
+from Pings, cached for :data:`RTT_MAX_AGE_S`. For a query the server applies
+the size rule itself: the client asks with Run and ``inline_max_bytes`` =
+``GRPC_MAX_BYTES["result"]``, a small result streams on that call at once (one
+round trip, as ``grpc``), a larger one comes back as offers to pick from.
 
 ``wrap_channel`` is the public seam for what goes between the client and a
 data channel (a fault-injecting channel in tests, a proxy, a byte counter):
@@ -43,7 +46,7 @@ from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_addres
 from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
-           "CodecCost", "estimate_seconds"]
+           "CodecCost", "estimate_seconds", "udt_built"]
 
 #: What ``transport=`` accepts.
 TRANSPORTS = ("grpc", "striped", "udt", "auto")
@@ -259,15 +262,18 @@ class ChannelPolicy:
         return ChannelChoice("striped", plan.streams, plan.congestion_control, plan, rtt,
                              f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
 
-    def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, what: str) -> ChannelChoice:
+    def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, what: str, *,
+             inline: bool = False) -> ChannelChoice:
         """Return ``choice`` settled on an offered channel for a transfer of at most ``upper_bytes``.
 
         gRPC when the transfer is small (under ``GRPC_MAX_BYTES[what]``; unknown
-        counts as large) or no data channel is offered; else what the tuner
-        measured best on this server. ``what`` is "result" or "file".
+        counts as large), no data channel is offered, or the server already
+        streams the records on the Run call (``inline``: it applied the same
+        rule); else what the tuner measured best on this server. ``what`` is
+        "result" or "file".
         """
-        data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or _udt_built())]
-        if 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
+        data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt_built())]
+        if inline or 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
             return replace(choice, transport="grpc",
                            reason=f"auto: grpc ({what} {size}){self._codec_note(choice, upper_bytes)}")
@@ -419,7 +425,7 @@ def _rate(bps: float) -> str:
     return f"{bps / 1e9:.3g} Gb/s" if bps >= 0.9995e9 else f"{bps / 1e6:.3g} Mb/s"
 
 
-def _udt_built() -> bool:
+def udt_built() -> bool:
     """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s)."""
     from importlib.util import find_spec
 

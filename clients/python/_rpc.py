@@ -155,11 +155,21 @@ class Rpc:
             raise self.error(exc) from None
         return codec.partition_from_pb(reply)
 
-    def run(self, sql: str, compression: str = "none") -> tuple[QueryInfo, Any]:
-        """Start a Run call (plan and records in one round trip); return the plan and the open call."""
-        call: Any = self._run(pb.QueryRequest(sql=sql, channels=[codec.channel_kind_pb("grpc")],
-                                              compression=codec.compression_pb(compression)),
-                              metadata=self.metadata)
+    def run(self, sql: str, compression: str = "none", *, channels: Sequence[str] = ("grpc",),
+            inline_max_bytes: int | None = None, streams: int = 0,
+            congestion_control: str = "") -> tuple[QueryInfo, Any]:
+        """Start a Run call (plan and records in one round trip); return the plan and the open call.
+
+        With ``inline_max_bytes`` the server streams the records only when the result is under it (or no data
+        channel among ``channels`` is available); otherwise the plan carries offers for ``channels``, as
+        Query's does, and the call is over (then the returned call is None). :func:`inline` tells which.
+        """
+        request = pb.QueryRequest(sql=sql, channels=[codec.channel_kind_pb(k) for k in channels],
+                                  compression=codec.compression_pb(compression), streams=streams,
+                                  congestion_control=congestion_control)
+        if inline_max_bytes is not None:
+            request.inline_max_bytes = inline_max_bytes
+        call: Any = self._run(request, metadata=self.metadata)
         # The stream has no deadline (a result may take minutes); its plan must come within the timeout.
         late = threading.Event()
 
@@ -182,7 +192,11 @@ class Rpc:
         if not isinstance(first, pb.FetchResponse) or not first.HasField("plan"):
             call.cancel()
             raise IntegrityError("the Run stream did not start with the plan")
-        return codec.query_info_from_pb(first.plan), call
+        info = codec.query_info_from_pb(first.plan)
+        if inline(info):
+            return info, call
+        call.cancel()  # offers instead of records: the server has ended the call
+        return info, None
 
     def fetch(self, ticket: bytes, key: bytes) -> Any:
         """Return the open Fetch call of a gRPC ticket (iterate it: IPC message views, then a FetchResponse).
@@ -215,3 +229,9 @@ class Rpc:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def inline(info: QueryInfo) -> bool:
+    """Return whether a Run plan says the records follow on the Run call (its one offer: gRPC, no ticket)."""
+    return len(info.offers) == 1 and info.offers[0].kind == "grpc" and not info.offers[0].ticket and \
+        not info.partitions

@@ -14,7 +14,8 @@ ticket (a Dask event) before computing, Query answers once every piece has
 one (rows -1), and the workers send while they compute.
 
 Everything else — LIMIT, aggregates and reductions, joins, sampling, Run (the
-one-round-trip gRPC path), HTTP, Flight, files — the coordinator answers
+one-round-trip gRPC path; asked with ``inline_max_bytes``, a partitionable
+query whose result may exceed it gets the same partitions as from Query), HTTP, Flight, files — the coordinator answers
 itself from its own catalog, as a single server would (docs/scale-out.md says
 why). So does a partitioned query whose total exceeds ``max_result_rows`` or
 ``max_result_bytes``: a single server cuts such a result in grid (or ORDER BY)
@@ -34,7 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import grpc
 import pyarrow as pa
@@ -72,7 +73,7 @@ from dstp.proto import dstp_pb2 as pb
 from dstp.query.execute import Combine, PreparedQuery
 from dstp.service import DstpService
 from dstp.service.files import FileHandle
-from dstp.service.queries import row_bytes
+from dstp.service.queries import max_result_bytes, row_bytes
 from dstp.settings import Settings
 from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
@@ -770,6 +771,23 @@ class ClusterServicer(DstpServicer):
                 if info is not None:
                     return codec.query_response_pb(info)
         return super().Query(request, context)
+
+    def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        # A client that lets the server choose (inline_max_bytes) gets the partitions, as from Query.
+        channels = [codec.channel_kind_name(k) for k in request.channels]
+        kind = "striped" if "striped" in channels else "udt" if "udt" in channels else ""
+        if request.HasField("inline_max_bytes") and kind:
+            with grpc_errors(context):
+                small = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
+                if 0 <= small < request.inline_max_bytes:  # answered here, on this stream, as a single server
+                    yield from super().Run(request, context)
+                    return
+                info = self.coordinator.plan(self.service, request.sql, principal_of(context),
+                                             codec.compression_name(request.compression), request.streams, kind)
+                if info is not None:
+                    yield pb.FetchResponse(plan=codec.query_response_pb(info))
+                    return
+        yield from super().Run(request, context)
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
         channels = [codec.channel_kind_name(k) for k in request.channels]

@@ -7,6 +7,7 @@ limits, errors and tickets behave the same whichever way a request arrives.
     service.open_file(dataset, file, …)      -> FileHandle (size, CRC-32C, offers with tickets)
     service.open_source(ticket, kind, cancel) -> MessageSource: the one way a ticket becomes data
     service.run(sql, cancel)                 -> Execution, at once and without a ticket (HTTP, gRPC Run)
+    service.run_or_offer(sql, channels, n)   -> Execution if the result is under n bytes, else QueryHandle
 
 It is split along its seams: ``queries`` (plan, run, the Execution),
 ``files`` (checked, checksummed bulk requests), ``offers`` (channels and

@@ -112,6 +112,13 @@ class DstpService:
         """
         return self.queries.run(sql, cancel, principal, channel=channel)
 
+    def run_or_offer(self, sql: str, channels: Sequence[str], inline_max_bytes: int,
+                     cancel: threading.Event | None = None, principal: Principal = ANONYMOUS, *, streams: int = 0,
+                     compression: str = "none", congestion_control: str = "") -> Execution | QueryHandle:
+        """Start ``sql`` at once if its result is under ``inline_max_bytes``, else plan it with offers (gRPC Run)."""
+        return self.queries.run_or_offer(sql, channels, inline_max_bytes, cancel, principal, streams=streams,
+                                         compression=compression, congestion_control=congestion_control)
+
     def open_file(
         self,
         dataset_id: str,

@@ -2,6 +2,8 @@
 
     queries.plan(sql, channels, …)  -> QueryHandle: schema, sizes, offers (nothing read yet)
     queries.run(sql, cancel)        -> Execution, started at once (no ticket: HTTP, gRPC Run)
+    queries.run_or_offer(sql, channels, inline_max_bytes, …)
+                                    -> Execution when the result is small, else a QueryHandle (gRPC Run, auto)
     queries.start(handle, cancel)   -> Execution of a planned query (a redeemed ticket)
 
 Every step that costs something holds a slot of :mod:`.admission`, taken
@@ -95,8 +97,13 @@ class QueryHandle:
     @property
     def max_bytes(self) -> int:
         """Most Arrow bytes the result can have: what a client sizes its channel by."""
-        known = self.estimated_bytes
-        return known if known >= 0 else self.max_rows * row_bytes(self.schema)
+        return max_result_bytes(self.prepared)
+
+
+def max_result_bytes(prepared: PreparedQuery) -> int:
+    """Most Arrow bytes the result of ``prepared`` can have: its known size, else most rows × row width."""
+    rows, width = prepared.estimated_rows(), row_bytes(prepared.schema)
+    return rows * width if rows >= 0 else prepared.plan.max_rows() * width
 
 
 def _dataset_ids(prepared: PreparedQuery) -> tuple[str, ...]:
@@ -262,18 +269,62 @@ class Queries:
 
         One slot, taken before planning, serves planning and execution; the time limit counts from then.
         """
+        outcome = self._run_or_offer(sql, cancel, principal, channel, lambda handle: None)
+        assert isinstance(outcome, Execution)
+        return outcome
+
+    def run_or_offer(
+        self,
+        sql: str,
+        channels: Sequence[str],
+        inline_max_bytes: int,
+        cancel: threading.Event | None = None,
+        principal: Principal = ANONYMOUS,
+        *,
+        streams: int = 0,
+        compression: str = "none",
+        congestion_control: str = "",
+        channel: str = "grpc",
+    ) -> Execution | QueryHandle:
+        """Start ``sql`` at once when its result is small, else answer as :meth:`plan` (gRPC Run for ``auto``).
+
+        Small: the result's ``max_bytes`` is known and below ``inline_max_bytes``, or no data channel
+        among ``channels`` is available — then an Execution to stream on the asking connection, as
+        :meth:`run`. Otherwise the QueryHandle with one offer (ticket) per available channel, as
+        :meth:`plan`. One round trip either way; the planning slot is kept only for the execution.
+        """
+        available = self.offers.available(channels, compression)
+
+        def offers(handle: QueryHandle) -> tuple[Offer, ...] | None:
+            if 0 <= handle.max_bytes < inline_max_bytes or all(k == "grpc" for k in available):
+                return None
+            return self.offers.issue(handle.query_id, available, handle, streams=streams, compression=compression,
+                                     congestion_control=congestion_control, principal=principal)
+
+        return self._run_or_offer(sql, cancel, principal, channel, offers)
+
+    def _run_or_offer(self, sql: str, cancel: threading.Event | None, principal: Principal, channel: str,
+                      offers: Callable[[QueryHandle], tuple[Offer, ...] | None]) -> Execution | QueryHandle:
+        """Prepare ``sql`` under one slot; ``offers(handle)`` None starts it (keeping the slot), else plans it."""
         query_id = self.offers.label("q")
         slot = self._admit(principal, query_id, sql, channel)
         started = time.monotonic()
         try:
             handle = QueryHandle(query_id, self.prepare(sql, principal, started=started, cancel=cancel),
                                  principal=principal)
-            run = QueryExecution(handle.prepared, self.settings, cancel, started=started)
+            issued = offers(handle)
+            if issued is None:
+                run = QueryExecution(handle.prepared, self.settings, cancel, started=started)
         except BaseException as exc:
             slot.release()
             if isinstance(exc, DstpError):
                 self._audit_failure(principal, query_id, sql, channel, exc, time.monotonic() - started)
             raise
+        if issued is not None:
+            slot.release()
+            log.info("query %s planned for %s: %s (scan %d grid points; offers instead of inline)", query_id,
+                     principal.describe(), sql.strip()[:200], handle.prepared.scan_rows)
+            return QueryHandle(query_id, handle.prepared, issued, principal)
         log.info("query %s (direct): %s", handle.query_id, sql.strip()[:200])
         return Execution(self.admission, handle, run, slot, audit=self.audit, channel=channel)
 

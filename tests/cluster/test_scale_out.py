@@ -51,6 +51,21 @@ def test_select_where_is_partitioned_across_every_worker(cluster_client, client,
     assert stream.summary.elements_read == single.summary.elements_read
 
 
+def test_auto_is_answered_at_once_when_small_and_partitioned_when_large(cluster_client, client,
+                                                                        monkeypatch) -> None:
+    from dstp.client import _policy
+
+    sql = "select temperature, time from ccm3 where humidity > 50"
+    want = client.query(sql)
+    small = cluster_client.query_batches(sql, transport="auto")  # under 32 MiB: the coordinator's own Run
+    oracle.assert_same_records(small.read_all(), want)
+    assert getattr(small, "partitions", None) is None and small.summary.transport == "grpc"
+    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)  # now "large": Run answers with partitions
+    large = cluster_client.query_batches(sql, transport="auto")
+    oracle.assert_same_records(large.read_all(), want)
+    assert len(large.partitions) == 3
+
+
 @pytest.mark.parametrize("sql", [
     "select temperature, time, lev, lat, lon from ccm3 where lat > 60 order by temperature desc, time, lev, lat, lon",
     "select humidity, time, lev, lat, lon from ccm3 where humidity is not null and lon < 40 "
