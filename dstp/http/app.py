@@ -103,16 +103,37 @@ class _OwnedStream(StreamingResponse):
     """A streaming response that runs ``on_close`` however it ends (done, client gone, error).
 
     ``on_stall(abort)``, when given, registers ``abort`` (callable from any thread) to be run if the
-    reader stalls (admission reclaims the slot): the response is then dropped mid-body.
+    reader stalls (admission reclaims the slot): the response is then dropped mid-body. A body that
+    ends before its last chunk is logged (INFO, ``dstp.http``) with why: the server was told the client
+    disconnected, the reader stalled, or an error.
     """
 
     def __init__(self, content: Any, on_close: Callable[[], Awaitable[None]],
-                 on_stall: Callable[[Callable[[], None]], None] | None = None, **kwargs: Any) -> None:
+                 on_stall: Callable[[Callable[[], None]], None] | None = None, label: str = "",
+                 **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
         self._on_stall = on_stall
+        self._label = label
+        self._chunks = 0
+        self._complete = False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        why = ""
+
+        async def watched_receive() -> Any:
+            nonlocal why
+            message = await receive()
+            if message["type"] == "http.disconnect" and not why:
+                why = f"the server was told the client disconnected (http.disconnect after {self._chunks} chunks)"
+            return message
+
+        async def counted_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                self._chunks += 1
+                self._complete = not message.get("more_body", False)
+            await send(message)
+
         try:
             with anyio.CancelScope() as body:
                 if self._on_stall is not None:
@@ -122,10 +143,17 @@ class _OwnedStream(StreamingResponse):
                         loop.call_soon_threadsafe(body.cancel)
 
                     self._on_stall(abort)
-                await super().__call__(scope, receive, send)
+                await super().__call__(scope, watched_receive, counted_send)
             if body.cancelled_caught:
+                why = "the reader stalled"
                 raise StreamAborted("the reader stalled")  # the connection is dropped: an incomplete body
+        except BaseException as exc:
+            why = why or f"{type(exc).__name__}: {exc}"
+            raise
         finally:
+            if not self._complete:
+                log.info("the response %s ended after %d chunks, before its last: %s", self._label or "(a file)",
+                         self._chunks, why or "unknown")
             await self._on_close()
 
 
@@ -404,7 +432,8 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
                 await stream.aclose()
                 raise
             return _OwnedStream(stream, stream.aclose, on_stall=lambda abort: execution.slot.on_stall(
-                lambda error: abort()), media_type=kind.media_type, headers=headers)
+                lambda error: abort()), label=f"of query {execution.query_id}", media_type=kind.media_type,
+                headers=headers)
         try:
             units: dict[str, str] = {}
             if fmt == "nc":
@@ -431,7 +460,8 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
             f.close()
 
         headers["Content-Length"] = str(size)
-        return _OwnedStream(_file_chunks(f), close_file, media_type=kind.media_type, headers=headers)
+        return _OwnedStream(_file_chunks(f), close_file, label=f"of query {execution.query_id}",
+                            media_type=kind.media_type, headers=headers)
 
     QUERY_DOC = dict(
         response_class=StreamingResponse,

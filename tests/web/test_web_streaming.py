@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -49,13 +50,16 @@ def test_first_bytes_leave_before_the_query_ends(web_server, http, fmt) -> None:
     assert size > 1_000_000
 
 
-def test_client_disconnect_cancels_the_query_and_frees_its_slot(web_server, http) -> None:
+def test_client_disconnect_cancels_the_query_and_frees_its_slot(web_server, http, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="dstp.http")  # why a response ended early (shown if this fails)
     with http.stream("GET", "/query", params={"sql": BIG, "format": "csv"}) as r:
         next(r.iter_raw())
         query_id = r.headers["x-dstp-query-id"]
         assert _running(web_server, query_id) is not None
     # the client closed the connection after one chunk: the query stops and gives its slot back
     _wait_until_finished(web_server, query_id)
+    ended = [r.getMessage() for r in caplog.records if f"response of query {query_id} ended" in r.getMessage()]
+    assert len(ended) == 1 and "the client disconnected" in ended[0], ended
 
 
 def test_too_many_queries_is_429(web_server) -> None:
