@@ -25,9 +25,10 @@ before the Query rpc, which carries it): none, LZ4 or zstd, whichever the cost m
 (:func:`estimate_seconds`, docs/transport.md "Compression") says finishes first on this
 path. A compression the caller names is never overridden.
 
-Striped connections are kept warm between transfers (``pool``,
+Striped TCP and UDT connections are kept warm between transfers (``pool``,
 :mod:`dstp.transport.pool`): the next transfer to the same data endpoint
-starts on connections whose congestion window and RTT estimate are grown, and
+starts on connections whose congestion window (UDT: sending rate) and RTT
+estimate are grown, and
 :meth:`ChannelPolicy.predial` opens the stripes that the pool lacks while the
 Query rpc is in flight (once an earlier offer has named the endpoint).
 """
@@ -355,7 +356,8 @@ class ChannelPolicy:
 
             if not udt.available():
                 raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
-            channel = udt.UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout)
+            channel = udt.UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout,
+                                     pool=self.pool)
         elif offer.kind == "striped":
             from dstp.transport.tcp import TcpChannel
 

@@ -41,26 +41,37 @@ IDLE_TIMEOUT_S = 30.0
 class Warm:
     """The service in process, a channel server keeping idle connections, and a pooled client channel."""
 
-    def __init__(self, catalog: Catalog, *, sealed: bool = False, memory: bool = False, **server_options: Any) -> None:
+    def __init__(self, catalog: Catalog, *, sealed: bool = False, memory: bool = False, udt: bool = False,
+                 **server_options: Any) -> None:
         self.clock, self.timer = Clock(), Clock()
         self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **SETTINGS), clock=self.clock)
-        self.listener: Any = MemoryListener() if memory else TcpListener("127.0.0.1", 0)
-        self.server = DataChannelServer("striped", self.listener, self.service.open_source, window_bytes=2 * 2**20,
+        self.kind = "udt" if udt else "striped"
+        self.listener: Any
+        if udt:
+            from dstp.transport import udt as udt_channel
+
+            assert udt_channel.available(), f"the UDT channel is {udt_channel.unavailable_reason()}"
+            self.listener = udt_channel.UdtChannelListener("127.0.0.1", 0)
+        else:
+            self.listener = MemoryListener() if memory else TcpListener("127.0.0.1", 0)
+        self.server = DataChannelServer(self.kind, self.listener, self.service.open_source, window_bytes=2 * 2**20,
                                         clock=self.clock, timer=self.timer, sealed=sealed, idle_timeout=IDLE_TIMEOUT_S,
                                         **server_options)
-        self.service.register_channel(ChannelInfo("striped", self.server.endpoint, max_streams=64,
+        self.service.register_channel(ChannelInfo(self.kind, self.server.endpoint, max_streams=64,
                                                   cipher="aes-256-gcm" if sealed else ""))
         self.pool = ConnectionPool()
         self.channel: Any
+        host, _, port = self.server.endpoint.rpartition(":")
         if memory:
             self.channel = MemoryChannel(self.listener, pool=self.pool)
+        elif udt:
+            self.channel = udt_channel.UdtChannel(host, int(port), rtt_s=0.001, pool=self.pool)
         else:
-            host, port = self.server.endpoint.rsplit(":", 1)
             self.channel = TcpChannel(host, int(port), pool=self.pool)
         self.server.start()
 
     def offer(self, sql: str, streams: int) -> Any:
-        return self.service.query(sql, ["striped"], streams=streams).offers[0]
+        return self.service.query(sql, [self.kind], streams=streams).offers[0]
 
     def fetch(self, sql: str, streams: int, offer: Any = None) -> tuple[pa.Table, TransferSummary, StripedReceiver]:
         """Return the records of ``sql`` (or of ``offer``) over the pooled channel, the summary and the receiver."""
@@ -322,3 +333,26 @@ def test_a_failed_transfer_keeps_nothing(warm: Warm) -> None:
         for _ in transfer.messages():
             pass
     assert warm.pool.idle(warm.channel.pool_key("")) == 0 and warm.server.idle_connections() == 0
+
+
+@pytest.mark.parametrize("warm", [{"udt": True}, {"udt": True, "sealed": True}], indirect=True,
+                         ids=["plaintext", "sealed"])
+def test_a_udt_connection_is_kept_and_carries_the_next_transfer(warm: Warm) -> None:
+    first, _, _ = warm.fetch(BIG, 1)
+    assert warm.server.accepted == 1 and warm.server.idle_connections() == 1
+    second, summary, receiver = warm.fetch(SMALL, 1)
+    third, _, _ = warm.fetch(BIG, 1)
+    assert warm.server.accepted == 1 and warm.server.reused == 2  # one UDT handshake for three transfers
+    assert receiver.stats.reused == 1 and summary.reconnects == 0
+    assert first.equals(warm.reference(BIG)) and third.equals(first) and second.equals(warm.reference(SMALL))
+
+
+@pytest.mark.parametrize("warm", [{"udt": True}], indirect=True, ids=["udt"])
+def test_a_udt_connection_the_server_expired_is_replaced_by_a_fresh_dial(warm: Warm) -> None:
+    first, _, _ = warm.fetch(SMALL, 1)
+    warm.timer.advance(IDLE_TIMEOUT_S * 2)
+    assert warm.server.expire_idle() == 1 and warm.server.idle_connections() == 0
+    second, summary, _ = warm.fetch(SMALL, 1)
+    # A fresh dial (the kept one is found closed when taken, or when its HELLO fails), never a failure.
+    assert warm.server.accepted == 2 and warm.server.reused == 0
+    assert summary.reconnects == 0 and second.equals(first)
