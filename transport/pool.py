@@ -14,8 +14,9 @@ a frame boundary (the two BYEs), and the next transfer is found, proved and
 sealed by its own ticket and key exactly as on a fresh connection. Keys name
 what a connection is good for — the channel, the server's data endpoint, the
 client's socket buffers and the sealing (``("striped", host, port, buffers,
-cipher)``) — so a plaintext connection never carries a sealed transfer's
-HELLO, and no two clients share a pool.
+cipher)``; UDT: ``("udt", host, port, RTT class, cipher)``) — so a plaintext
+connection never carries a sealed transfer's HELLO, and no two clients share
+a pool.
 
 A pooled connection may have died while it waited (the server closes idle
 ones after ``data_idle_timeout_s`` and caps how many it keeps; a network
