@@ -63,6 +63,8 @@ log = logging.getLogger("dstp.transport")
 
 _END = object()
 
+#: How long closing a transfer waits for each stripe's reader thread to end (seconds).
+READER_JOIN_S = 5.0
 #: After a clean END, how long the stripes wait for the server's answering BYE before they are closed.
 RELEASE_WAIT_S = 10.0
 
@@ -165,6 +167,7 @@ class StripedReceiver:
         self._released: set[int] = set()  # id() of the connections that went back to the pool
         self._releasing = False  # the pool expects this transfer's connections back
         self._abandoned = False  # stripes not released by now are closed instead
+        self._closed = False  # close() ran: a second call returns at once instead of joining the readers
 
     # -- stripes ------------------------------------------------------------------------
 
@@ -487,11 +490,14 @@ class StripedReceiver:
         with self._cond:
             complete = self._finished and self._error is None and self._end_seq is not None \
                 and self._next > self._end_seq
+            again, self._closed = self._closed, True
             self._finished = True
             live = list(self._live.values())
             self._live.clear()
             self._pending.clear()  # drop payload views (they may point into a file mapping)
             self._cond.notify_all()
+        if again and not live:
+            return  # closed before (``messages()`` closes at its end, its caller again): nothing left to do
         if complete and live and self._releasing:
             threading.Thread(target=self._return_stripes, args=(live,), name="dstp-stripes-return",
                              daemon=True).start()
@@ -505,7 +511,7 @@ class StripedReceiver:
             conn.close()
         for t in self._threads:
             if t is not threading.current_thread():
-                t.join(timeout=5.0)
+                t.join(timeout=READER_JOIN_S)
 
     def _release(self, stripe: int, conn: Conn) -> None:
         """Hand a stripe the server kept back to the pool (the reader thread, after the server's BYE)."""
@@ -529,7 +535,7 @@ class StripedReceiver:
         for conn in dropped:
             conn.close()
         for t in self._threads:
-            t.join(timeout=5.0)
+            t.join(timeout=READER_JOIN_S)
 
 
 def _json(payload: memoryview) -> dict[str, Any]:
