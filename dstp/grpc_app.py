@@ -4,11 +4,11 @@ Thin by design: each rpc converts its request with the wire codec
 (:mod:`dstp.transport.codec`), calls :class:`DstpService`, and converts the
 answer back. A ticket becomes data only through ``service.open_source``
 (Fetch, FetchFile); ``Run`` plans and starts its query directly, with no
-ticket to issue and redeem (or, asked with ``inline_max_bytes`` and the
-result may be larger, answers with offers as Query does). :func:`grpc_errors` turns every dstp error into
-its gRPC status with trailing metadata (code, line, column), and every
-unexpected exception into INTERNAL with an incident id; no traceback reaches
-a client.
+ticket to issue and redeem (or, asked with ``inline_max_bytes`` when the
+result may be larger, answers with offers as Query does). :func:`grpc_errors`
+turns every dstp error into its gRPC status with trailing metadata (code,
+line, column), and every unexpected exception into INTERNAL with an incident
+id; no traceback reaches a client.
 
 Identity arrives through :class:`AuthInterceptor`: it reads the metadata
 ``authorization: Bearer …`` of every call, has the

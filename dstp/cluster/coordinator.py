@@ -15,11 +15,12 @@ one (rows -1), and the workers send while they compute.
 
 Everything else — LIMIT, aggregates and reductions, joins, sampling, Run (the
 one-round-trip gRPC path; asked with ``inline_max_bytes``, a partitionable
-query whose result may exceed it gets the same partitions as from Query), HTTP, Flight, files — the coordinator answers
-itself from its own catalog, as a single server would (docs/scale-out.md says
-why). So does a partitioned query whose total exceeds ``max_result_rows`` or
-``max_result_bytes``: a single server cuts such a result in grid (or ORDER BY)
-order, and running it here is the one way to give exactly that answer.
+query whose result may exceed it gets the same partitions as from Query),
+HTTP, Flight, files — the coordinator answers itself from its own catalog, as
+a single server would (docs/scale-out.md says why). So does a partitioned
+query whose total exceeds ``max_result_rows`` or ``max_result_bytes``: a
+single server cuts such a result in grid (or ORDER BY) order, and running it
+here is the one way to give exactly that answer.
 
 ``Resolve(query, partition)`` re-finds a partition after a failed fetch: a
 fresh ticket from the worker that holds it, or — worker gone, or the result
@@ -776,17 +777,16 @@ class ClusterServicer(DstpServicer):
         # A client that lets the server choose (inline_max_bytes) gets the partitions, as from Query.
         channels = [codec.channel_kind_name(k) for k in request.channels]
         kind = "striped" if "striped" in channels else "udt" if "udt" in channels else ""
+        info = None
         if request.HasField("inline_max_bytes") and kind:
             with grpc_errors(context):
-                small = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
-                if 0 <= small < request.inline_max_bytes:  # answered here, on this stream, as a single server
-                    yield from super().Run(request, context)
-                    return
-                info = self.coordinator.plan(self.service, request.sql, principal_of(context),
-                                             codec.compression_name(request.compression), request.streams, kind)
-                if info is not None:
-                    yield pb.FetchResponse(plan=codec.query_response_pb(info))
-                    return
+                most = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
+                if not 0 <= most < request.inline_max_bytes:  # else answered below, on this stream
+                    info = self.coordinator.plan(self.service, request.sql, principal_of(context),
+                                                 codec.compression_name(request.compression), request.streams, kind)
+        if info is not None:
+            yield pb.FetchResponse(plan=codec.query_response_pb(info))
+            return
         yield from super().Run(request, context)
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
