@@ -87,6 +87,9 @@ SHARE_ALIGN = 64 * 2**10
 
 log = logging.getLogger("dstp.cluster")
 
+#: How long the end-of-query callback waits for a finished partition task's counts (seconds).
+RESULT_WAIT_S = 30.0
+
 #: Stripes per partition transfer when the client leaves it to the server (partitions already run in parallel).
 DEFAULT_STREAMS = 2
 
@@ -574,7 +577,9 @@ class Coordinator:
             if not settle():
                 return
             try:
-                done = [f.result() for f in futures]
+                # Bounded: the results come through the Dask client's event loop, which a server stopping
+                # now closes; an unbounded wait would then never end and hold the process at exit.
+                done = [f.result(timeout=RESULT_WAIT_S) for f in futures]
             except BaseException as exc:  # noqa: BLE001 - audited; the client sees its own error
                 log.info("query %s: a partition task failed: %s", cq.query_id, exc)
                 service.audit.record("query", cq.query_id, outcome="error", **audit)

@@ -31,7 +31,15 @@ class Future:
     def done(self) -> bool:
         return self.finished or self.cancelled
 
-    def result(self) -> Any:
+    #: Like a Dask future whose client's event loop closed under it: an answer never comes, and a caller
+    #: waits as long as it asked to (``waited_for``: None is for ever, which this stand-in does not do).
+    unanswered = False
+    waited_for: float | None = -1.0
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self.unanswered:
+            self.waited_for = timeout
+            raise TimeoutError(f"no answer within {timeout} s")
         return type("Result", (), {"rows": 10, "bytes": 400, "seconds": 0.1})()
 
     def cancel(self) -> None:
@@ -99,3 +107,13 @@ def test_a_task_that_never_reports_its_end_holds_the_slot_only_until_the_time_li
     assert futures[2].cancelled and futures[2].released
     futures[2].end()  # its late report changes nothing
     assert slot.releases == 1 and audit.outcomes == ["timeout"]
+
+
+def test_counts_that_never_come_end_the_wait_and_are_audited_as_an_error() -> None:
+    # A server stopping as the last task ends: the Dask client's loop closes under the callback.
+    futures, slot, audit, timer = _start(2)
+    futures[1].unanswered = True
+    futures[0].end()
+    futures[1].end()  # the callback runs here, in the test's thread
+    assert futures[1].waited_for is not None and futures[1].waited_for > 0  # a bounded wait, not for ever
+    assert slot.releases == 1 and audit.outcomes == ["error"] and timer.cancelled
