@@ -74,8 +74,11 @@ def query_run(place: Place, server: ServerProcess, mode: str, transport: str, st
         doc = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"ok": False, "error": done.stderr.strip()[-400:]}
-    return {"ok": done.returncode == 0, "rows": doc["rows"], "bytes": doc["bytes"], "seconds": done.wall_s,
-            "cpu_s": done.cpu_s + server_cpu, "transport": doc["transport"]}
+    run = {"ok": done.returncode == 0, "rows": doc["rows"], "bytes": doc["bytes"], "seconds": done.wall_s,
+           "cpu_s": done.cpu_s + server_cpu, "transport": doc["transport"]}
+    if done.returncode != 0:  # the records came, the process then failed: say how
+        run["error"] = f"exit status {done.returncode} after the result: {done.stderr.strip()[-2000:]}"
+    return run
 
 
 _GET = re.compile(r"([\d,]+) bytes → .* in ([\d.]+) s \(.* over (\w+) × (\d+)")

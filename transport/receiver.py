@@ -499,8 +499,10 @@ class StripedReceiver:
         if again and not live:
             return  # closed before (``messages()`` closes at its end, its caller again): nothing left to do
         if complete and live and self._releasing:
-            threading.Thread(target=self._return_stripes, args=(live,), name="dstp-stripes-return",
-                             daemon=True).start()
+            # Not a daemon, as the closing thread below: a process that exits now waits for its readers
+            # (the server's BYE, one round trip) instead of finalizing under them — pyarrow's and gRPC's
+            # C++ threads then abort the exit ("terminate called without an active exception").
+            threading.Thread(target=self._return_stripes, args=(live,), name="dstp-stripes-return").start()
         elif complete and live:
             threading.Thread(target=self._shut, args=(live,), name="dstp-stripes-close").start()
         else:
