@@ -760,6 +760,13 @@ def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionIn
     )
 
 
+def _partition_kind(request: pb.QueryRequest) -> str:
+    """Return the channel a partitioned answer to ``request`` uses: striped TCP (also when the request names
+    no channel: every channel), else UDT, else "" (the client takes neither: answered as a single server)."""
+    channels = [codec.channel_kind_name(k) for k in request.channels]
+    return "striped" if not channels or "striped" in channels else "udt" if "udt" in channels else ""
+
+
 class ClusterServicer(DstpServicer):
     """The Dstp servicer of a coordinator: partitioned Query answers, and Resolve."""
 
@@ -768,8 +775,7 @@ class ClusterServicer(DstpServicer):
         self.coordinator = coordinator
 
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
-        channels = [codec.channel_kind_name(k) for k in request.channels]
-        kind = "striped" if not channels or "striped" in channels else "udt" if "udt" in channels else ""
+        kind = _partition_kind(request)
         if kind:
             with grpc_errors(context):
                 info = self.coordinator.plan(self.service, request.sql, principal_of(context),
@@ -780,8 +786,7 @@ class ClusterServicer(DstpServicer):
 
     def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         # A client that lets the server choose (inline_max_bytes) gets the partitions, as from Query.
-        channels = [codec.channel_kind_name(k) for k in request.channels]
-        kind = "striped" if "striped" in channels else "udt" if "udt" in channels else ""
+        kind = _partition_kind(request)
         info = None
         if request.HasField("inline_max_bytes") and kind:
             with grpc_errors(context):
