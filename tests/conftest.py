@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import shutil
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -74,6 +78,65 @@ def scratch(tmp_path: Path) -> Path:
     """An empty folder, removed after the test."""
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# pytest-timeout fails a test that outlives its timeout by raising in the main thread, which cannot
+# happen while that thread is blocked inside a C extension (a libudt lock, say): such a test would
+# hang the run until CI gives up. So a test still running HARD_EXIT_AFTER_S past its timeout gets every
+# thread's stacks written to the terminal, Python's and (where gdb is installed) the native ones, and
+# the run ends with exit status 1.
+HARD_EXIT_AFTER_S = 60.0
+NATIVE_DUMP_TIMEOUT_S = 60.0
+
+
+def _timeout_s(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("timeout")
+    if mark is not None and mark.args:
+        return float(mark.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+def _stacks_and_exit(item: pytest.Item, after_s: float) -> None:
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)  # write to the terminal, as pytest-timeout does
+    err = sys.stderr
+    err.write(f"\n=== {item.nodeid} is still running after {after_s:.0f} s, past its timeout: its main thread "
+              f"is blocked where pytest-timeout cannot interrupt it. Stacks follow; the run ends. ===\n")
+    err.flush()
+    faulthandler.dump_traceback(file=err, all_threads=True)
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        err.write("(install gdb to see the native stacks as well)\n")
+    else:
+        try:
+            native = subprocess.run(
+                [gdb, "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"],
+                capture_output=True, text=True, timeout=NATIVE_DUMP_TIMEOUT_S, check=False,
+            )
+            err.write(native.stdout or native.stderr)
+        except subprocess.TimeoutExpired:
+            err.write(f"(gdb gave no native stacks within {NATIVE_DUMP_TIMEOUT_S:.0f} s)\n")
+    err.write(f"=== the run ended: {item.nodeid} hung ===\n")
+    err.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """End the run, with every thread's stacks, when a test outlives its timeout by ``HARD_EXIT_AFTER_S``."""
+    timeout = _timeout_s(item)
+    if timeout <= 0:
+        yield
+        return
+    after = timeout + HARD_EXIT_AFTER_S
+    watchdog = threading.Timer(after, _stacks_and_exit, args=(item, after))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
 
 
 @pytest.hookimpl(hookwrapper=True)
