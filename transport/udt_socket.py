@@ -397,12 +397,18 @@ def listen(
     flow_window: int | None = None,
     options: UdtOptions | None = None,
     backlog: int = 16,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> UdtListener:
-    """Return a listener on ``host:port`` (port 0: any free port, see ``.address``)."""
+    """Return a listener on ``host:port`` (port 0: any free port, see ``.address``).
+
+    ``timeout`` bounds creating the socket, which waits for libudt's socket table
+    (see ``connect``): a table that stays locked is a ``TransportError`` naming it,
+    not a server that never starts.
+    """
     u = _require()
     opts = _options(options, mss, buffer_bytes, flow_window)
     with _errors(f"listen on {host}:{port}"):
-        sock = u.UdtSocket(_family(host))
+        sock = u.UdtSocket(_family(host), timeout=timeout)
         try:
             opts.apply(sock)
             sock.bind(host, port)

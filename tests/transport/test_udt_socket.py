@@ -385,6 +385,33 @@ def test_connect_deadline_covers_a_stalled_socket_table() -> None:
         assert _udt._abandoned_sockets() == before + 1
 
 
+@pytest.mark.timeout(20)
+def test_listen_deadline_covers_a_stalled_socket_table() -> None:
+    # CI once hung 90 min with a server's UdtSocket() waiting for the socket table:
+    # a listener now gives up within its timeout, naming the table.
+    before = _udt._abandoned_sockets()
+    _udt._set_creation_gate(True)
+    try:
+        with pytest.raises(TransportError) as info:
+            udt_socket.listen(HOST, 0, timeout=0.3)
+    finally:
+        _udt._set_creation_gate(False)
+    message = str(info.value)
+    assert message.startswith(f"UDT listen on {HOST}:0 timed out"), message
+    assert "did not create a socket within 0.3 s" in message and "socket table" in message
+    # Once the table is free the abandoned socket is closed and listening works again.
+    for _ in range(500):
+        if _udt._abandoned_sockets() == before + 1:
+            break
+        time.sleep(0.01)
+    assert _udt._abandoned_sockets() == before + 1
+    with udt_socket.listen(HOST, 0, timeout=5.0) as lst, udt_socket.connect(HOST, lst.address[1], timeout=5.0) as conn:
+        peer, _ = lst.accept(timeout=5.0)
+        with peer:
+            conn.sendall(b"free")
+            assert peer.recv(4) == b"free"
+
+
 def test_libudt_is_linked_with_the_teardown_repair_where_its_archive_exists() -> None:
     # libudt-dev ships libudt.a; setup.py links it in with the repair below.
     # A build that fell back to libudt.so says so at install time.
