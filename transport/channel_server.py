@@ -512,3 +512,8 @@ class DataChannelServer:
     def active_transfers(self) -> int:
         with self._lock:
             return len(self._transfers)
+
+    def has_transfer(self, ticket: bytes) -> bool:
+        """Return whether the transfer of ``ticket`` is under way (or broken and awaiting a resume)."""
+        with self._lock:
+            return ticket in self._transfers

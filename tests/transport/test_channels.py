@@ -258,13 +258,14 @@ class ChannelConformance:
         # server's window fills and waits); strangers then present the ticket on a new stripe, on the
         # owner's stripe 0, and replay the owner's own first HELLO.
         ticket, streams, schema = harness.ticket(BIG, self.streams, self.compression)
-        before = harness.server.active_transfers()  # earlier tests' broken transfers may still await a resume
         transfer = harness.channel.open(ticket, streams, key=ticket.key, cipher=ticket.cipher)
         try:
+            # Wait for this transfer, not for a count: earlier tests' broken transfers, awaiting a resume,
+            # may expire meanwhile (a count went 2 → 1 here once, the owner's HELLO not yet handled).
             deadline = time.monotonic() + 10
-            while harness.server.active_transfers() == before and time.monotonic() < deadline:
+            while not harness.server.has_transfer(ticket) and time.monotonic() < deadline:
                 time.sleep(0.01)  # the owner's HELLO is being handled on the server's thread
-            assert harness.server.active_transfers() == before + 1
+            assert harness.server.has_transfer(ticket)
             answers = [self.hello_from(harness, ticket, streams),                      # an extra stripe
                        self.hello_from(harness, ticket, 0, key=os.urandom(32)),        # the owner's stripe
                        self.hello_from(harness, ticket, 0, key=ticket.key)]            # a replayed HELLO
