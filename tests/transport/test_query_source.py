@@ -1,0 +1,72 @@
+"""A query's messages: compressed batches are encoded on a thread while the next is made, in order."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dstp.catalog.registry import Catalog
+from dstp.errors import CancelledError
+from dstp.service import DstpService
+from dstp.settings import Settings
+from dstp.transport.ipc import BatchDecoder
+
+SQL = "select temperature, time, lat from ccm3 where humidity > 40"
+
+
+@pytest.fixture(scope="module")
+def service(catalog_root: Path) -> DstpService:
+    return DstpService(Catalog.scan(catalog_root), Settings(catalog_root=catalog_root, batch_rows=1500))
+
+
+def decoded(service: DstpService, compression: str) -> list[pa.RecordBatch]:
+    source = service.run(SQL).source(compression)
+    decoder, batches = BatchDecoder(), []
+    try:
+        messages = source.messages()
+        schema, _ = next(messages)
+        decoder.decode_schema(schema.to_buffer())
+        batches = [decoder.decode(message.to_buffer()) for message, _ in messages]
+    finally:
+        source.close()
+    return batches
+
+
+def encoders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("dstp-encode")]
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_messages_are_the_batches_in_order(service: DstpService, compression: str) -> None:
+    plain = decoded(service, "none")
+    packed = decoded(service, compression)
+    assert len(plain) >= 4  # several batches, so the encoding overlaps the making of the next
+    assert [b.num_rows for b in packed] == [b.num_rows for b in plain]
+    assert pa.Table.from_batches(packed).equals(pa.Table.from_batches(plain))
+    assert not encoders()  # the encoding thread ended with the result
+
+
+def test_a_result_closed_early_stops_encoding(service: DstpService) -> None:
+    source = service.run(SQL).source("lz4")
+    messages = source.messages()
+    for _ in range(3):  # the schema and two batches
+        next(messages)
+    messages.close()
+    source.close()
+    assert not encoders()
+
+
+def test_a_query_cancelled_mid_result_raises_after_the_batches_made(service: DstpService) -> None:
+    source = service.run(SQL).source("lz4")
+    messages = source.messages()
+    next(messages)
+    next(messages)
+    source.cancel()
+    with pytest.raises(CancelledError):
+        for _ in messages:
+            pass
+    source.close()
+    assert not encoders()
