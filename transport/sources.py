@@ -26,7 +26,6 @@ import math
 import mmap
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Protocol, Sequence
 
@@ -139,42 +138,11 @@ class QuerySource:
         pace.blocked()
         yield IpcMessage((schema,), schema.size), 0
         pace.unblocked()
-        for message in self._encoded():
+        for batch in self.execution.batches():
+            message = self.encoder.encode(batch)
             pace.blocked()  # until the channel takes it: a reader that stops reading leaves it here
             yield message, 0
             pace.unblocked()
-
-    def _encoded(self) -> Iterator[IpcMessage]:
-        """Yield each batch's message; compressed ones are encoded on a thread while the next batch is made.
-
-        Encoding without compression only points at the batch's buffers (microseconds). Compressing
-        is real work with the GIL released (LZ4 ~12 MB in 15 ms), so batch k is compressed while
-        the scan and DuckDB make batch k + 1 (1 M records of Table 4, in process: 133.5 → 118.4 ms
-        with LZ4, busy machine). The first batch is encoded at once, so the first records never wait
-        for the second batch; the order of messages is the order of batches.
-        """
-        batches = iter(self.execution.batches())
-        if self.encoder.codec is None:
-            for batch in batches:
-                yield self.encoder.encode(batch)
-            return
-        first = next(batches, None)
-        if first is None:
-            return
-        yield self.encoder.encode(first)
-        with ThreadPoolExecutor(1, thread_name_prefix="dstp-encode") as pool:
-            pending: Future[IpcMessage] | None = None
-            try:
-                for batch in batches:
-                    encoding = pool.submit(self.encoder.encode, batch)
-                    if pending is not None:
-                        yield pending.result()
-                    pending = encoding
-                if pending is not None:
-                    yield pending.result()
-            finally:
-                if pending is not None:
-                    pending.cancel()  # closed early: a batch not yet encoded never is (one running ends first)
 
     def summary(self) -> TransferSummary:
         return query_transfer_summary(self.execution.summary)
