@@ -19,6 +19,8 @@ matched.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -648,8 +650,11 @@ class Binder:
                 continue
             bare = key.this if isinstance(key, exp.Neg) else key
             if isinstance(bare, exp.Literal) and not bare.is_string:  # a position in the SELECT list
-                place = float(bare.this) * (-1 if bare is not key else 1)
-                if place != int(place) or not 1 <= place <= len(names):
+                try:
+                    place = float(bare.this) * (-1 if bare is not key else 1)
+                except ValueError:  # sqlglot reads "3E" (an exponent without digits) as a number literal
+                    place = math.nan
+                if not math.isfinite(place) or place != int(place) or not 1 <= place <= len(names):
                     raise error_at(QueryError, f"ORDER BY {snippet(key, 24)}: give a column, or a position "
                                    f"from 1 to {len(names)} in the SELECT list", self.sql, key)
                 checked: exp.Expression = exp.column(names[int(place) - 1], quoted=True)

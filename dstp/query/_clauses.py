@@ -132,12 +132,15 @@ def keyword(tokens: list[Token], label: str) -> Token | None:
 # -- numbers ---------------------------------------------------------------------------------
 
 def number(node: exp.Expression, sql: str, what: str) -> float:
-    if isinstance(node, exp.Literal) and not node.is_string:
-        value = float(node.this)
-    elif isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        value = -float(node.this.this)
-    else:
+    literal = node.this if isinstance(node, exp.Neg) else node
+    if not isinstance(literal, exp.Literal) or literal.is_string:
         raise error_at(QueryError, f"the {what} must be a number", sql, node)
+    try:
+        value = float(literal.this)
+    except ValueError:  # sqlglot reads "3E" (an exponent without digits) as a number literal
+        raise error_at(QueryError, f"the {what} must be a number; {literal.this!r} is not one", sql, node) from None
+    if literal is not node:
+        value = -value
     if not math.isfinite(value):
         raise error_at(QueryError, f"the {what} must be a finite number", sql, node)
     return value

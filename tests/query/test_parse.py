@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp, parse_one
 
@@ -68,5 +68,16 @@ def test_arbitrary_text_validates_or_gets_an_actionable_error(catalog, text) -> 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prefix=st.text(max_size=40), suffix=st.text(max_size=40))
+@example(prefix="", suffix="E")  # found by this test: "limit 3E" raised Python's ValueError
 def test_text_around_a_valid_query_validates_or_gets_an_actionable_error(catalog, prefix, suffix) -> None:
     check(f"{prefix}select temperature, lat from ccm3 where lat > 10 limit 3{suffix}", catalog)
+
+
+@pytest.mark.parametrize("sql", ["select temperature from ccm3 limit 3E", "select temperature from ccm3 limit 3 offset 2E",
+                                 "select temperature from ccm3 order by 3E", "select temperature from ccm3 order by -1E",
+                                 "select temperature from ccm3 tablesample 3E percent"])
+def test_a_number_with_an_empty_exponent_is_refused_where_it_counts(catalog, sql) -> None:
+    # sqlglot reads "3E" as a number literal that Python's float() refuses.
+    with pytest.raises(QueryError) as info:
+        validate_query(sql, catalog)
+    assert_actionable(info.value, sql)
