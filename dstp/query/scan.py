@@ -72,11 +72,32 @@ def sample_keys(rowids: np.ndarray, seed: int) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+_NAT = np.iinfo(np.int64).min
+
+
 def _arrow(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
     if mask is not None and not mask.any():
         mask = None
     if pa.types.is_string(arrow_type):
         return pa.array(values, type=arrow_type, mask=mask, from_pandas=False)
+    if (values.dtype.kind == "M" and pa.types.is_timestamp(arrow_type)
+            and np.datetime_data(values.dtype)[0] == arrow_type.unit):
+        # Times of the same unit as their integers: pyarrow converts datetime64 element by element (0.27 ms
+        # for 131,072 values, 0.52 ms when broadcast from one time step; ~15 % of Table 4's 1 M-record
+        # query), contiguous int64 at once. NaT is missing, as pyarrow makes it without a mask (with one it
+        # would pass NaT on as a date); NaT is the least int64, so the minimum tells whether there is one.
+        ints = np.ascontiguousarray(values.view(np.int64))
+        if ints.size and ints.min() == _NAT:
+            nat = ints == _NAT
+            mask = nat if mask is None else mask | nat
+        return pa.array(ints, type=arrow_type, mask=mask)
+    if (mask is not None and (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type))
+            and values.dtype == arrow_type.to_pandas_dtype() and values.flags.c_contiguous):
+        # A masked number column: its validity bitmap packed from the mask, the values' memory as they are
+        # (pyarrow's own path took 130 µs for 131,072 float32, this one ~70).
+        valid = np.packbits(~mask, bitorder="little")
+        return pa.Array.from_buffers(arrow_type, len(values), [pa.py_buffer(valid), pa.py_buffer(values)],
+                                     null_count=int(np.count_nonzero(mask)))
     return pa.array(values, type=arrow_type, mask=mask)
 
 
