@@ -90,10 +90,12 @@ NATIVE_DUMP_TIMEOUT_S = 60.0
 
 
 def _timeout_s(item: pytest.Item) -> float:
+    """Return the test's pytest-timeout limit: its mark, else ``--timeout``, else the ini value (0: none)."""
     mark = item.get_closest_marker("timeout")
     if mark is not None and mark.args:
         return float(mark.args[0])
-    return float(item.config.getini("timeout") or 0)
+    given = item.config.getoption("timeout", None)
+    return float(given if given is not None else item.config.getini("timeout") or 0)
 
 
 def _stacks_and_exit(item: pytest.Item, after_s: float) -> None:
