@@ -1,14 +1,15 @@
-"""Bounded memory: a group-by with more groups than DuckDB's memory limit holds spills to the capped folder.
+"""Bounded memory: a group-by with far more groups than DuckDB's memory limit holds spills to the capped folder.
 
-The memory limit is tiny (16 MB) and the group-by has one group per grid point
-of the small ccm3 sample (196,608 groups, each with four aggregates), so its
-hash table cannot stay in memory. Without spill space the query fails with
-LimitExceededError; with it, it completes and equals pandas. (DuckDB 2.0 does
-not enforce a ``max_temp_directory_size`` of a few hundred KiB against this
-query's ~6 MB of spill, so the cap itself is not asserted here.) One DuckDB thread: with two, a fresh-clone
-CI run once failed the spilling query too ("could not allocate block of size 256.0 KiB (15.2 MiB/15.2 MiB
-used)") — 16 MB is far below what DuckDB's out-of-memory guide expects per thread, and its first advice is
-fewer threads; 24 runs here with two threads, half of them beside a busy core, all passed.
+The dataset is a synthetic 12 × 360 × 720 grid (3,110,400 grid points, one
+group each, with four aggregates). Its hash table needs more than 256 MB (a
+256 MB limit fails without spill space), so under a 64 MB limit it cannot stay
+in memory: without spill space the query fails with LimitExceededError; with
+it, it completes and equals xarray. The margins are deliberate: an earlier
+version of this test ran the 196,608-group ccm3 sample under 16 MB, which is
+below what DuckDB needs per thread besides the hash table, and it failed in
+two fresh-clone CI runs even with spill space (24 MB already fit without
+spilling). (DuckDB 2.0 does not enforce a ``max_temp_directory_size`` of a few
+hundred KiB against a few MB of spill, so the cap itself is not asserted here.)
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import xarray as xr
 
-import oracle
-
+from dstp.catalog.publish import publish
 from dstp.catalog.registry import Catalog
 from dstp.errors import LimitExceededError
 from dstp.query.execute import QueryExecution, prepare_query, spill_folder
 from dstp.settings import Settings
 
-SQL = ("select time, lev, lat, lon, count(*) as n, avg(temperature) as t, max(humidity) as h, min(cloud) as c "
-       "from ccm3 group by all")
+SQL = "select time, lat, lon, count(*) as n, avg(tas) as t, max(tas) as h, min(tas) as c from grid group by all"
+SHAPE = (12, 360, 720)
 
 
 def run(catalog: Catalog, settings: Settings) -> pa.Table:
@@ -36,30 +37,51 @@ def run(catalog: Catalog, settings: Settings) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def catalog(catalog_root: Path):
-    cat = Catalog.scan(catalog_root)
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("spill")
+    nt, ny, nx = SHAPE
+    values = np.random.default_rng(7).normal(280.0, 10.0, SHAPE).astype("f4")
+    ds = xr.Dataset(
+        {"tas": (("time", "lat", "lon"), values, {"units": "K", "long_name": "air temperature"})},
+        coords={"time": ("time", np.arange(nt, dtype="f8"), {"units": "days since 2000-01-01", "calendar": "standard"}),
+                "lat": ("lat", np.linspace(-89.75, 89.75, ny), {"units": "degrees_north"}),
+                "lon": ("lon", np.linspace(0.25, 359.75, nx), {"units": "degrees_east"})})
+    (root / "grid").mkdir()
+    ds.to_netcdf(root / "grid" / "grid_2000.nc")
+    publish([root / "grid" / "grid_2000.nc"], "grid")
+    return root
+
+
+@pytest.fixture(scope="module")
+def catalog(root: Path):
+    cat = Catalog.scan(root)
     yield cat
     cat.close()
 
 
-def tiny(folder: Path, cap: int) -> Settings:
-    return Settings(duckdb_memory_limit="16MB", spill_dir=folder, spill_max_bytes=cap, duckdb_threads=1,
-                    batch_rows=20_000)
+def limited(folder: Path, cap: int) -> Settings:
+    return Settings(duckdb_memory_limit="64MB", spill_dir=folder, spill_max_bytes=cap, duckdb_threads=2,
+                    batch_rows=100_000)
 
 
-def test_group_by_bigger_than_memory_spills_and_completes(catalog, catalog_root: Path, tmp_path: Path) -> None:
-    with pytest.raises(LimitExceededError):
-        run(catalog, tiny(tmp_path / "none", 0))
-    settings = tiny(tmp_path / "spill", 2**30)
+def test_group_by_bigger_than_memory_spills_and_completes(catalog, root: Path, tmp_path: Path) -> None:
+    with pytest.raises(LimitExceededError, match="narrow it with WHERE"):
+        run(catalog, limited(tmp_path / "none", 0))
+    settings = limited(tmp_path / "spill", 2**30)
     got = run(catalog, settings).to_pandas()
     assert spill_folder(settings).is_dir()  # DuckDB's temporary files went where the settings say
     assert str(spill_folder(settings)).startswith(str(tmp_path / "spill"))
-    records = oracle.frame(catalog_root, "ccm3", ["temperature", "humidity", "cloud"])
-    assert len(got) == len(records) == 196_608
-    keys = ["time", "lev", "lat", "lon"]
+    with xr.open_dataset(root / "grid" / "grid_2000.nc") as ds:  # the oracle: xarray, CF-decoded
+        records = ds["tas"].to_dataframe().reset_index()
+    assert len(got) == len(records) == int(np.prod(SHAPE))
+    keys = ["time", "lat", "lon"]
     got = got.sort_values(keys).reset_index(drop=True)
     records = records.sort_values(keys).reset_index(drop=True)
+    np.testing.assert_array_equal(got["time"].to_numpy().astype("datetime64[us]"),
+                                  records["time"].to_numpy().astype("datetime64[us]"))
+    np.testing.assert_array_equal(got["lat"].to_numpy(), records["lat"].to_numpy())
     np.testing.assert_array_equal(got["n"].to_numpy(), np.ones(len(records)))
-    np.testing.assert_allclose(got["t"].to_numpy(dtype=float), records["temperature"].to_numpy(dtype=float))
-    np.testing.assert_array_equal(got["h"].to_numpy(dtype=float), records["humidity"].to_numpy(dtype=float))
-    np.testing.assert_array_equal(got["c"].to_numpy(dtype=float), records["cloud"].to_numpy(dtype=float))
+    expected = records["tas"].to_numpy(dtype=float)
+    np.testing.assert_allclose(got["t"].to_numpy(dtype=float), expected)
+    np.testing.assert_array_equal(got["h"].to_numpy(dtype=float), expected)
+    np.testing.assert_array_equal(got["c"].to_numpy(dtype=float), expected)
