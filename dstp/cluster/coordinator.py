@@ -187,8 +187,14 @@ class Coordinator:
         return str(self.client.scheduler.address)
 
     def workers(self) -> list[str]:
-        """Return the addresses of the live workers, sorted."""
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        """Return the addresses of the live workers, sorted, as the scheduler knows them now.
+
+        Asked of the scheduler directly: ``Client.scheduler_info(n_workers=-1)`` fetches into a cache
+        that the client's periodic refresh (every 2 s, fetching no workers) can overwrite before it is
+        read, and then returned no workers at all (32 of 500 calls with a 5 ms refresh) — a reduction
+        then failed with "no cluster worker ... is alive" in a CI run.
+        """
+        return sorted(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
 
     def reports(self) -> dict[str, dict[str, Any]]:
         """Return each worker's node report: its data endpoint, Arrow bytes sent, partitions held, pieces reduced."""
