@@ -20,16 +20,18 @@ __all__ = ["receive_grpc", "receive_stripes"]
 Report = Callable[[int, int, int], None]
 
 
-def receive_grpc(call: Any, schema: pa.Schema, report: Report,
-                 on_summary: Callable[[TransferSummary], None]) -> Iterator[pa.RecordBatch]:
+def receive_grpc(call: Any, schema: pa.Schema, report: Report, on_summary: Callable[[TransferSummary], None],
+                 compression: str = "none") -> Iterator[pa.RecordBatch]:
     """Yield the batches of an open Fetch (or Run, past its plan) call; raises grpc.RpcError for the caller.
+
+    ``compression``: what the offer says the batches carry (picks the decoder's faster path).
 
     The call's responses are IPC messages (views of the received bytes) and,
     last, a FetchResponse with the summary.
     """
     from dstp.transport.ipc import BatchDecoder
 
-    decoder = BatchDecoder(schema)
+    decoder = BatchDecoder(schema, compressed=compression != "none")
     rows = nbytes = batches = 0
     schema_seen = False
     try:
@@ -60,11 +62,14 @@ def receive_grpc(call: Any, schema: pa.Schema, report: Report,
 
 
 def receive_stripes(receiver: StripedReceiver, schema: pa.Schema, report: Report,
-                    on_summary: Callable[[TransferSummary], None]) -> Iterator[pa.RecordBatch]:
-    """Yield the batches of an opened data-channel transfer (TCP, UDT, in memory), reassembled in order."""
+                    on_summary: Callable[[TransferSummary], None],
+                    compression: str = "none") -> Iterator[pa.RecordBatch]:
+    """Yield the batches of an opened data-channel transfer (TCP, UDT, in memory), reassembled in order.
+
+    ``compression``: what the offer says the batches carry (picks the decoder's faster path)."""
     from dstp.transport.ipc import BatchDecoder
 
-    decoder = BatchDecoder(schema)
+    decoder = BatchDecoder(schema, compressed=compression != "none")
     rows = batches = 0
     started = time.perf_counter()
     try:

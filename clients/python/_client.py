@@ -209,11 +209,11 @@ class Client:
             if call is None:
                 call = self._rpc.fetch(offer.ticket, offer.key)
             stream._call = call
-            stream._batches = self._broken_off(receive_grpc(call, info.schema, report, on_summary))
+            stream._batches = self._broken_off(receive_grpc(call, info.schema, report, on_summary, offer.compression))
         else:
             transfer = self.policy.open(choice, offer, self.target).open(offer.ticket, granted, key=offer.key,
                                                                          cipher=offer.cipher)
-            stream._batches = receive_stripes(transfer, info.schema, report, on_summary)
+            stream._batches = receive_stripes(transfer, info.schema, report, on_summary, offer.compression)
         return stream
 
     @staticmethod

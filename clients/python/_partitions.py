@@ -81,7 +81,8 @@ def _fetch_one(rpc: Any, policy: Any, choice: Any, info: QueryInfo, target: str,
         try:
             transfer = policy.open(choice, offer, target).open(offer.ticket, max(1, offer.streams), key=offer.key,
                                                                 cipher=offer.cipher)
-            batches = list(receive_stripes(transfer, info.schema, lambda *_: None, summaries.append))
+            batches = list(receive_stripes(transfer, info.schema, lambda *_: None, summaries.append,
+                                           offer.compression))
         except (TransportError, TicketError) as exc:
             error = exc
             continue
