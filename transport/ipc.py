@@ -168,13 +168,7 @@ class BatchDecoder:
             whole = bytearray(len(prefix) + body.size)
             whole[:len(prefix)] = prefix
             whole[len(prefix):] = memoryview(body)
-            reader = pa.ipc.open_stream(pa.py_buffer(whole), options=_READ_OPTIONS)
-            batch = reader.read_next_batch()
-            try:
-                reader.read_next_batch()
-            except StopIteration:
-                return batch
-            raise pa.ArrowInvalid("more than one record batch in one message")
+            return pa.ipc.open_stream(pa.py_buffer(whole), options=_READ_OPTIONS).read_next_batch()
         except (pa.ArrowInvalid, OSError, EOFError, StopIteration) as exc:  # EOFError: an empty message
             raise IntegrityError(f"a record batch could not be decoded: {exc or 'the message is empty'}") from exc
 

@@ -39,6 +39,7 @@ from dstp.query._clauses import (
     UNION_ARGS,
     Sampling,
     limit_clause,
+    literal_number,
     refuse_unknown_args,
     sampling_clause,
 )
@@ -648,12 +649,8 @@ class Binder:
                 order += [exp.Ordered(this=exp.column(n, quoted=True), desc=desc, nulls_first=nulls_first)
                           for n in names]
                 continue
-            bare = key.this if isinstance(key, exp.Neg) else key
-            if isinstance(bare, exp.Literal) and not bare.is_string:  # a position in the SELECT list
-                try:
-                    place = float(bare.this) * (-1 if bare is not key else 1)
-                except ValueError:  # sqlglot reads "3E" (an exponent without digits) as a number literal
-                    place = math.nan
+            place = literal_number(key)
+            if place is not None:  # a position in the SELECT list
                 if not math.isfinite(place) or place != int(place) or not 1 <= place <= len(names):
                     raise error_at(QueryError, f"ORDER BY {snippet(key, 24)}: give a column, or a position "
                                    f"from 1 to {len(names)} in the SELECT list", self.sql, key)

@@ -131,16 +131,25 @@ def keyword(tokens: list[Token], label: str) -> Token | None:
 
 # -- numbers ---------------------------------------------------------------------------------
 
-def number(node: exp.Expression, sql: str, what: str) -> float:
+def literal_number(node: exp.Expression) -> float | None:
+    """Return the value of a (possibly negated) number literal: None if ``node`` is none, NaN if its text is
+    no number (sqlglot reads "3E", an exponent without digits, as a number literal)."""
     literal = node.this if isinstance(node, exp.Neg) else node
     if not isinstance(literal, exp.Literal) or literal.is_string:
-        raise error_at(QueryError, f"the {what} must be a number", sql, node)
+        return None
     try:
         value = float(literal.this)
-    except ValueError:  # sqlglot reads "3E" (an exponent without digits) as a number literal
-        raise error_at(QueryError, f"the {what} must be a number; {literal.this!r} is not one", sql, node) from None
-    if literal is not node:
-        value = -value
+    except ValueError:
+        return math.nan
+    return -value if literal is not node else value
+
+
+def number(node: exp.Expression, sql: str, what: str) -> float:
+    value = literal_number(node)
+    if value is None:
+        raise error_at(QueryError, f"the {what} must be a number", sql, node)
+    if math.isnan(value):
+        raise error_at(QueryError, f"the {what} must be a number; {node.sql()!r} is not one", sql, node)
     if not math.isfinite(value):
         raise error_at(QueryError, f"the {what} must be a finite number", sql, node)
     return value
