@@ -330,7 +330,8 @@ class GriddedDataset:
         """Return the dataset a descriptor publishes; raise DescriptorError/DataFileError if it cannot."""
         if descriptor.path is None:
             raise DescriptorError("descriptor has no location to resolve its files against")
-        handles = handles or FileHandles()
+        # not `handles or …`: FileHandles has a length (its open files), so an empty cache is falsy
+        handles = handles if handles is not None else FileHandles()
         folder = descriptor.path.parent
         where = str(descriptor.path)
         paths = sorted(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cftime
 import netCDF4
@@ -66,6 +67,8 @@ class FileSpec:
     fill: str
     has_humid: bool
     seed: int
+    #: 0 stored plain, 1 deflate, 2 shuffle + deflate (read by the chunk reader when direct_chunks is on)
+    deflate: int = 0
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class ArchiveSpec:
     nlon: int
     gaps: tuple[int, ...]
     files: tuple[FileSpec, ...]
+    direct_chunks: bool = False
 
 
 @st.composite
@@ -97,6 +101,7 @@ def archives(draw: st.DrawFn) -> ArchiveSpec:
             fill=draw(st.sampled_from(FILLS)),
             has_humid=k != missing,
             seed=draw(st.integers(0, 2**16)),
+            deflate=draw(st.integers(0, 2)),
         ))
     return ArchiveSpec(
         calendar=calendar,
@@ -105,6 +110,7 @@ def archives(draw: st.DrawFn) -> ArchiveSpec:
         nlon=draw(st.integers(1, 3)),
         gaps=tuple(draw(st.integers(0, 3)) for _ in range(n)),
         files=tuple(files),
+        direct_chunks=draw(st.booleans()),
     )
 
 
@@ -150,13 +156,18 @@ def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
             physical = 250.0 + 40.0 * rng.random(shape) + 10.0 * k
             _write_temp(nc, f, physical, rng)
             if f.has_humid:
-                h = nc.createVariable("humid", "f4", ("time", "lat", "lon"), fill_value=np.float32(-1.0))
+                h = nc.createVariable("humid", "f4", ("time", "lat", "lon"), fill_value=np.float32(-1.0),
+                                      **_compression(f))
                 h.units = "%"
                 values = (100 * rng.random(shape)).astype(np.float32)
                 values[rng.random(shape) < 0.2] = -1.0
                 h[:] = values
         paths.append(path)
     return paths
+
+
+def _compression(f: FileSpec) -> dict[str, Any]:
+    return {"zlib": True, "complevel": 1, "shuffle": f.deflate == 2} if f.deflate else {}
 
 
 def _write_temp(nc: netCDF4.Dataset, f: FileSpec, physical: np.ndarray, rng: np.random.Generator) -> None:
@@ -172,7 +183,7 @@ def _write_temp(nc: netCDF4.Dataset, f: FileSpec, physical: np.ndarray, rng: np.
         fill_raw = dtype(1e20) if f.fill != "nan" else dtype(np.nan)
     kwargs = {"fill_value": fill_raw} if f.fill in ("fill_attr", "nan") and not (
         f.fill == "nan" and np.dtype(dtype).kind != "f") else {}
-    var = nc.createVariable("temp", dtype, dims, **kwargs)
+    var = nc.createVariable("temp", dtype, dims, **kwargs, **_compression(f))
     var.units = "K"
     var.set_auto_maskandscale(False)
     if f.fill == "missing_value":
@@ -266,7 +277,7 @@ def test_multi_file_archives_answer_as_xarray_per_file(spec: ArchiveSpec, pick: 
         folder = Path(tmp)
         paths = write_archive(spec, folder)
         publish(paths, "arch")
-        catalog = Catalog.scan(folder)
+        catalog = Catalog.scan(folder, direct_chunks=spec.direct_chunks)
         try:
             assert not catalog.problems, catalog.problems
             truth = oracle_dataset(paths)
@@ -291,6 +302,8 @@ def test_multi_file_archives_answer_as_xarray_per_file(spec: ArchiveSpec, pick: 
             humid = catalog.get("arch").attributes["humid"]
             lacking = {p.name for p, f in zip(paths, spec.files) if not f.has_humid}
             assert set(catalog.get("arch").missing_from(humid)) == lacking
+            if spec.direct_chunks and any(f.deflate and f.has_humid for f in spec.files):  # chunk reader answered
+                assert catalog.handles.chunks is not None and catalog.handles.chunks.reads > 0
         finally:
             catalog.close()
 

@@ -224,3 +224,33 @@ def test_a_variable_in_too_many_chunks_is_left_to_netcdf_c(tmp_path: Path, monke
     assert handles.chunks is not None and handles.chunks.layout(path, "v") is None and handles.chunks.reads == 0
     assert same_bits(got, reference(path, "v", (slice(0, 8), slice(0, 16))))
     handles.close()
+
+
+def test_the_servers_file_settings_reach_every_dataset(tmp_path: Path) -> None:
+    """Catalog.scan's handle settings (direct chunks, open files, chunk cache) are the ones its datasets read with.
+
+    Each dataset used to get a fresh default FileHandles (``handles or FileHandles()`` on an empty, so
+    falsy, cache): DSTP_DIRECT_CHUNKS, DSTP_OPEN_FILES and DSTP_CHUNK_CACHE_BYTES were silently ignored.
+    """
+    from dstp.catalog.registry import Catalog
+    from dstp.samples import generate_samples
+
+    generate_samples(tmp_path, "small")
+    catalog = Catalog.scan(tmp_path, open_files=3, chunk_cache_bytes=2**20, direct_chunks=True)
+    try:
+        assert len(catalog) >= 2
+        assert all(ds.handles is catalog.handles for ds in catalog)
+        assert catalog.handles.capacity == 3 and catalog.handles.chunk_cache_bytes == 2**20
+        ccm3 = catalog.get("ccm3")
+        column = ccm3.readable("temperature")
+        assert column is not None
+        index = {d: slice(0, ccm3.dimensions[d].size, 1) for d in column.dimensions}
+        values, _ = ccm3.read(column, index)
+        assert catalog.handles.chunks is not None and catalog.handles.chunks.reads > 0  # the chunk path read it
+        with netCDF4.Dataset(ccm3.files[0].path) as nc:  # first file, decoded as xarray would: scale and offset
+            raw = nc.variables[column.spec.variable]
+            raw.set_auto_maskandscale(True)
+            want = np.ma.filled(raw[0].astype("f8"), np.nan)
+        np.testing.assert_array_equal(np.asarray(values[0], "f8"), want)
+    finally:
+        catalog.handles.close()
