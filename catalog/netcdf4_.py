@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,27 @@ __all__ = [
 
 NETCDF_LOCK = threading.RLock()
 _STATS_LOCK = threading.Lock()
+
+#: Files of FileHandles collected without close(). Deallocating a netCDF4.Dataset closes its file, in whatever
+#: thread the garbage collector runs and outside NETCDF_LOCK; so they are kept here and closed, under the lock,
+#: by the next FileHandles that opens or closes a file.
+_ORPHANS: list[netCDF4.Dataset] = []
+
+
+def _adopt(open_files: OrderedDict[Path, netCDF4.Dataset]) -> None:
+    """Keep the files of a collected FileHandles for :func:`_close_orphans` (list.extend: no lock needed)."""
+    _ORPHANS.extend(open_files.values())
+    open_files.clear()
+
+
+def _close_orphans() -> None:
+    """Close adopted files; the caller holds NETCDF_LOCK."""
+    while _ORPHANS:
+        ds = _ORPHANS.pop()
+        try:
+            ds.close()
+        except (OSError, RuntimeError):
+            pass
 
 
 @dataclass(slots=True)
@@ -157,6 +179,7 @@ class FileHandles:
             if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
+        weakref.finalize(self, _adopt, self._open)  # never let the garbage collector call netCDF-C
         # Each file as first opened: a file changed, cut short or replaced afterwards must fail
         # loudly, not be served (netCDF-C reads a truncated classic file as fill values).
         self._identity: dict[Path, FileIdentity] = {}
@@ -200,6 +223,7 @@ class FileHandles:
         if ds is not None:
             self._open.move_to_end(path)
             return ds
+        _close_orphans()
         fd = self.open_raw(path)
         opened = _descriptor_path(fd, path)
         try:
@@ -304,6 +328,7 @@ class FileHandles:
         if self.chunks is not None:
             self.chunks.close()
         with NETCDF_LOCK:
+            _close_orphans()
             while self._open:
                 _, ds = self._open.popitem()
                 try:

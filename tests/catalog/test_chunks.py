@@ -254,3 +254,44 @@ def test_the_servers_file_settings_reach_every_dataset(tmp_path: Path) -> None:
         np.testing.assert_array_equal(np.asarray(values[0], "f8"), want)
     finally:
         catalog.handles.close()
+
+
+def test_files_of_dropped_handles_are_closed_under_the_netcdf_lock_not_by_the_garbage_collector(
+        tmp_path: Path) -> None:
+    """netCDF-C is not thread-safe: a netCDF4.Dataset deallocated by the garbage collector closes its file from
+    whatever thread runs the collection, while another may be inside netCDF-C. A FileHandles dropped without
+    close() must leave its files to be closed under NETCDF_LOCK."""
+    import gc
+
+    from dstp.catalog.netcdf4_ import NETCDF_LOCK
+
+    path, _ = published(tmp_path, shape=(4, 8, 8), chunks=(1, 8, 8), dtype="f4", complevel=1)
+    descriptors = f"/proc/{os.getpid()}/fd"
+
+    def open_descriptors_of_file() -> int:
+        return sum(1 for fd in os.listdir(descriptors)
+                   if os.path.realpath(os.path.join(descriptors, fd)) == os.path.realpath(path))
+
+    dropped = FileHandles()
+    dropped.inspect(path)  # opens the file
+    assert open_descriptors_of_file() == 1
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # another thread inside netCDF-C, as a scan would be
+        with NETCDF_LOCK:
+            held.set()
+            release.wait(timeout=60)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        assert held.wait(timeout=60)
+        del dropped
+        gc.collect()
+        assert open_descriptors_of_file() == 1  # not closed while another thread holds the lock
+    finally:
+        release.set()
+        holder.join(timeout=60)
+    survivor = FileHandles()
+    survivor.close()  # the next FileHandles that opens or closes a file closes it, under the lock
+    assert open_descriptors_of_file() == 0
