@@ -59,7 +59,7 @@ class Settings:
         16 * 2**30, "Most bytes DuckDB may spill at once, all queries together; 0 never spills (a query that "
         "outgrows duckdb_memory_limit then fails with RESOURCE_EXHAUSTED)."
     )
-    open_files: int = _setting(32, "netCDF files kept open in the handle cache.")
+    open_files: int = _setting(32, "netCDF files kept open in the handle cache (one cache for all datasets).")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
     )
