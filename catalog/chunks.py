@@ -2,10 +2,9 @@
 
 Opt-in (``direct_chunks``, ``DSTP_DIRECT_CHUNKS=true``): one fresh-clone CI run with it on by default
 died of SIGBUS inside netCDF-C's close of a file (h5py loads a second copy of HDF5 into the process).
-A plausible cause was found later and removed — file handles that ``dstp publish``'s check left open
-were closed by the garbage collector, from any thread, outside the netCDF lock — but the crash was never
-reproduced, so the server reads through netCDF-C unless told otherwise. (Until that fix the setting also
-never reached a dataset's reads: each dataset had a handle cache of its own, with defaults.)
+It was never reproduced and is not explained, so the server reads through netCDF-C unless told
+otherwise. (Until da592a3 the setting also never reached a dataset's reads: each dataset had a handle
+cache of its own, with defaults.)
 
 netCDF-C and HDF5 are not thread-safe, so every call into them holds
 ``NETCDF_LOCK`` (:mod:`.netcdf4_`): a scan of zlib-compressed files then
