@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import netCDF4
 import numpy as np
 
-from dstp.catalog.chunks import ChunkReader
+from dstp.catalog.chunks import INFLATE, ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
@@ -184,6 +184,13 @@ class FileHandles:
         # loudly, not be served (netCDF-C reads a truncated classic file as fill values).
         self._identity: dict[Path, FileIdentity] = {}
         self._identity_lock = threading.Lock()
+
+    def describe(self) -> str:
+        """Return how this cache reads files, for the server's log (what is in effect, not what was asked)."""
+        how = (f"deflate/shuffle chunks read outside the netCDF lock ({INFLATE} inflate), the rest through netCDF-C"
+               if self.chunks is not None else "every read through netCDF-C")
+        cache = self.chunk_cache_bytes / 2**20
+        return f"{how}; up to {self.capacity} files open, {cache:g} MiB chunk cache per variable"
 
     def open_raw(self, path: Path) -> int:
         """Return a read-only file descriptor of published file ``path``, checked as it is opened.

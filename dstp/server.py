@@ -153,6 +153,7 @@ class DstpServer:
             log.warning("not published: %s", problem)
         log.info("catalog %s: %d datasets published, %d skipped", catalog.root, len(catalog),
                  len(catalog.problems))
+        log.info("files: %s", catalog.handles.describe())
         self.service = DstpService(catalog, s, clock=self.clock)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
             from dstp.federation import ClientRemoteSource

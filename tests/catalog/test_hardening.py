@@ -142,3 +142,18 @@ def test_bulk_downloads_of_untouched_files_still_work(private_ccm3: Path, tmp_pa
         c.get("ccm3", source.name, tmp_path / "out.nc")
     assert (tmp_path / "out.nc").read_bytes() == source.read_bytes()
     assert np.asarray(netCDF4.Dataset(tmp_path / "out.nc")["T"][0]).size > 0
+
+
+@pytest.mark.parametrize("direct_chunks", [False, True], ids=["netcdf-c", "chunk-reader"])
+def test_the_server_log_says_how_files_are_read(private_ccm3: Path, direct_chunks: bool,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """An operator sees the file settings in effect (they were once silently ignored), not the ones asked for."""
+    settings = Settings(catalog_root=private_ccm3, port=0, http_port=-1, data_port=-1, udt_port=-1, open_files=5,
+                        chunk_cache_bytes=3 * 2**20, direct_chunks=direct_chunks)
+    with caplog.at_level("INFO", logger="dstp.server"), DstpServer(settings) as srv:
+        assert srv.catalog is not None
+        effective = srv.catalog.handles
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("files: ")]
+    assert len(lines) == 1
+    assert "up to 5 files open, 3 MiB chunk cache per variable" in lines[0]
+    assert ("outside the netCDF lock" in lines[0]) == direct_chunks == (effective.chunks is not None)
