@@ -2,8 +2,11 @@
 
 Issue 15, item 5. ``select * from ccm3 limit 25000000`` over the large samples
 (zlib level 1 + shuffle, one time step per chunk, as CESM writes them): 25 M
-records, 1.12 GB of Arrow. Three ``dstp serve`` processes on the same files
+records, 1.12 GB of Arrow. Four ``dstp serve`` processes on the same files
 differ only in how they scan (environment settings):
+
+* ``default`` — no settings: the server as shipped (netCDF-C reads under its lock, plain projections
+  streamed from the scan without DuckDB);
 
 * ``netcdf-c`` — ``DSTP_DIRECT_CHUNKS=false DSTP_SCAN_THREADS=1 DSTP_PLAIN_PROJECTIONS=false``: every
   read through netCDF-C under its lock, one block at a time, every query through DuckDB (the server's
@@ -14,7 +17,8 @@ differ only in how they scan (environment settings):
 * ``direct-2`` — ``DSTP_SCAN_THREADS=2``: the same, with two blocks read ahead of DuckDB on threads.
 
 Each server is queried by fresh client processes (``python -m bench.bulk_client``: batches
-counted and dropped) over the striped channel ×8 and the gRPC stream; configurations and
+counted and dropped) over the striped channel ×8, the gRPC stream and ``auto`` (what ``dstp
+query`` does unless told, after ``AUTO_LEARNING`` untimed queries); configurations and
 transports interleaved, order rotated each round, medians of ``REPEATS``. Whole-process
 figures (client spawn to exit) next to the client's own clock (connect to last batch), and
 client and server CPU per GB (from /proc).
@@ -35,11 +39,15 @@ from bench.report import write_json, write_markdown
 NAME = "scan"
 REPEATS = 3
 CONFIGS: dict[str, dict[str, str]] = {
+    "default": {},
     "netcdf-c": {"DSTP_DIRECT_CHUNKS": "false", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "false"},
     "direct": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "true"},
     "direct-2": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "2"},
 }
-TRANSPORTS = {"striped ×8": ("striped", 8), "gRPC stream": ("grpc", 0)}
+TRANSPORTS = {"striped ×8": ("striped", 8), "gRPC stream": ("grpc", 0), "auto": ("auto", 0)}
+#: Untimed ``auto`` queries per server before the timed rounds: its tuner starts at 4 stripes and learns
+#: (per server address, in the run's own cache), as a scientist's second and later queries would find it.
+AUTO_LEARNING = 2
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -61,9 +69,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['config']} | {row['transport']} | {row['MBps']:.1f} | {row['transfer_MBps']:.1f} | "
             f"{row['seconds']:.3f} | {row['cpu_s_per_GB']:.3f} | {row['client_cpu_s']:.3f} | "
             f"{row['server_cpu_s']:.3f} | {row['rows']:,} | {row['n']} |")
+    chosen = [f"{r['config']}: {', '.join(r['channels'])}" for r in result["rows"] if r["transport"] == "auto" and r["n"]]
+    if chosen:
+        lines += ["", "`auto` chose " + "; ".join(chosen) + " (its reasons, compression included: `choices` in scan.json)."]
     if result.get("errors"):
         lines += ["", "Errors: " + "; ".join(result["errors"])]
     return "\n".join(lines) + "\n"
+
+
+def _channel(detail: dict[str, Any]) -> str:
+    """Return the channel a run used, e.g. ``striped ×8`` (what ``auto`` chose)."""
+    kind = str(detail.get("transport", "?"))
+    return f"{kind} ×{detail['streams']}" if kind == "striped" and detail.get("streams") else kind
 
 
 def plot(result: dict[str, Any], out: Path) -> None:
@@ -99,6 +116,8 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = REPEATS) -> dict[s
         order = [(c, t) for c in CONFIGS for t in TRANSPORTS]
         for c in CONFIGS:  # untimed: page cache, each server's code paths
             dstp_query(LOOPBACK, "warm-up", servers[c], sql, cache, transport="striped", streams=8)
+            for _ in range(AUTO_LEARNING):
+                dstp_query(LOOPBACK, "auto learning", servers[c], sql, cache, transport="auto")
         for rep in range(repeats):
             shift = rep % len(order)
             for config, transport in order[shift:] + order[:shift]:
@@ -110,6 +129,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = REPEATS) -> dict[s
     for (config, transport), got in runs.items():
         row = {"config": config, "transport": transport, **summarize(f"{config} {transport}", got)}
         row["rows"] = max((r.detail.get("rows", 0) for r in got if r.ok), default=0)
+        row["channels"] = sorted({_channel(r.detail) for r in got if r.ok})
         rows.append(row)
     expected = {r["rows"] for r in rows if r["n"]}
     result: dict[str, Any] = {

@@ -25,3 +25,6 @@ def test_every_scan_configuration_answers_the_same_rows(catalog_root: Path) -> N
         with netCDF4.Dataset(path) as ds:
             records += math.prod(ds["T"].shape)
     assert all(r["rows"] == records for r in result["rows"])
+    for row in result["rows"]:  # each row says which channel carried it; auto's reasons are kept
+        assert row["channels"] and all(c.split()[0] in ("striped", "grpc") for c in row["channels"]), row
+        assert all(c.startswith("auto:") == (row["transport"] == "auto") for c in row["choices"]), row
