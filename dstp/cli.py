@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -80,6 +81,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # A crash inside a native library (netCDF-C, HDF5, DuckDB, Arrow) kills the process without a Python
+    # exception; this prints every thread's Python stack to the log first, so the report says which
+    # query, file or channel was in that library.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     settings = Settings.from_env(
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,

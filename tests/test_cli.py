@@ -148,3 +148,25 @@ def test_the_serve_hint_names_a_dataset_the_catalog_has(tmp_path: Path) -> None:
         if proc.stdout:
             proc.stdout.close()
     assert 'dstp query "select t2m from station limit 5" --server 127.0.0.1:' in hint, hint
+
+
+def test_a_server_killed_by_a_native_crash_says_where_every_thread_was(catalog_root: Path) -> None:
+    """SIGBUS (or SIGSEGV) inside netCDF-C, HDF5 or DuckDB ends the process with no Python exception: the
+    server must print each thread's Python stack to its log first, or the crash cannot be traced."""
+    import signal
+
+    proc = subprocess.Popen([*DSTP, "serve", str(catalog_root), "--port", "0", "--http-port", "-1",
+                             "--data-port", "-1", "--udt-port", "-1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert any(line.startswith("try:") for line in proc.stdout), "dstp serve did not start"
+        proc.send_signal(signal.SIGBUS)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
+    assert "Fatal Python error: Bus error" in err, err[-2000:]
+    assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_serve', err), err[-2000:]

@@ -28,6 +28,7 @@ runs the partition again elsewhere (dstp/cluster/coordinator.py).
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import logging
 import os
 import threading
@@ -439,7 +440,13 @@ class WorkerNode:
 
 
 def start_node(worker: Any, settings: Settings, *, sealed: bool = False) -> WorkerNode:
-    """Return the worker's node, starting it if it has none yet (a preload and a plugin may both ask)."""
+    """Return the worker's node, starting it if it has none yet (a preload and a plugin may both ask).
+
+    It also has a crash inside netCDF-C, HDF5, DuckDB or Arrow print every thread's Python stack to the
+    worker's stderr (faulthandler), as ``dstp serve`` does, unless the worker already set that up.
+    """
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     with _NODES_LOCK:
         node = _NODES.get(worker.address)
         if node is None:

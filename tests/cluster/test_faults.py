@@ -1,18 +1,22 @@
-"""A worker SIGKILLed mid-query: the identical result, or a clear error — never a silent gap.
+"""A worker SIGKILLed mid-query: the identical result, or a clear error — never a silent gap; a worker killed
+by a native crash (SIGBUS) leaves every thread's Python stack in its log.
 
 Its own cluster (module scope): these tests kill workers.
 """
 
 from __future__ import annotations
 
+import re
+import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import dstp
 import oracle
-from cluster.conftest import KillVictimOnDial
+from cluster.conftest import KillVictimOnDial, start_dask, stop_dask
 from dstp.client._partitions import fetch_partitions
 from dstp.server import DstpServer
 from dstp.transport.tuning import AutoTuner
@@ -95,3 +99,18 @@ def test_every_worker_gone_after_planning_is_a_clear_error(coordinator: DstpServ
         stream = fetch_partitions(c._rpc, c.policy, c.policy.choose("striped", 2), info, c.target)
         with pytest.raises(dstp.errors.TransportError, match="could not be fetched|no cluster worker"):
             stream.read_all()
+
+
+def test_a_worker_killed_by_a_native_crash_says_where_every_thread_was(catalog_root: Path, tmp_path: Path) -> None:
+    """A worker's node reads netCDF-C and HDF5 too: SIGBUS or SIGSEGV there must leave each thread's Python
+    stack in the worker's log (faulthandler, enabled when the node starts), not a silent exit."""
+    cluster = start_dask(catalog_root, tmp_path, n_workers=1)
+    try:
+        (proc,) = cluster.workers.values()
+        proc.send_signal(signal.SIGBUS)
+        assert proc.wait(timeout=30) == -signal.SIGBUS
+    finally:
+        stop_dask(cluster)
+    log = (tmp_path / "dask.log").read_text(errors="replace")
+    assert "Fatal Python error: Bus error" in log, log[-2000:]
+    assert re.search(r'File ".*[/\\]transport[/\\]channel_server\.py", line \d+ in ', log), log[-3000:]  # the node's channel
