@@ -81,10 +81,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # A crash inside a native library (netCDF-C, HDF5, DuckDB, Arrow) kills the process without a Python
-    # exception; this prints every thread's Python stack to the log first, so the report says which
-    # query, file or channel was in that library.
-    faulthandler.enable(file=sys.stderr, all_threads=True)
     settings = Settings.from_env(
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
@@ -774,7 +770,12 @@ def entry() -> None:
     its message, and a ``dstp get`` that had printed "CRC-32C … verified" aborted with ``terminate
     called without an active exception`` — that one was a daemon receiver thread inside our C++
     CRC at finalization, fixed for every program in transport/_cxx/release_gil.h.
+
+    A crash inside a native library (netCDF-C, HDF5, DuckDB, Arrow, our C++ channels) kills the
+    process without a Python exception; faulthandler prints every thread's Python stack to stderr
+    (the server's log) first, so a report says which query, file or channel was in that library.
     """
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

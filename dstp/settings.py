@@ -235,7 +235,7 @@ def settings_markdown() -> str:
         "(`tests/test_settings_docs.py` fails when a setting is missing here). At start the server logs how it",
         "reads files as in effect (`files: …`: the chunk reader or netCDF-C, open files, chunk cache). A crash",
         "inside a native library (netCDF-C, HDF5, DuckDB, Arrow) prints every thread's Python stack to the log",
-        "(`Fatal Python error: …`) before the process ends, on the server and on cluster workers: include it",
+        "(`Fatal Python error: …`) before the process ends (every `dstp` command and cluster worker): include it",
         "in a bug report.",
         "",
         "| setting | environment | default | meaning |",

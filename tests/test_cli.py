@@ -170,3 +170,28 @@ def test_a_server_killed_by_a_native_crash_says_where_every_thread_was(catalog_r
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
     assert "Fatal Python error: Bus error" in err, err[-2000:]
     assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_serve', err), err[-2000:]
+
+
+def test_a_client_command_killed_by_a_native_crash_says_where_it_was() -> None:
+    """The same for every dstp command: ``dstp query`` waiting on a server that accepted its connection
+    and never answers is killed with SIGBUS, and stderr shows the command's Python stack."""
+    import signal
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(60)
+        port = listener.getsockname()[1]
+        proc = subprocess.Popen([*DSTP, "query", "select time from ccm3 limit 1", "--server", f"127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = listener.accept()  # the command is running: it dialled the "server"
+            with conn:
+                proc.send_signal(signal.SIGBUS)
+                _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
+    assert "Fatal Python error: Bus error" in err, err[-2000:]
+    assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_query', err), err[-2000:]
