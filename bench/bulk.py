@@ -99,7 +99,8 @@ class Cell:
     @property
     def label(self) -> str:
         size = "" if self.file == "1GiB" else f", {self.file} file"
-        return f"{self.rtt_ms:g} ms, {self.rate_bps / 1e9:g} Gb/s, loss {self.loss * 100:g} %{size}"
+        mtu = "" if self.mtu == 1500 else f", MTU {self.mtu}"
+        return f"{self.rtt_ms:g} ms, {self.rate_bps / 1e9:g} Gb/s, loss {self.loss * 100:g} %{mtu}{size}"
 
 
 def _iperf(n: int, cc: str = "") -> Tool:
@@ -121,13 +122,17 @@ QUERY_TOOLS = (Tool("query striped ×8", "query", 8), Tool("query auto", "query"
                Tool("query gRPC stream", "query", transport="grpc"), Tool("query UDT", "query", transport="udt"))
 WAN_ALL = (_iperf(1, "cubic"), _iperf(1, "bbr"), _iperf(8, "bbr"), _gridftp(1), _gridftp(8), _dstp(1, "cubic"),
            _dstp(1, "bbr"), _dstp(8, "cubic"), _dstp(8, "bbr"), AUTO, UDT)
+#: Issue 15's own cell: 512 MiB across 100 ms / 1 Gb/s with jumbo frames (×8 ≥ 0.85, auto ≥ 0.80 Gb/s).
+ISSUE15_WAN = Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(8), AUTO), mtu=9000, file="512MiB")
 DEFAULT_CELLS = (
     Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(4), _dstp(8), AUTO)),
+    ISSUE15_WAN,
     Cell(200, 1e-3, (_iperf(1, "cubic"), _dstp(8, "bbr"), AUTO, UDT)),
 )
 FULL_CELLS = (
     Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(1), _dstp(2), _dstp(4), _dstp(8), _dstp(16), AUTO, UDT)),
     Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(8), AUTO), file="4GiB"),  # steady state: 30 s runs, ~3.4 GiB
+    ISSUE15_WAN,
     *(Cell(rtt, loss, WAN_ALL) for rtt in (60, 200) for loss in (0.0, 1e-4, 1e-3)),
 )
 LOOPBACK_FILES = ("100MiB", "1GiB")
@@ -441,7 +446,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = REPEATS) -> dict[s
     started = time.monotonic()
     full = full_mode() and not quick
     repeats = 1 if quick else repeats
-    sizes = (8,) if quick else (100, 1024, 4096) if full else (100, 1024)
+    sizes = (8,) if quick else (100, 512, 1024, 4096) if full else (100, 512, 1024)
     cells = () if quick else FULL_CELLS if full else DEFAULT_CELLS
     result: dict[str, Any] = {"mode": "quick" if quick else "full" if full else "default", "repeats": repeats,
                               "cap_s": CAP_S, "warmup_max": WARMUP_MAX,
