@@ -16,13 +16,18 @@ a "decrease" flag. The rule:
 * while "decrease" is on, each transfer tries one stream fewer; if it keeps
   at least 97 % of the best throughput the smaller count is adopted, otherwise
   "decrease" goes off and the previous count stays;
-* when the path changes — the RTT moves by more than 30 %, or throughput at
-  the settled count falls under 70 % of what it was — streams go up again
-  (×2, at least +2) and the search restarts.
+* when the path changes — the RTT moves by more than 30 % and more than
+  ``LAN_RTT_S`` (5 ms), or throughput at the settled count falls under 70 % of
+  what it was — streams go up again (×2, at least +2) and the search restarts.
+  The 5 ms floor is measured: the client's RTT pings (user space, on a busy
+  2-core host) read 0.7–3.7 ms on loopback from one transfer to the next, and
+  with a 2 ms floor each such swing counted as a new path and doubled the
+  stripes (4 → 64 on loopback in one benchmark run); under 5 ms the
+  bandwidth-delay product of a 1 Gb/s path fits one stream's window anyway.
 
 Explicit socket buffers are requested only when they beat the kernel's own
 autotuning (:func:`dstp.transport.tcp.buffer_plan`); congestion control is BBR
-when the server allows it and the path is not a LAN (RTT ≥ 5 ms), since BBR
+when the server allows it and the path is not a LAN (RTT ≥ ``LAN_RTT_S``), since BBR
 holds a lossy long path full where CUBIC collapses. Transfers under
 ``min_bytes`` teach nothing (latency dominates) and are not recorded.
 """
@@ -41,7 +46,15 @@ import platformdirs
 
 from dstp.transport.tcp import buffer_plan
 
-__all__ = ["AutoTuner", "ChannelRecord", "StripePlan", "TuneRecord", "path_loss"]
+__all__ = ["LAN_RTT_S", "AutoTuner", "ChannelRecord", "StripePlan", "TuneRecord", "path_loss", "same_path"]
+
+#: Below this RTT a path is a LAN: CUBIC rather than BBR, and RTT differences are measurement noise, not a new path.
+LAN_RTT_S = 0.005
+
+
+def same_path(known_rtt_s: float, rtt_s: float) -> bool:
+    """Return True unless ``rtt_s`` differs from ``known_rtt_s`` by over 30 % and over ``LAN_RTT_S``."""
+    return abs(rtt_s - known_rtt_s) <= max(0.3 * known_rtt_s, LAN_RTT_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +175,7 @@ class AutoTuner:
             channels = raw.setdefault("channels", {}).setdefault(endpoint, {})
             old = channels.get(transport)
             best = bps
-            if old and abs(rtt_s - old["rtt_s"]) <= max(0.3 * old["rtt_s"], 0.002):
+            if old and same_path(old["rtt_s"], rtt_s):
                 best = max(bps, old["best_bps"])
             record = ChannelRecord(best, bps, loss, rtt_s, time.time())
             channels[transport] = asdict(record)
@@ -182,13 +195,10 @@ class AutoTuner:
         if "striped" not in offered:
             return "udt", "udt (the only data channel offered)"
 
-        def same_path(rec: Any) -> bool:
-            return rec is not None and abs(rtt_s - rec.rtt_s) <= max(0.3 * rec.rtt_s, 0.002)
-
         tcp = self.channel_record(endpoint, "striped")
         udt = self.channel_record(endpoint, "udt")
-        tcp = tcp if same_path(tcp) else None
-        udt = udt if same_path(udt) else None
+        tcp = tcp if tcp is not None and same_path(tcp.rtt_s, rtt_s) else None
+        udt = udt if udt is not None and same_path(udt.rtt_s, rtt_s) else None
         if tcp and udt:
             if udt.best_bps > 1.1 * tcp.best_bps:
                 return "udt", (f"udt: measured {udt.best_bps / 1e6:.0f} Mb/s here vs striped TCP "
@@ -214,7 +224,7 @@ class AutoTuner:
         return buffer_plan(wanted)
 
     def _cc(self, rtt_s: float, allowed: Sequence[str]) -> str:
-        return "bbr" if "bbr" in allowed and rtt_s >= 0.005 else ""
+        return "bbr" if "bbr" in allowed and rtt_s >= LAN_RTT_S else ""
 
     def plan(self, endpoint: str, rtt_s: float, allowed_cc: Sequence[str] = (), max_streams: int | None = None) -> StripePlan:
         """Return the stripe plan for the next transfer to ``endpoint``."""
@@ -248,7 +258,7 @@ class AutoTuner:
 
     @staticmethod
     def _path_changed(rec: TuneRecord, rtt_s: float) -> bool:
-        return abs(rtt_s - rec.rtt_s) > max(0.3 * rec.rtt_s, 0.002)
+        return not same_path(rec.rtt_s, rtt_s)
 
     def record(self, endpoint: str, plan: StripePlan, nbytes: int, seconds: float, rtt_s: float) -> TuneRecord | None:
         """Learn from a finished transfer; return the updated record (None if too small to teach)."""

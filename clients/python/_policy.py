@@ -44,7 +44,7 @@ from dstp.errors import DstpError, TransportUnavailableError
 from dstp.transport.channels import DataChannel
 from dstp.transport.pool import ConnectionPool
 from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
-from dstp.transport.tuning import AutoTuner, StripePlan, path_loss
+from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
            "CodecCost", "estimate_seconds", "udt_built"]
@@ -100,10 +100,10 @@ SCAN_BPS = 370e6
 #: scan uses them too; one is the conservative count (Arrow does compress buffers in parallel).
 CODEC_CORES = 1
 
-#: Assumed path bandwidth, bits/s, when this server was never measured and the RTT is a LAN's
-#: (under :data:`LAN_RTT_S`); a longer path is assumed at the tuner's ``assumed_bandwidth_bps`` (1 Gb/s).
-#: 5 ms, the tuner's own LAN bound (BBR from 5 ms): a gRPC Ping on a busy loopback can take over 1 ms.
-LAN_RTT_S, LAN_BANDWIDTH_BPS = 0.005, 10e9
+#: Assumed path bandwidth, bits/s, when this server was never measured and the RTT is a LAN's (under the
+#: tuner's :data:`LAN_RTT_S`, 5 ms: a gRPC Ping on a busy loopback can take over 1 ms); a longer path is
+#: assumed at the tuner's ``assumed_bandwidth_bps`` (1 Gb/s).
+LAN_BANDWIDTH_BPS = 10e9
 
 #: A codec is taken only when the model says it is at least this much faster than the next best
 #: choice without it (the model's constants are one result's; a close call is not worth the CPU).
@@ -303,7 +303,7 @@ class ChannelPolicy:
         """
         measured = [rec.best_bps for kind in ("striped", "udt")
                     if (rec := self.tuner.channel_record(self.key, kind)) is not None
-                    and abs(rtt_s - rec.rtt_s) <= max(0.3 * rec.rtt_s, 0.002)]
+                    and same_path(rec.rtt_s, rtt_s)]
         if measured:
             return max(measured), "measured"
         if rtt_s < LAN_RTT_S:

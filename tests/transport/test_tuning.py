@@ -129,3 +129,28 @@ def test_path_loss_from_the_servers_stripes() -> None:
     paths = {"0": {"retransmits": 3, "segments": 1000}, "1": {"retransmits": 1, "segments": 1000}}
     assert path_loss(paths) == 0.002
     assert path_loss({}) == 0.0
+
+
+def test_rtt_jitter_on_a_lan_is_not_a_new_path(tmp_path: Path) -> None:
+    """Loopback RTT pings read 0.7–3.7 ms from one transfer to the next on a busy host; with a 2 ms floor each
+    swing counted as a new path and doubled the stripes (4 → 64 in one benchmark run)."""
+    tuner = AutoTuner(tmp_path / "t.json")
+    jitter = iter([0.0023, 0.0013, 0.0032, 0.0011, 0.0037, 0.0007, 0.0030, 0.0009, 0.0036, 0.0012])
+    used, reasons = [], []
+    for rtt in jitter:  # the same throughput whatever the count: more stripes gain nothing
+        plan = tuner.plan("lan", rtt)
+        used.append(plan.streams)
+        reasons.append(plan.reason)
+        tuner.record("lan", plan, 1000 * MB, 1000 * MB * 8 / 3e9, rtt)
+    assert not any("path changed" in r for r in reasons), reasons
+    assert max(used) == 8 and used[-1] <= 4, used  # one upward probe, then shedding
+    plan = tuner.plan("lan", 0.1)  # the server moved across an ocean: that is a new path
+    assert "path changed" in plan.reason and plan.streams > used[-1]
+
+
+def test_udt_and_striped_measurements_count_across_lan_jitter(tmp_path: Path) -> None:
+    tuner = AutoTuner(tmp_path / "t.json")
+    tuner.observe("lan", "striped", 500 * MB, 500 * MB * 8 / 900e6, 0.0008, 0.0)
+    tuner.observe("lan", "udt", 500 * MB, 500 * MB * 8 / 2000e6, 0.0035, 0.0)
+    kind, why = tuner.choose_channel("lan", ["striped", "udt"], 0.0030)
+    assert kind == "udt" and "measured" in why  # both measurements are of this path
