@@ -464,14 +464,20 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = REPEATS) -> dict[s
     return result
 
 
-def quick_wan(name: str, seconds: float = 10.0) -> list[Run]:
-    """Return ``dstp get`` runs of an 8 MiB file over a 20 ms / 200 Mb/s emulated path (byte-compared)."""
+def quick_wan(name: str, seconds: float = 10.0, capped_s: float = 4.0) -> list[Run]:
+    """Return ``dstp get`` runs of an 8 MiB file over a 20 ms / 200 Mb/s emulated path (byte-compared), then
+    one of a 128 MiB file cut at ``capped_s`` (the link needs 5.4 s for it), as the WAN cells cut slow peers."""
     from bench.wan import WanPath
 
     with workspace("bulk-wan") as work:
-        catalog = make_catalog(work / "catalog", (8,))
+        catalog = make_catalog(work / "catalog", (8, 128))
+        small, big = catalog.file("8MiB"), catalog.file("128MiB")
         with WanPath.up(rtt_ms=20, rate_bps=200e6, loss=0.0, name=name) as path:
             place = Place(path.server_ns, path.client_ns, path.server_addr, path.client_addr)
             with Bench(place, work, seconds, True, root=catalog.root,
                        serve_args=("--host", path.server_addr, "--port", str(WAN_PORT))) as bench:
-                return [run_tool(t, bench, catalog.files[0]) for t in (_dstp(4), AUTO)]
+                runs = [run_tool(t, bench, small) for t in (_dstp(4), AUTO)]
+                assert bench.server is not None
+                runs.append(tools.dstp_get(place, "dstp ×4 cut at the cap", bench.server, big, bench.out,
+                                     bench.fixed_cache, transport="striped", streams=4, cap_s=capped_s))
+                return runs

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from dstp.transport.files import STATE_SUFFIX, crc32c_of_file
+from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX, crc32c_of_file, partial_path
 
 from bench.bulk_catalog import DATASET, BulkFile
 from bench.dstp_process import ServerProcess
@@ -236,7 +236,7 @@ def check_output(out: Path, source: BulkFile, compare_bytes: bool) -> tuple[str,
 def remove_output(out: Path) -> None:
     """Delete a download and its resume state (a leftover state file would make the next run resume)."""
     for p in (out, out.with_name(out.name + STATE_SUFFIX), out.with_name(out.name + STATE_SUFFIX + ".tmp"),
-              out.with_name(out.name + STATE_SUFFIX + ".data")):
+              out.with_name(out.name + PARTIAL_SUFFIX)):
         p.unlink(missing_ok=True)
 
 
@@ -375,7 +375,9 @@ def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, o
         if m and done.returncode == 0:
             return Run(tool, int(m.group(1).replace(",", "")), done.wall_s, done.cpu_s, server_cpu, True,
                        transfer_s=float(m.group(2)), detail=detail)
-        got = allocated_bytes(out)
+        # A download in progress lives in OUT.dstp-partial.data until its CRC is checked (8be8ce6): a run cut at
+        # the cap counts what that file holds (counting OUT alone reported 0 bytes for every capped run).
+        got = max(allocated_bytes(out), allocated_bytes(partial_path(out)))
         if not done.interrupted:
             detail["error"] = done.stderr.strip()[-400:]
         return Run(tool, got, done.wall_s, done.cpu_s, server_cpu, False, ok=done.interrupted and got > 0,
