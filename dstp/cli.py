@@ -775,7 +775,10 @@ def entry() -> None:
     process without a Python exception; faulthandler prints every thread's Python stack to stderr
     (the server's log) first, so a report says which query, file or channel was in that library.
     """
-    faulthandler.enable(file=sys.stderr, all_threads=True)
+    try:
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    except (RuntimeError, ValueError, OSError):  # no usable stderr (closed, or not a file): run without it
+        pass
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

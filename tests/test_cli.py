@@ -195,3 +195,10 @@ def test_a_client_command_killed_by_a_native_crash_says_where_it_was() -> None:
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
     assert "Fatal Python error: Bus error" in err, err[-2000:]
     assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_query', err), err[-2000:]
+
+
+def test_a_command_runs_with_its_stderr_closed() -> None:
+    """``dstp … 2>&-`` (cron, some batch systems): no stderr for the crash handler is no reason to fail."""
+    proc = subprocess.run(f"{sys.executable} -m dstp.cli --help 2>&-", shell=True, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "usage: dstp" in proc.stdout, (proc.returncode, proc.stdout[-500:])

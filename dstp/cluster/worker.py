@@ -446,7 +446,10 @@ def start_node(worker: Any, settings: Settings, *, sealed: bool = False) -> Work
     worker's stderr (faulthandler), as ``dstp serve`` does, unless the worker already set that up.
     """
     if not faulthandler.is_enabled():
-        faulthandler.enable(all_threads=True)
+        try:
+            faulthandler.enable(all_threads=True)
+        except (RuntimeError, ValueError, OSError):  # a worker whose stderr is no file: it runs without
+            pass
     with _NODES_LOCK:
         node = _NODES.get(worker.address)
         if node is None:
