@@ -150,17 +150,11 @@ def test_the_serve_hint_names_a_dataset_the_catalog_has(tmp_path: Path) -> None:
     assert 'dstp query "select t2m from station limit 5" --server 127.0.0.1:' in hint, hint
 
 
-def test_a_server_killed_by_a_native_crash_says_where_every_thread_was(catalog_root: Path) -> None:
-    """SIGBUS (or SIGSEGV) inside netCDF-C, HDF5 or DuckDB ends the process with no Python exception: the
-    server must print each thread's Python stack to its log first, or the crash cannot be traced."""
+def _stacks_at_sigbus(proc: subprocess.Popen[str]) -> str:
+    """Send SIGBUS to a running ``dstp`` process; return its stderr once it died of it, printing its stacks."""
     import signal
 
-    proc = subprocess.Popen([*DSTP, "serve", str(catalog_root), "--port", "0", "--http-port", "-1",
-                             "--data-port", "-1", "--udt-port", "-1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None
-        assert any(line.startswith("try:") for line in proc.stdout), "dstp serve did not start"
         proc.send_signal(signal.SIGBUS)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -169,13 +163,25 @@ def test_a_server_killed_by_a_native_crash_says_where_every_thread_was(catalog_r
             proc.communicate()
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
     assert "Fatal Python error: Bus error" in err, err[-2000:]
+    return err
+
+
+def test_a_server_killed_by_a_native_crash_says_where_every_thread_was(catalog_root: Path) -> None:
+    """SIGBUS (or SIGSEGV) inside netCDF-C, HDF5 or DuckDB ends the process with no Python exception: the
+    server must print each thread's Python stack to its log first, or the crash cannot be traced."""
+    proc = subprocess.Popen([*DSTP, "serve", str(catalog_root), "--port", "0", "--http-port", "-1",
+                             "--data-port", "-1", "--udt-port", "-1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    started = any(line.startswith("try:") for line in proc.stdout)
+    err = _stacks_at_sigbus(proc)
+    assert started, err[-2000:]
     assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_serve', err), err[-2000:]
 
 
 def test_a_client_command_killed_by_a_native_crash_says_where_it_was() -> None:
     """The same for every dstp command: ``dstp query`` waiting on a server that accepted its connection
     and never answers is killed with SIGBUS, and stderr shows the command's Python stack."""
-    import signal
     import socket
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -185,15 +191,12 @@ def test_a_client_command_killed_by_a_native_crash_says_where_it_was() -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             conn, _ = listener.accept()  # the command is running: it dialled the "server"
-            with conn:
-                proc.send_signal(signal.SIGBUS)
-                _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert proc.returncode == -signal.SIGBUS, (proc.returncode, err[-2000:])
-    assert "Fatal Python error: Bus error" in err, err[-2000:]
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        with conn:
+            err = _stacks_at_sigbus(proc)
     assert re.search(r'File ".*dstp[/\\]cli\.py", line \d+ in cmd_query', err), err[-2000:]
 
 
