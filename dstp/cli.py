@@ -481,32 +481,26 @@ def cmd_query(args: argparse.Namespace) -> int:
     return status
 
 
-def cmd_get(args: argparse.Namespace) -> int:
-    import dstp
-    from dstp.transport.files import STATE_SUFFIX, partial_path
+def _kept(out: Path, partial: str, state: str) -> str:
+    """Return what an unfinished download left behind, and how to go on."""
+    return (f"{out} was not written; what arrived is kept in {Path(partial).name} (progress in "
+            f"{Path(state).name}): run the same command again to resume")
 
+
+def cmd_get(args: argparse.Namespace) -> int:
     out = Path(args.output or Path(args.file).name)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    progress, finish = _progress_display(show)
-    kept = (f"{out} was not written; what arrived is kept in {partial_path(out).name} (progress in "
-            f"{out.name}{STATE_SUFFIX}): run the same command again to resume")
+    agent = None if args.no_agent else os.environ.get("DSTP_AGENT_SOCK")
     previous = signal.signal(signal.SIGTERM, _terminate)
-    with _connect(args) as c:
-        try:
-            summary = c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
-                            transport=args.transport, streams=args.streams,
-                            congestion_control=args.congestion_control, progress=progress)
-        except KeyboardInterrupt:
-            finish()
-            print(f"dstp: interrupted; {kept}", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except _Terminated:
-            finish()
-            print(f"dstp: terminated; {kept}", file=sys.stderr)
-            return EXIT_TERMINATED
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            finish()
+    try:
+        got = _get_via_agent(args, agent, out, show) if agent else None
+        if got is None:
+            got = _get_directly(args, out, show)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if isinstance(got, int):  # interrupted, or the agent said why it failed
+        return got
+    summary = got
     resumed = f", resumed after {summary['resumed_from']:,} bytes" if summary["resumed_from"] else ""
     print(f"{summary['size']:,} bytes → {out} in {summary['seconds']:.2f} s "
           f"({summary['bytes_per_s'] / 2**20:.1f} MiB/s over {summary['transport']} × {summary['streams']}{resumed}); "
@@ -523,6 +517,96 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.verbose:
         print(f"choice: {summary['choice']}", file=sys.stderr)
         print(f"data path: {summary.get('data_path', '')}", file=sys.stderr)
+        if agent and summary.get("agent"):
+            print(f"agent: {summary['agent']}", file=sys.stderr)
+    return 0
+
+
+def _get_directly(args: argparse.Namespace, out: Path, show: bool) -> dict[str, Any] | int:
+    """Download in this process; return the summary, or the exit status of an interrupted download."""
+    from dstp.transport.files import STATE_SUFFIX, partial_path
+
+    progress, finish = _progress_display(show)
+    kept = _kept(out, str(partial_path(out)), f"{out}{STATE_SUFFIX}")
+    with _connect(args) as c:
+        try:
+            return dict(c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
+                              transport=args.transport, streams=args.streams,
+                              congestion_control=args.congestion_control, progress=progress))
+        except KeyboardInterrupt:
+            finish()
+            print(f"dstp: interrupted; {kept}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except _Terminated:
+            finish()
+            print(f"dstp: terminated; {kept}", file=sys.stderr)
+            return EXIT_TERMINATED
+        finally:
+            finish()
+
+
+def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: bool) -> dict[str, Any] | int | None:
+    """Hand the download to the agent at ``socket_path``; return its summary, an exit status, or None if
+    no agent answers there (then the caller downloads directly, having said so)."""
+    from types import SimpleNamespace
+
+    from dstp.agent import AgentError, AgentUnavailable, get_via_agent
+    from dstp.credentials import client_credentials
+
+    token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
+    request = {"server": args.server, "token": token or "", "tls": tls,
+               "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "dataset": args.dataset,
+               "file": args.file, "out": str(out.resolve()), "offset": args.offset, "length": args.length,
+               "transport": args.transport, "streams": args.streams, "congestion_control": args.congestion_control}
+    draw, finish = _progress_display(show)
+
+    def progress(p: dict[str, Any]) -> None:
+        if draw is not None:
+            draw(SimpleNamespace(rows=0, estimated_rows=-1, bytes=p["bytes"], transport=p["transport"],
+                                 streams=p["streams"],
+                                 rate_bytes_per_s=p["bytes"] / p["seconds"] if p["seconds"] > 0 else 0.0))
+
+    try:
+        return get_via_agent(socket_path, request, progress if draw is not None else None)
+    except AgentUnavailable as exc:
+        finish()
+        print(f"dstp: no agent answers at {socket_path} ({exc}); downloading without it", file=sys.stderr)
+        return None
+    except AgentError as exc:
+        finish()
+        _err(str(exc))
+        return 1
+    except (KeyboardInterrupt, _Terminated) as exc:
+        finish()
+        stopped = getattr(exc, "agent_answer", {}).get("stopped")
+        said = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        if stopped:
+            print(f"dstp: {said}; {_kept(out, stopped['partial'], stopped['state'])}", file=sys.stderr)
+        else:
+            print(f"dstp: {said}; the agent at {socket_path} did not confirm it stopped within its wait: {out} was "
+                  "not written; run the same command again to resume once it has", file=sys.stderr)
+        return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
+    finally:
+        finish()
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from dstp.agent import AGENT_ENV, Agent, default_socket_path
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path = Path(args.socket) if args.socket else default_socket_path()
+    agent = Agent(path, client_idle_s=args.client_idle)
+    agent.start()
+    print(f"export {AGENT_ENV}={path}", flush=True)
+    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` runs here on connections kept warm "
+          f"(a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.", file=sys.stderr, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    agent.close()
+    print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr)
     return 0
 
 
@@ -710,10 +794,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", type=int, default=0, help="parallel streams (default: auto-tuned)")
     p.add_argument("--congestion-control", default="", help="TCP congestion control, e.g. bbr or cubic")
     p.add_argument("-v", "--verbose", action="store_true", help="say why the channel and streams were chosen")
+    p.add_argument("--no-agent", action="store_true",
+                   help="download in this process even when $DSTP_AGENT_SOCK names a running `dstp agent`")
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("agent", help="keep connections warm for `dstp get` (export DSTP_AGENT_SOCK it prints)",
+                       description="Run until Ctrl-C, listening on a Unix socket only your user can use. With "
+                                   "DSTP_AGENT_SOCK naming that socket (the agent prints the line to export), "
+                                   "`dstp get` hands its download to the agent, which keeps a client per server: "
+                                   "the control channel, the data stripes (and their TCP windows) and the "
+                                   "auto-tuner's measurements carry over from one command to the next, and a "
+                                   "command starts without loading gRPC. Ctrl-C on a `dstp get` stops its "
+                                   "download in the agent and keeps what arrived, as without the agent.")
+    p.add_argument("--socket", default=None, metavar="PATH",
+                   help="where to listen (default: $XDG_RUNTIME_DIR/dstp-agent.sock, else /tmp/dstp-UID/agent.sock)")
+    p.add_argument("--client-idle", type=float, default=600.0, metavar="S",
+                   help="close a server's connections after S seconds unused (default 600)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    p.set_defaults(func=cmd_agent)
 
     p = sub.add_parser("token", help="API tokens of a server on this machine (create, list, revoke)",
                        description="Manage the API tokens a dstp server on this machine accepts. Tokens are "

@@ -17,7 +17,6 @@ sealed.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from pathlib import Path
@@ -30,6 +29,7 @@ from dstp.client._download import download
 from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
+from dstp.credentials import client_credentials
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
 from dstp.transport.channels import DataChannel
 from dstp.transport.codec import QueryInfo, TransferSummary
@@ -41,15 +41,6 @@ if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor ds
     from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["Client", "connect"]
-
-
-def _credentials(token: str | None, tls: bool | None, ca_file: str | None) -> tuple[str | None, bool, str | None]:
-    """Return (token, tls, ca_file): what was given, else ``DSTP_TOKEN``, ``DSTP_CA_FILE``, ``DSTP_TLS``."""
-    token = token if token is not None else (os.environ.get("DSTP_TOKEN") or None)
-    ca_file = ca_file if ca_file is not None else (os.environ.get("DSTP_CA_FILE") or None)
-    if tls is None:
-        tls = bool(ca_file) or os.environ.get("DSTP_TLS", "").lower() in ("1", "true", "yes", "on")
-    return token, tls, ca_file
 
 
 class Client:
@@ -78,7 +69,7 @@ class Client:
     ) -> None:
         self.target = target
         self.timeout = timeout
-        token, tls, ca_file = _credentials(token, tls, ca_file)
+        token, tls, ca_file = client_credentials(token, tls, ca_file)
         #: Whether the control connection speaks TLS (then data channels must be sealed).
         self.tls = tls
         self._rpc = Rpc(target, timeout=timeout, max_message_bytes=max_message_bytes, token=token, tls=tls,

@@ -1,0 +1,268 @@
+"""``dstp agent``: ``dstp get`` handed to a long-lived process over a Unix socket, run as a user would.
+
+Real ``dstp get`` processes talk to an agent (a real ``dstp agent`` process, or one in this process
+where a test needs to hold a download at a gate) which downloads from a real server on loopback.
+The oracle for every byte is the published file itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import dstp
+from dstp.agent import AGENT_ENV, Agent, _Clients
+from dstp.transport.channels import StripedChannel
+from dstp.transport.crc import crc32c
+from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX
+from dstp.transport.tuning import AutoTuner
+
+DSTP = [sys.executable, "-m", "dstp.cli"]
+NAME = "ccm3_1990-01.nc"
+
+
+def _env(sock: Path | str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSTP_")}
+    env[AGENT_ENV] = str(sock)
+    return env
+
+
+def _get(server: str, out: Path, sock: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DSTP, "get", "ccm3", NAME, "-o", str(out), "--server", server, *extra],
+                          env=_env(sock), capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def agent_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    sock = tmp_path / "agent.sock"
+    proc = subprocess.Popen([*DSTP, "agent", "--socket", str(sock)], env=_env(""), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"export {AGENT_ENV}={sock}"
+        yield sock, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_get_through_the_agent_is_the_file_and_reuses_the_agents_client(data_server, catalog_root, tmp_path,
+                                                                          agent_process) -> None:
+    sock, proc = agent_process
+    source = (catalog_root / "ccm3" / NAME).read_bytes()
+    server = data_server.endpoints.grpc
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    said = []
+    for i, transport in enumerate(["striped", "striped", "auto"]):
+        out = tmp_path / f"copy{i}.nc"
+        run = _get(server, out, sock, "--transport", transport, "--streams", "2", "-v")
+        assert run.returncode == 0, run.stderr
+        assert out.read_bytes() == source
+        assert f"CRC-32C {crc32c(source):08x} verified" in run.stderr
+        said.append(next(line for line in run.stderr.splitlines() if line.startswith("agent: ")))
+        assert not list(tmp_path.glob("*" + STATE_SUFFIX + "*"))
+    assert said[0].endswith(f"on a new client of {server}")
+    assert all(s.endswith("on a client kept from an earlier request") for s in said[1:]), said
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped after 3 request(s)" in err
+    assert not sock.exists()
+
+
+def test_a_get_through_the_agent_loads_no_grpc(data_server, catalog_root, tmp_path, agent_process) -> None:
+    sock, _ = agent_process
+    out = tmp_path / "light.nc"
+    program = ("import sys\nfrom dstp.cli import main\n"
+               f"code = main(['get', 'ccm3', {NAME!r}, '-o', {str(out)!r}, '--server', "
+               f"{data_server.endpoints.grpc!r}])\n"
+               "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'pyarrow', 'numpy'))\n"
+               "print(code, heavy)\n")
+    run = subprocess.run([sys.executable, "-c", program], env=_env(sock), capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "0 []", run.stdout + run.stderr
+    assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+
+
+def test_without_an_agent_at_the_socket_get_says_so_and_downloads_itself(data_server, catalog_root, tmp_path) -> None:
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))  # a socket file nobody listens on: an agent that died
+    s.close()
+    for sock in (tmp_path / "none.sock", stale):
+        out = tmp_path / "direct.nc"
+        run = _get(data_server.endpoints.grpc, out, sock)
+        assert run.returncode == 0, run.stderr
+        assert f"no agent answers at {sock}" in run.stderr and "downloading without it" in run.stderr
+        assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+        out.unlink()
+
+
+def test_an_error_says_what_it_says_without_the_agent(data_server, tmp_path, agent_process) -> None:
+    sock, proc = agent_process
+    server = data_server.endpoints.grpc
+    for args in (["ccm3", "no_such_file.nc"], ["no_such_dataset", NAME]):
+        cmd = [*DSTP, "get", *args, "-o", str(tmp_path / "x"), "--server", server]
+        via = subprocess.run(cmd, env=_env(sock), capture_output=True, text=True, timeout=60)
+        direct = subprocess.run([*cmd, "--no-agent"], env=_env(sock), capture_output=True, text=True, timeout=60)
+        assert via.returncode == direct.returncode == 1
+        assert via.stderr.startswith("dstp: error: ") and via.stderr == direct.stderr
+        assert not (tmp_path / "x").exists()
+    assert proc.poll() is None
+
+
+def _ask(sock: Path, data: bytes) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall(data)
+        return dict(json.loads(s.makefile("rb").readline()))
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"not json\n", "not JSON"),
+    (b'{"dstp_agent": 99, "op": "get"}\n', "restart the agent"),
+    (b'{"dstp_agent": 1, "op": "rm"}\n', "unknown op 'rm'"),
+    (b'{"dstp_agent": 1, "op": "get", "server": "h:1", "dataset": "d", "file": "f", "out": "rel/x"}\n',
+     "absolute path"),
+    (b'{"dstp_agent": 1, "op": "get", "dataset": "d"}\n', "'server' missing"),
+    (b"x" * 70_000, "longer than"),
+])
+def test_a_bad_request_gets_a_clear_error_and_the_agent_keeps_serving(data_server, catalog_root, tmp_path,
+                                                                       agent_process, data, says) -> None:
+    sock, proc = agent_process
+    answer = _ask(sock, data)
+    assert "bad request to the agent" in answer["error"] and says in answer["error"], answer
+    out = tmp_path / "after.nc"
+    assert _get(data_server.endpoints.grpc, out, sock).returncode == 0
+    assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+
+
+def test_a_second_agent_on_the_same_socket_is_refused_and_a_stale_socket_replaced(tmp_path, agent_process) -> None:
+    sock, _ = agent_process
+    again = subprocess.run([*DSTP, "agent", "--socket", str(sock)], env=_env(""), capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 1 and f"an agent already listens at {sock}" in again.stderr
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()
+    with Agent(stale, connect=lambda *a, **k: None):
+        assert _ask(stale, b"{}\n")["error"].startswith("bad request")
+
+
+class _Held:
+    """A client connection that stops receiving, once ``after`` bytes have come, until ``gate`` is set."""
+
+    def __init__(self, inner: Any, gate: threading.Event, held: threading.Event, after: int) -> None:
+        self.inner, self.gate, self.held, self.after, self.position = inner, gate, held, after, 0
+
+    def recv_into(self, view: memoryview) -> int:
+        if self.position >= self.after and not self.gate.is_set():
+            self.held.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        n = int(self.inner.recv_into(view[:max(1, min(view.nbytes, self.after - self.position))]
+                                     if self.position < self.after else view))
+        self.position += n
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _Gated(StripedChannel):
+    def __init__(self, inner: Any, gate: threading.Event, held: threading.Event) -> None:
+        super().__init__()
+        self.inner, self.gate, self.held = inner, gate, held
+
+    def connect(self, stripe: int) -> Any:
+        return _Held(self.inner.connect(stripe), self.gate, self.held, after=300_000)
+
+
+class _Said(logging.Handler):
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.INFO)
+        self.words, self.seen = words, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(data_server, catalog_root, tmp_path,
+                                                                        sig, status, said) -> None:
+    """Ctrl-C (or SIGTERM) on `dstp get` stops the download in the agent, which keeps what arrived."""
+    gate, held = threading.Event(), threading.Event()
+    sock = tmp_path / "agent.sock"
+    out = tmp_path / "big.nc"
+    source = (catalog_root / "ccm3" / NAME).read_bytes()
+
+    def connect(server: str, **kw: Any) -> dstp.Client:
+        return dstp.Client(server, tuner=AutoTuner(tmp_path / "tuning.json"),
+                           wrap_channel=lambda channel: _Gated(channel, gate, held), **kw)
+
+    left = _Said("left; stopping at the next block")
+    log = logging.getLogger("dstp.agent")
+    level = log.level
+    log.setLevel(logging.INFO)
+    log.addHandler(left)
+    try:
+        with Agent(sock, connect=connect):
+            proc = subprocess.Popen([*DSTP, "get", "ccm3", NAME, "-o", str(out), "--server", data_server.endpoints.grpc,
+                                     "--transport", "striped", "--streams", "1"],
+                                    env=_env(sock), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                assert held.wait(60), "the download never reached the gate"
+                proc.send_signal(sig)
+                assert left.seen.wait(60), "the agent did not notice its caller stopped"
+            finally:
+                gate.set()  # the next block arrives, and the agent stops there
+                _, err = proc.communicate(timeout=60)
+            assert proc.returncode == status, err
+            assert f"dstp: {said}; {out} was not written; what arrived is kept in {out.name}{PARTIAL_SUFFIX}" in err
+            assert not out.exists() and (tmp_path / (out.name + STATE_SUFFIX)).exists()
+            again = _get(data_server.endpoints.grpc, out, sock, "--transport", "striped", "--streams", "1")
+    finally:
+        log.removeHandler(left)
+        log.setLevel(level)
+    assert again.returncode == 0, again.stderr
+    assert out.read_bytes() == source
+    resumed = int(again.stderr.split("resumed after ")[1].split(" bytes")[0].replace(",", ""))
+    assert 0 < resumed < len(source)
+
+
+def test_kept_clients_are_closed_once_unused_for_their_idle_time() -> None:
+    now = [0.0]
+    closed: list[str] = []
+
+    class Client:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    clients = _Clients(lambda server, **kw: Client(server), idle_s=60.0, clock=lambda: now[0])
+    a, kept = clients.take(("a:1", "", False, ""))
+    assert not kept
+    b, _ = clients.take(("b:1", "", False, ""))
+    clients.give(("a:1", "", False, ""), a)
+    now[0] = 30.0
+    clients.give(("b:1", "", False, ""), b)
+    again, kept = clients.take(("a:1", "", False, ""))
+    assert again is a and kept
+    clients.give(("a:1", "", False, ""), a)  # used again at 30 s
+    now[0] = 89.0
+    assert clients.reap() == 0 and closed == []
+    now[0] = 90.0
+    assert clients.reap() == 2 and sorted(closed) == ["a:1", "b:1"] and clients.idle() == 0
