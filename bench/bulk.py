@@ -58,7 +58,7 @@ from dstp.transport.tuning import AutoTuner
 from bench import bulk_tools as tools
 from bench.bulk_catalog import BulkCatalog, BulkFile, make_catalog
 from bench.bulk_tools import Place, Run
-from bench.dstp_process import ServerProcess, serve
+from bench.dstp_process import AgentProcess, ServerProcess, agent, serve
 from bench.report import median
 
 NAME = "bulk"
@@ -83,6 +83,7 @@ class Tool:
     streams: int = 0
     congestion: str = ""
     transport: str = "striped"
+    agent: bool = False  # `dstp get` handed to the bench's `dstp agent` (warm connections, no gRPC import)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +117,16 @@ def _dstp(n: int, cc: str = "") -> Tool:
 
 
 AUTO = Tool("dstp auto", "dstp", transport="auto")
+AUTO_AGENT = Tool("dstp auto via agent", "dstp", transport="auto", agent=True)
 UDT = Tool("dstp UDT", "dstp", transport="udt")
-LOOPBACK_TOOLS = (_iperf(1), _iperf(8), _gridftp(1), _gridftp(8), _dstp(1), _dstp(8), AUTO, UDT)
+LOOPBACK_TOOLS = (_iperf(1), _iperf(8), _gridftp(1), _gridftp(8), _dstp(1), _dstp(8), AUTO, AUTO_AGENT, UDT)
 QUERY_TOOLS = (Tool("query striped ×8", "query", 8), Tool("query auto", "query", transport="auto"),
                Tool("query gRPC stream", "query", transport="grpc"), Tool("query UDT", "query", transport="udt"))
 WAN_ALL = (_iperf(1, "cubic"), _iperf(1, "bbr"), _iperf(8, "bbr"), _gridftp(1), _gridftp(8), _dstp(1, "cubic"),
            _dstp(1, "bbr"), _dstp(8, "cubic"), _dstp(8, "bbr"), AUTO, UDT)
 #: Issue 15's own cell: 512 MiB across 100 ms / 1 Gb/s with jumbo frames (×8 ≥ 0.85, auto ≥ 0.80 Gb/s).
-ISSUE15_WAN = Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(8), AUTO), mtu=9000, file="512MiB")
+ISSUE15_WAN = Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(8), AUTO, AUTO_AGENT, Tool("dstp ×8 via agent", "dstp", 8, agent=True)),
+                   mtu=9000, file="512MiB")
 DEFAULT_CELLS = (
     Cell(100, 0.0, (_iperf(8, "bbr"), _dstp(4), _dstp(8), AUTO)),
     ISSUE15_WAN,
@@ -157,6 +160,8 @@ class Bench:
         self._root, self._serve_args = root, tuple(serve_args)
         self._prefix = ["ip", "netns", "exec", place.server_ns] if place.server_ns else []
         self._stack = contextlib.ExitStack()
+        self._agents = contextlib.ExitStack()
+        self._agent: AgentProcess | None = None
         self.server: ServerProcess | None = None
         self.restarts = 0
         if root is not None:
@@ -175,7 +180,16 @@ class Bench:
         self._start()
 
     def close(self) -> None:
+        self._agents.close()
         self._stack.close()
+
+    def agent(self) -> AgentProcess:
+        """Return the bench's ``dstp agent`` on the client side (started on first use; it outlives server restarts)."""
+        if self._agent is None:
+            self._agent = self._agents.enter_context(
+                agent(self.work / "agent.sock", prefix=self.place.client([]),
+                      env={"XDG_CACHE_HOME": str(self.agent_cache)}))
+        return self._agent
 
     def __enter__(self) -> Bench:
         return self
@@ -200,10 +214,18 @@ class Bench:
     def auto_cache(self) -> Path:
         return self.work / "cache-auto"
 
+    @property
+    def agent_cache(self) -> Path:
+        return self.work / "cache-agent"
+
+    def cache(self, tool: Tool) -> Path:
+        """Return the tuning cache ``tool`` learns in: the agent's, auto's, or the fixed-count runs'."""
+        return self.agent_cache if tool.agent else self.auto_cache if tool.transport == "auto" else self.fixed_cache
+
 
 def run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int = -1) -> Run:
     """Return one run of ``tool`` (a failed run is a Run with ok=False, never an exception)."""
-    predicted = predict_choice(bench) if tool.transport == "auto" and bench.server is not None else ""
+    predicted = predict_choice(bench, tool) if tool.transport == "auto" and bench.server is not None else ""
     try:
         run = _run_tool(tool, bench, source, length)
     except Exception as exc:  # noqa: BLE001 - one broken peer must not lose the others' results
@@ -234,13 +256,12 @@ def _run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int) ->
     assert bench.server is not None
     if tool.kind == "dstp":
         assert source is not None
-        cache = bench.auto_cache if tool.transport == "auto" else bench.fixed_cache
-        return tools.dstp_get(p, tool.name, bench.server, source, bench.out, cache, transport=tool.transport,
-                              streams=tool.streams, congestion=tool.congestion, cap_s=cap,
-                              compare_bytes=bench.compare_bytes, length=length)
+        return tools.dstp_get(p, tool.name, bench.server, source, bench.out, bench.cache(tool),
+                              transport=tool.transport, streams=tool.streams, congestion=tool.congestion, cap_s=cap,
+                              compare_bytes=bench.compare_bytes, length=length,
+                              agent=bench.agent() if tool.agent else None)
     if tool.kind == "query":
-        cache = bench.auto_cache if tool.transport == "auto" else bench.fixed_cache
-        return tools.dstp_query(p, tool.name, bench.server, bench.sql, cache, transport=tool.transport,
+        return tools.dstp_query(p, tool.name, bench.server, bench.sql, bench.cache(tool), transport=tool.transport,
                                 streams=tool.streams, digest=bench.compare_bytes)
     raise ValueError(f"unknown tool kind {tool.kind!r}")
 
@@ -259,13 +280,13 @@ def interleaved(tool_list: Sequence[Tool], repeats: int, one: Callable[[Tool], R
     return runs
 
 
-def predict_choice(bench: Bench) -> str:
+def predict_choice(bench: Bench, tool: Tool) -> str:
     """Return what ``auto`` will choose for a large transfer, read from its tuning cache as the client reads it.
 
     The client pings for a fresh RTT; this uses the RTT stored with the last transfer, which
     gives the same decisions unless the RTT moved by more than 30 %.
     """
-    tuner = AutoTuner(bench.auto_cache / "dstp" / "tuning.json")
+    tuner = AutoTuner(bench.cache(tool) / "dstp" / "tuning.json")
     rec = tuner.record_for(bench.endpoint)
     if rec is None:
         return f"auto: striped × {tuner.default_streams} (first transfer) [predicted]"
@@ -305,7 +326,7 @@ def warm_up(tool: Tool, bench: Bench, source: BulkFile | None, limit: int) -> li
     wasted = 0
     try:
         for _ in range(limit):
-            done, probe, why = tuner_state(bench.auto_cache, bench.endpoint)
+            done, probe, why = tuner_state(bench.cache(tool), bench.endpoint)
             if done or wasted >= 2:
                 break
             length = PROBE_BYTES if probe and source is not None and source.size > PROBE_BYTES else -1
@@ -315,7 +336,7 @@ def warm_up(tool: Tool, bench: Bench, source: BulkFile | None, limit: int) -> li
                         "complete": run.complete, "choice": run.detail.get("choice"), "before": why})
             print(f"  warm-up {tool.name}: {run.mb_per_s * 8:.1f} Mb/s, {run.bytes / 2**20:.0f} MiB"
                   f"{'' if run.complete else ' (cut: teaches nothing)'} — {run.detail.get('choice', '')}", flush=True)
-        done, _, why = tuner_state(bench.auto_cache, bench.endpoint)
+        done, _, why = tuner_state(bench.cache(tool), bench.endpoint)
         log.append({"settled": done, "state": why})
     finally:
         bench.cap_s = cap
@@ -374,6 +395,7 @@ def loopback(catalog: BulkCatalog, samples: dict[str, Path], work: Path, repeats
             if source is largest:
                 row_tools += (raw_channel, raw_64)
                 out["auto_warmup"] = warm_up(AUTO, bench, source, 0 if quick else WARMUP_MAX)
+                out["agent_warmup"] = warm_up(AUTO_AGENT, bench, source, 0 if quick else WARMUP_MAX)
 
             def one(tool: Tool, source: BulkFile = source) -> Run:
                 if tool.kind == "udt_raw":
@@ -413,6 +435,7 @@ def wan_cell(cell: Cell, catalog: BulkCatalog, work: Path, repeats: int, name: s
         with Bench(place, work / f"wan-{cell.rtt_ms:g}-{cell.loss:g}", CAP_S, False, root=catalog.root,
                    serve_args=("--host", path.server_addr, "--port", str(WAN_PORT))) as bench:
             warm = warm_up(AUTO, bench, source, WARMUP_MAX) if AUTO in cell.tools else []
+            warm_agent = warm_up(AUTO_AGENT, bench, source, WARMUP_MAX) if AUTO_AGENT in cell.tools else []
             runs = interleaved(cell.tools, repeats, lambda t: run_tool(t, bench, source))
             restarts = bench.restarts
         after = path.stats()
@@ -420,7 +443,7 @@ def wan_cell(cell: Cell, catalog: BulkCatalog, work: Path, repeats: int, name: s
     relay = {k: sum(after["dirs"][d][k] - before["dirs"][d][k] for d in after["dirs"])
              for k in ("rx_packets", "drop_loss", "drop_queue", "drop_ring")}
     return {"cell": cell.label, "rtt_ms": cell.rtt_ms, "loss": cell.loss, "rate_bps": cell.rate_bps, "mtu": cell.mtu,
-            "path": described, "relay": relay, "auto_warmup": warm, "server_restarts": restarts, "seconds": round(time.monotonic() - started, 1),
+            "path": described, "relay": relay, "auto_warmup": warm, "agent_warmup": warm_agent, "server_restarts": restarts, "seconds": round(time.monotonic() - started, 1),
             "rows": [summarize(n, r) for n, r in runs.items()]}
 
 
@@ -476,7 +499,7 @@ def quick_wan(name: str, seconds: float = 10.0, capped_s: float = 4.0) -> list[R
             place = Place(path.server_ns, path.client_ns, path.server_addr, path.client_addr)
             with Bench(place, work, seconds, True, root=catalog.root,
                        serve_args=("--host", path.server_addr, "--port", str(WAN_PORT))) as bench:
-                runs = [run_tool(t, bench, small) for t in (_dstp(4), AUTO)]
+                runs = [run_tool(t, bench, small) for t in (_dstp(4), AUTO, AUTO_AGENT)]
                 assert bench.server is not None
                 runs.append(tools.dstp_get(place, "dstp ×4 cut at the cap", bench.server, big, bench.out,
                                      bench.fixed_cache, transport="striped", streams=4, cap_s=capped_s))

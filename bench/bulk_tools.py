@@ -25,14 +25,14 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX, crc32c_of_file, partial_path
 
 from bench.bulk_catalog import DATASET, BulkFile
-from bench.dstp_process import ServerProcess
+from bench.dstp_process import AgentProcess, ServerProcess
 
 __all__ = ["LOOPBACK", "Place", "Run", "dstp_get", "dstp_query", "gridftp", "installed", "iperf3", "udt_raw"]
 
@@ -341,8 +341,12 @@ _GET_LINE = re.compile(r"([\d,]+) bytes → .* in ([\d.]+) s \(.* over (\w+) × 
 
 def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, out: Path, cache: Path, *,
              transport: str = "auto", streams: int = 0, congestion: str = "", cap_s: float | None = None,
-             compare_bytes: bool = False, length: int = -1, env: dict[str, str] | None = None) -> Run:
-    """Return one ``dstp get`` run (a fresh process; its tuning cache under ``cache``; ``env``: more variables)."""
+             compare_bytes: bool = False, length: int = -1, env: dict[str, str] | None = None,
+             agent: AgentProcess | None = None) -> Run:
+    """Return one ``dstp get`` run (a fresh process; its tuning cache under ``cache``; ``env``: more variables).
+
+    With ``agent`` the command hands the download to that ``dstp agent``: the agent's CPU during the run
+    counts as the client's, and a run that did not go through the agent fails."""
     remove_output(out)
     argv = [sys.executable, "-m", "dstp.cli", "get", "--server", server.endpoints["grpc"], DATASET, source.name,
             "-o", str(out), "-v", "--no-progress"]
@@ -354,11 +358,17 @@ def dstp_get(place: Place, tool: str, server: ServerProcess, source: BulkFile, o
         argv += ["--congestion-control", congestion]
     if length >= 0:
         argv += ["--length", str(length)]
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), **(env or {})}
-    cpu0 = server.cpu_seconds()
+    env = {**{k: v for k, v in os.environ.items() if k != "DSTP_AGENT_SOCK"}, "XDG_CACHE_HOME": str(cache),
+           **(env or {}), **({"DSTP_AGENT_SOCK": str(agent.socket)} if agent else {})}
+    cpu0, agent_cpu0 = server.cpu_seconds(), agent.cpu_seconds() if agent else 0.0
     done = run_capped(place.client(argv), cap_s=cap_s, env=env)
     server_cpu = server.cpu_seconds() - cpu0
+    if agent is not None:
+        done = replace(done, cpu_s=done.cpu_s + agent.cpu_seconds() - agent_cpu0)
     detail: dict[str, Any] = {}
+    if agent is not None and done.returncode == 0 and not re.search(r"^agent: ", done.stderr, re.M):
+        detail["error"] = "the download did not go through the agent: " + done.stderr.strip()[-300:]
+        return Run(tool, 0, done.wall_s, done.cpu_s, server_cpu, False, ok=False, detail=detail)
     m = _GET_LINE.search(done.stderr)
     choice = re.search(r"^choice: (.*)$", done.stderr, re.M)
     if choice:

@@ -33,10 +33,46 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """Return user+system CPU seconds the server has used so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        import os
+        return cpu_seconds(self.pid)
 
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+def cpu_seconds(pid: int) -> float:
+    """Return user+system CPU seconds process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class AgentProcess:
+    """A running ``dstp agent`` and its socket."""
+
+    proc: subprocess.Popen[str]
+    socket: Path
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+
+@contextlib.contextmanager
+def agent(sock: Path, *, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Iterator[AgentProcess]:
+    """Run ``dstp agent --socket sock`` (optionally under ``prefix``) until the block ends."""
+    cmd = [*prefix, sys.executable, "-m", "dstp.cli", "agent", "--socket", str(sock)]
+    errors = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("export DSTP_AGENT_SOCK="):
+            proc.wait(30)
+            errors.seek(0)
+            raise RuntimeError(f"dstp agent did not start: {errors.read()[-500:]}")
+        yield AgentProcess(proc, sock)
+    finally:
+        stop(proc)
+        errors.close()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
