@@ -275,7 +275,7 @@ class Agent:
         self._outputs: dict[str, threading.Lock] = {}
         self._outputs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        #: Requests answered so far (done, failed or stopped).
+        #: Downloads asked for so far (well-formed requests: done, failed or stopped).
         self.requests = 0
 
     def start(self) -> None:
@@ -343,14 +343,13 @@ class Agent:
                 conn.settimeout(REQUEST_WAIT_S)  # a caller that never sends its request does not hold a thread
                 request = _read_request(conn)
                 conn.settimeout(None)
+                with self._outputs_lock:
+                    self.requests += 1
                 self._get(conn, request, send)
             except _BadRequest as exc:
                 _quietly(send, {"error": f"bad request to the agent: {exc}"})
             except OSError as exc:  # the caller went away before its answer
                 log.info("a caller left: %s", exc)
-            finally:
-                with self._outputs_lock:
-                    self.requests += 1
 
     def _get(self, conn: socket.socket, request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
         out = Path(request["out"])

@@ -591,23 +591,80 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from dstp.agent import AGENT_ENV, Agent, default_socket_path
+    import shlex
+
+    from dstp.agent import AGENT_ENV, default_socket_path
+
+    path = Path(args.socket).absolute() if args.socket else default_socket_path()
+    export = f"export {AGENT_ENV}={shlex.quote(str(path))}"
+    if args.background:
+        return _agent_in_background(args, path, export)
+    agent = _start_agent(args, path)
+    print(export, flush=True)
+    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` runs here on connections kept warm "
+          f"(a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.", file=sys.stderr, flush=True)
+    return _run_agent(agent)
+
+
+def _start_agent(args: argparse.Namespace, path: Path) -> Any:
+    from dstp.agent import Agent
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = Path(args.socket) if args.socket else default_socket_path()
     agent = Agent(path, client_idle_s=args.client_idle)
     agent.start()
-    print(f"export {AGENT_ENV}={path}", flush=True)
-    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` runs here on connections kept warm "
-          f"(a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.", file=sys.stderr, flush=True)
+    return agent
+
+
+def _run_agent(agent: Any) -> int:
+    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     agent.close()
-    print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr)
+    print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr, flush=True)
     return 0
+
+
+def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> int:
+    """Fork an agent that outlives this command (its output to SOCKET.log); print the shell lines to use it.
+
+    This process returns once the agent listens (or has said why it cannot), so
+    ``eval "$(dstp agent --background)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
+    The fork comes before anything starts a thread or loads gRPC.
+    """
+    log_path = path.with_name(path.name + ".log")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as said:
+            answer = said.read().decode(errors="replace")
+        if answer != "listening":
+            os.waitpid(pid, 0)
+            _err(answer or f"the agent ended before it listened; see {log_path}")
+            return 1
+        print(f"{export}\nexport DSTP_AGENT_PID={pid}", flush=True)
+        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid}",
+              file=sys.stderr, flush=True)
+        return 0
+    os.close(read_end)
+    os.setsid()  # not stopped by the terminal's Ctrl-C or hang-up
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        agent = _start_agent(args, path)
+    except (OSError, DstpError) as exc:
+        os.write(write_end, str(exc).encode())
+        return 1
+    os.write(write_end, b"listening")
+    os.close(write_end)
+    return _run_agent(agent)
 
 
 # ---------------------------------------------------------------------- tokens
@@ -813,6 +870,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to listen (default: $XDG_RUNTIME_DIR/dstp-agent.sock, else /tmp/dstp-UID/agent.sock)")
     p.add_argument("--client-idle", type=float, default=600.0, metavar="S",
                    help="close a server's connections after S seconds unused (default 600)")
+    p.add_argument("--background", action="store_true",
+                   help="fork, print the shell lines to use the agent and return: eval \"$(dstp agent --background)\" "
+                        "(its output goes to SOCKET.log; stop it with kill $DSTP_AGENT_PID)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(func=cmd_agent)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import stat
@@ -266,3 +267,29 @@ def test_kept_clients_are_closed_once_unused_for_their_idle_time() -> None:
     assert clients.reap() == 0 and closed == []
     now[0] = 90.0
     assert clients.reap() == 2 and sorted(closed) == ["a:1", "b:1"] and clients.idle() == 0
+
+
+def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_server, catalog_root, tmp_path) -> None:
+    sock = tmp_path / "bg" / "agent.sock"
+    started = subprocess.run([*DSTP, "agent", "--background", "--socket", str(sock)], env=_env(""),
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    lines = started.stdout.splitlines()
+    assert lines[0] == f"export {AGENT_ENV}={sock}" and lines[1].startswith("export DSTP_AGENT_PID=")
+    pid = int(lines[1].split("=")[1])
+    try:
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        shell = f'eval "$({" ".join(DSTP)} agent --background --socket {sock} 2>&1)"; echo "$DSTP_AGENT_SOCK"'
+        again = subprocess.run(["bash", "-c", shell], env=_env(""), capture_output=True, text=True, timeout=60)
+        assert f"an agent already listens at {sock}" in again.stdout + again.stderr
+        out = tmp_path / "bg.nc"
+        run = _get(data_server.endpoints.grpc, out, sock, "-v")
+        assert run.returncode == 0 and "agent: " in run.stderr, run.stderr
+        assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+    finally:
+        ended = os.pidfd_open(pid)  # readable once the agent has exited (it is not our child to wait for)
+        os.kill(pid, signal.SIGTERM)
+        assert select.select([ended], [], [], 60)[0], "the agent did not stop on SIGTERM"
+        os.close(ended)
+    assert "dstp agent stopped after 1 request(s)" in Path(f"{sock}.log").read_text()
+    assert not sock.exists()
