@@ -328,6 +328,14 @@ def _terminate(signum: int, frame: Any) -> None:
     raise _Terminated()
 
 
+def _stopped(cause: BaseException, finish: Callable[[], None], what_is_left: str) -> int:
+    """Say that Ctrl-C (KeyboardInterrupt) or SIGTERM stopped the command and what it left; return the exit status."""
+    finish()
+    interrupted = isinstance(cause, KeyboardInterrupt)
+    print(f"dstp: {'interrupted' if interrupted else 'terminated'}; {what_is_left}", file=sys.stderr)
+    return EXIT_INTERRUPTED if interrupted else EXIT_TERMINATED
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     """Ctrl-C: unwind once. Later SIGINTs are ignored, so the cleanup that removes partial files (and
     a SIGINT a C++ library re-raises after handling it itself) cannot cut it short or kill the process."""
@@ -361,14 +369,8 @@ def _save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish:
         finish()
         _err(str(exc))
         return EXIT_TRUNCATED
-    except KeyboardInterrupt:
-        finish()
-        print(f"dstp: interrupted; the partial result was discarded and {kept}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except _Terminated:
-        finish()
-        print(f"dstp: terminated; the partial result was discarded and {kept}", file=sys.stderr)
-        return EXIT_TERMINATED
+    except (KeyboardInterrupt, _Terminated) as exc:
+        return _stopped(exc, finish, f"the partial result was discarded and {kept}")
     except (DstpError, OSError, ValueError) as exc:
         finish()
         _err(str(exc))
@@ -533,14 +535,8 @@ def _get_directly(args: argparse.Namespace, out: Path, show: bool) -> dict[str, 
             return dict(c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
                               transport=args.transport, streams=args.streams,
                               congestion_control=args.congestion_control, progress=progress))
-        except KeyboardInterrupt:
-            finish()
-            print(f"dstp: interrupted; {kept}", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except _Terminated:
-            finish()
-            print(f"dstp: terminated; {kept}", file=sys.stderr)
-            return EXIT_TERMINATED
+        except (KeyboardInterrupt, _Terminated) as exc:
+            return _stopped(exc, finish, kept)
         finally:
             finish()
 
@@ -577,15 +573,10 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         _err(str(exc))
         return 1
     except (KeyboardInterrupt, _Terminated) as exc:
-        finish()
         stopped = getattr(exc, "agent_answer", {}).get("stopped")
-        said = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
-        if stopped:
-            print(f"dstp: {said}; {_kept(out, stopped['partial'], stopped['state'])}", file=sys.stderr)
-        else:
-            print(f"dstp: {said}; the agent at {socket_path} did not confirm it stopped within its wait: {out} was "
-                  "not written; run the same command again to resume once it has", file=sys.stderr)
-        return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_TERMINATED
+        return _stopped(exc, finish, _kept(out, stopped["partial"], stopped["state"]) if stopped else
+                        f"the agent at {socket_path} did not confirm it stopped within its wait: {out} was not "
+                        "written; run the same command again to resume once it has")
     finally:
         finish()
 

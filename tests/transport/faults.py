@@ -4,6 +4,8 @@
   (any of them: TCP, UDT, in memory) and spoils the bytes one stripe receives —
   a reset, a flipped bit, a stream cut short — like tests/transport/proxy.py does
   on a real TCP path. ``dstp.Client(..., wrap_channel=...)`` takes one too.
+* :class:`WrappedChannel` passes every connection of a channel through a
+  wrapper of the test's own (a gate that holds it, say).
 * :class:`FaultyListener` wraps a channel server's listener and spoils what the
   server sends: it resets a stripe just before a given message goes out, or
   corrupts that message's payload on the wire.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from dstp.errors import TransportError
 from dstp.transport.channels import DataChannel, StripedChannel
@@ -95,6 +97,17 @@ class FaultyChannel(StripedChannel):
         if self.fault.every_connection or (first and stripe == self.fault.stripe):
             return _ReceivingFault(conn, self.fault)
         return conn
+
+
+class WrappedChannel(StripedChannel):
+    """A data channel whose every connection goes through ``wrap`` (the wrapped channel makes them)."""
+
+    def __init__(self, inner: DataChannel, wrap: Callable[[Conn], Any]) -> None:
+        super().__init__()
+        self.inner, self.wrap = inner, wrap
+
+    def connect(self, stripe: int) -> Any:
+        return self.wrap(self.inner.connect(stripe))
 
 
 @dataclass

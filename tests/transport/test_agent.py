@@ -24,10 +24,10 @@ import pytest
 
 import dstp
 from dstp.agent import AGENT_ENV, Agent, _Clients
-from dstp.transport.channels import StripedChannel
 from dstp.transport.crc import crc32c
 from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX
 from dstp.transport.tuning import AutoTuner
+from faults import WrappedChannel
 
 DSTP = [sys.executable, "-m", "dstp.cli"]
 NAME = "ccm3_1990-01.nc"
@@ -180,15 +180,6 @@ class _Held:
         return getattr(self.inner, name)
 
 
-class _Gated(StripedChannel):
-    def __init__(self, inner: Any, gate: threading.Event, held: threading.Event) -> None:
-        super().__init__()
-        self.inner, self.gate, self.held = inner, gate, held
-
-    def connect(self, stripe: int) -> Any:
-        return _Held(self.inner.connect(stripe), self.gate, self.held, after=300_000)
-
-
 class _Said(logging.Handler):
     def __init__(self, words: str) -> None:
         super().__init__(logging.INFO)
@@ -210,7 +201,8 @@ def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(data_serv
 
     def connect(server: str, **kw: Any) -> dstp.Client:
         return dstp.Client(server, tuner=AutoTuner(tmp_path / "tuning.json"),
-                           wrap_channel=lambda channel: _Gated(channel, gate, held), **kw)
+                           wrap_channel=lambda channel: WrappedChannel(
+                               channel, lambda conn: _Held(conn, gate, held, after=300_000)), **kw)
 
     left = _Said("left; stopping at the next block")
     log = logging.getLogger("dstp.agent")

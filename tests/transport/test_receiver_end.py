@@ -16,8 +16,8 @@ import pytest
 
 import dstp
 from dstp.transport import receiver
-from dstp.transport.channels import StripedChannel
 from dstp.transport.tuning import AutoTuner
+from faults import WrappedChannel
 
 SQL = "select temperature, time from ccm3 where humidity > 50 limit 5000"
 
@@ -47,15 +47,6 @@ class _GatedAfterBye:
         return getattr(self.inner, name)
 
 
-class _Gated(StripedChannel):
-    def __init__(self, inner: Any, gate: threading.Event, held: threading.Event) -> None:
-        super().__init__()
-        self.inner, self.gate, self.held = inner, gate, held
-
-    def connect(self, stripe: int) -> Any:
-        return _GatedAfterBye(self.inner.connect(stripe), self.gate, self.held)
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport, streams", [("striped", 2), ("udt", 0)])
 def test_the_records_are_handed_over_before_the_server_answers_bye(data_server, tmp_path, monkeypatch,
@@ -63,7 +54,7 @@ def test_the_records_are_handed_over_before_the_server_answers_bye(data_server, 
     monkeypatch.setattr(receiver, "READER_JOIN_S", 600.0)  # waiting for a held reader would hang the test
     gate, held = threading.Event(), threading.Event()
     client = dstp.Client(data_server.endpoints.grpc, tuner=AutoTuner(tmp_path / "tuning.json"),
-                         wrap_channel=lambda channel: _Gated(channel, gate, held))
+                         wrap_channel=lambda channel: WrappedChannel(channel, lambda conn: _GatedAfterBye(conn, gate, held)))
     try:
         want = client.query(SQL)
         got = client.query(SQL, transport=transport, streams=streams)
