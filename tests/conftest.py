@@ -14,6 +14,9 @@ from typing import Iterator
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# A developer's shell may name a running `dstp agent`: the tests' `dstp get` processes use one only where a test
+# starts it, so every other test runs the command as it runs alone.
+os.environ.pop("DSTP_AGENT_SOCK", None)
 
 import builders  # noqa: E402
 
