@@ -119,8 +119,8 @@ def get_via_agent(path: str, request: dict[str, Any], progress: Callable[[dict[s
                 return dict(final["summary"])
             exc.agent_answer = final  # type: ignore[attr-defined]
             raise
-        raise AgentError("the agent closed the connection without an answer (did it stop or crash? see its "
-                         "output); what arrived is kept: run the command again to resume")
+        raise AgentError(f"the agent closed the connection without an answer (did it stop or crash? see its log); "
+                         f"{request['out']} was not written: run the command again (it resumes from what was saved)")
     finally:
         sock.close()
 

@@ -285,3 +285,27 @@ def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_ser
         os.close(ended)
     assert "dstp agent stopped after 1 request(s)" in Path(f"{sock}.log").read_text()
     assert not sock.exists()
+
+
+def test_an_agent_that_dies_mid_request_is_an_error_not_a_silent_fallback(data_server, tmp_path) -> None:
+    sock = tmp_path / "dying.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock))
+    listener.listen(1)
+
+    def die() -> None:  # what a crashed agent looks like from the command: the request read, then EOF
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+
+    thread = threading.Thread(target=die)
+    thread.start()
+    try:
+        out = tmp_path / "never.nc"
+        run = _get(data_server.endpoints.grpc, out, sock)
+    finally:
+        thread.join(30)
+        listener.close()
+    assert run.returncode == 1
+    assert run.stderr.startswith("dstp: error: the agent closed the connection without an answer"), run.stderr
+    assert f"{out} was not written" in run.stderr and not out.exists()
