@@ -850,7 +850,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_get)
 
     p = sub.add_parser("agent", help="keep connections warm for `dstp get` (export DSTP_AGENT_SOCK it prints)",
-                       description="Run until Ctrl-C, listening on a Unix socket only your user can use. With "
+                       description="Run until Ctrl-C (with --background: until killed), listening on a Unix socket "
+                                   "only your user can use. With "
                                    "DSTP_AGENT_SOCK naming that socket (the agent prints the line to export), "
                                    "`dstp get` hands its download to the agent, which keeps a client per server: "
                                    "the control channel, the data stripes (and their TCP windows) and the "
