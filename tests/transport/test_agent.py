@@ -322,3 +322,23 @@ def test_an_agent_that_dies_mid_request_is_an_error_not_a_silent_fallback(data_s
     assert run.returncode == 1
     assert run.stderr.startswith("dstp: error: the agent closed the connection without an answer"), run.stderr
     assert f"{out} was not written" in run.stderr and not out.exists()
+
+
+def test_downloads_at_once_through_one_agent_each_arrive_whole(data_server, catalog_root, tmp_path,
+                                                              agent_process) -> None:
+    """Three commands at once: two files and one output asked twice; the agent serves them side by side
+    (a client each) and runs the two for the same output one after the other."""
+    sock, proc = agent_process
+    names = sorted(p.name for p in (catalog_root / "ccm3").glob("ccm3_*.nc"))[:2]
+    jobs = [(names[0], tmp_path / "a.nc"), (names[1], tmp_path / "b.nc"), (names[1], tmp_path / "b.nc")]
+    procs = [subprocess.Popen([*DSTP, "get", "ccm3", name, "-o", str(out), "--server", data_server.endpoints.grpc,
+                               "--transport", "striped", "--streams", "2"], env=_env(sock),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, out in jobs]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for name, out in jobs:
+        assert out.read_bytes() == (catalog_root / "ccm3" / name).read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".nc") == ["a.nc", "b.nc"]
+    assert not list(tmp_path.glob("*" + STATE_SUFFIX + "*"))
+    assert proc.poll() is None
