@@ -29,6 +29,7 @@ Ctrl-C resumes from what the stopped one saved.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 __all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentUnavailable", "default_socket_path", "get_via_agent"]
 
@@ -272,7 +273,8 @@ class Agent:
         self.clients = _Clients(connect, client_idle_s)
         self._listener: socket.socket | None = None
         self._closed = threading.Event()
-        self._outputs: dict[str, threading.Lock] = {}
+        #: Output path → (its lock, requests holding or waiting for it); an entry goes with its last request.
+        self._outputs: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._outputs_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         #: Downloads asked for so far (well-formed requests: done, failed or stopped).
@@ -397,9 +399,21 @@ class Agent:
                             else f"{self.path}, on a new client of {key[0]}")
         send({"summary": summary})
 
-    def _output_lock(self, out: Path) -> threading.Lock:
+    @contextlib.contextmanager
+    def _output_lock(self, out: Path) -> Iterator[None]:
+        """Hold ``out`` for one request: requests for the same output run one after the other."""
+        key = str(out)
         with self._outputs_lock:
-            return self._outputs.setdefault(str(out), threading.Lock())
+            lock, users = self._outputs.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._outputs_lock:
+                users[0] -= 1
+                if not users[0]:  # a long-lived agent keeps no entry per output it ever wrote
+                    del self._outputs[key]
 
 
 class _BadRequest(Exception):

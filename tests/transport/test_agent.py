@@ -223,7 +223,7 @@ def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(own_serve
     log.setLevel(logging.INFO)
     log.addHandler(left)
     try:
-        with Agent(sock, connect=connect):
+        with Agent(sock, connect=connect) as agent:
             proc = subprocess.Popen([*DSTP, "get", "ccm3", NAME, "-o", str(out), "--server", data_server.endpoints.grpc,
                                      "--transport", "striped", "--streams", "1"],
                                     env=_env(sock), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -238,6 +238,7 @@ def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(own_serve
             assert f"dstp: {said}; {out} was not written; what arrived is kept in {out.name}{PARTIAL_SUFFIX}" in err
             assert not out.exists() and (tmp_path / (out.name + STATE_SUFFIX)).exists()
             again = _get(data_server.endpoints.grpc, out, sock, "--transport", "striped", "--streams", "1")
+            assert agent._outputs == {}  # no entry is kept per output once its requests are answered
     finally:
         log.removeHandler(left)
         log.setLevel(level)
