@@ -91,7 +91,8 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
 def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3, worker_roots: list[Path] | None = None) -> DaskCluster:
     """Start a scheduler and ``n_workers`` preloaded workers on loopback; return them once all are up.
 
-    ``worker_roots``: each worker's own catalog root (default: all see ``catalog_root``)."""
+    ``worker_roots``: each worker's own catalog root (default: all see ``catalog_root``). The scheduler logs
+    to ``tmp/dask.log``, worker ``i`` to ``tmp/w{i}.log``."""
     from distributed import Client
 
     env = {**os.environ, "DSTP_CATALOG_ROOT": str(catalog_root), "DSTP_BATCH_ROWS": "4096",
@@ -104,11 +105,14 @@ def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3, worker_roots: 
     try:
         _wait_for(lambda: sched_file.exists() and sched_file.stat().st_size > 0, START_TIMEOUT_S, "scheduler start")
         cluster.address = json.loads(sched_file.read_text())["address"]
-        procs = [subprocess.Popen([DASK, "worker", cluster.address, "--host", "127.0.0.1", "--no-nanny",
-                                   "--nthreads", "1", "--no-dashboard", "--preload", "dstp.cluster",
-                                   "--name", f"w{i}"], stdout=log, stderr=log,
-                                  env={**env, "DSTP_CATALOG_ROOT": str((worker_roots or [catalog_root] * n_workers)[i])})
-                 for i in range(n_workers)]
+        procs = []
+        for i in range(n_workers):
+            # Each worker writes its own log: a crash report interleaved with the scheduler's lines is unreadable.
+            with open(tmp / f"w{i}.log", "ab") as wlog:
+                procs.append(subprocess.Popen(
+                    [DASK, "worker", cluster.address, "--host", "127.0.0.1", "--no-nanny", "--nthreads", "1",
+                     "--no-dashboard", "--preload", "dstp.cluster", "--name", f"w{i}"], stdout=wlog, stderr=wlog,
+                    env={**env, "DSTP_CATALOG_ROOT": str((worker_roots or [catalog_root] * n_workers)[i])}))
         with Client(cluster.address, timeout=30) as client:
             client.wait_for_workers(n_workers, timeout=START_TIMEOUT_S)
             pids = client.run(os.getpid)
