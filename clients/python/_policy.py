@@ -117,6 +117,30 @@ NOMINAL_RESULT_BYTES = 32 * 2**20
 #: Uncompressed bytes the codec handles before the first batch can leave (the pipeline fill).
 FILL_BYTES = 1 * 2**20
 
+#: Stock Linux maxima of ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (third fields), used where /proc cannot be read.
+STOCK_TCP_RMEM_MAX, STOCK_TCP_WMEM_MAX = 6 * 2**20, 4 * 2**20
+
+
+def stream_window_bytes() -> int:
+    """Return how many bytes one autotuned TCP stream keeps in flight at most: the window a single stream's
+    throughput is bounded by (window / RTT) on a long path.
+
+    Half of ``tcp_rmem``'s maximum (the share of the receive buffer Linux offers as window), and no more than
+    ``tcp_wmem``'s maximum (the sender's buffer; the server's is taken to be this host's). Stock kernels:
+    min(3, 4) MiB — 28.6 MB/s at 110 ms. Measured on the emulated 110 ms / 1 Gb/s path with stock buffers:
+    a 12 MB result on the gRPC stream arrived at 33 MB/s after its first batch, Flight's at the same rate.
+    """
+    return min(_sysctl_max("tcp_rmem", STOCK_TCP_RMEM_MAX) // 2, _sysctl_max("tcp_wmem", STOCK_TCP_WMEM_MAX))
+
+
+def _sysctl_max(name: str, default: int) -> int:
+    """Return the third field of ``/proc/sys/net/ipv4/<name>``, ``default`` if it cannot be read."""
+    try:
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
+            return int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        return default
+
 
 def estimate_seconds(codec: str, nbytes: int, bandwidth_bps: float, rtt_s: float) -> float:
     """Return the model's time to move a result of ``nbytes`` (Arrow bytes) compressed with ``codec``.
@@ -165,8 +189,11 @@ class ChannelPolicy:
         wrap_channel: Callable[[DataChannel], DataChannel] | None = None,
         require_sealed: bool = False,
         keep_connections: bool = True,
+        window_bytes: int | None = None,
     ) -> None:
         self.key = key
+        #: One TCP stream's window (:func:`stream_window_bytes`): what bounds the gRPC stream on a long path.
+        self.window_bytes = window_bytes or stream_window_bytes()
         #: Refuse data channels whose offers are not sealed (the client speaks TLS to the control plane).
         self.require_sealed = require_sealed
         self.tuner = tuner or AutoTuner()
@@ -310,20 +337,38 @@ class ChannelPolicy:
             return LAN_BANDWIDTH_BPS, "assumed"
         return self.tuner.assumed_bandwidth_bps, "assumed"
 
+    def _codec_bandwidth(self, rtt_s: float) -> tuple[float, str]:
+        """Return (bits/s, why) the cost model runs a result at: the path's bandwidth, or less where one TCP
+        stream's window cannot fill it in a round trip.
+
+        The codec is chosen before the result's size is known, for the channel a result under
+        ``GRPC_MAX_BYTES["result"]`` takes — the gRPC stream, one TCP connection — so the rate is
+        min(path, :attr:`window_bytes` / RTT). Across 110 ms that is 229 Mb/s with stock buffers, where
+        fewer bytes matter more than codec speed: zstd there; on a 1 Gb/s path LZ4 up to 33 ms (50 ms with
+        a 4 MiB window).
+        """
+        bandwidth, source = self.path_bandwidth(rtt_s)
+        why = f"path {_rate(bandwidth)} {source}"
+        stream = self.window_bytes * 8 / rtt_s if rtt_s > 0 else float("inf")
+        if stream < bandwidth:
+            return stream, (f"{why}; one TCP stream {_rate(stream)}: {self.window_bytes / 2**20:.3g} MiB window "
+                            f"per {rtt_s * 1e3:.0f} ms")
+        return bandwidth, why
+
     def compression(self, choice: ChannelChoice, nbytes: int = NOMINAL_RESULT_BYTES) -> ChannelChoice:
         """Return ``choice`` with the batch compression the cost model finds fastest for this path.
 
         :func:`estimate_seconds` for each of :data:`CODECS` at the path's RTT and bandwidth
-        (:meth:`path_bandwidth`); a codec must beat sending raw by :data:`CODEC_MARGIN`. Chosen before
+        (:meth:`path_bandwidth`, bounded by one TCP stream's window: :meth:`_codec_bandwidth`); a codec must
+        beat sending raw by :data:`CODEC_MARGIN`. Chosen before
         the Query rpc (which carries it) for ``nbytes``; :meth:`pick` re-estimates for the server's size.
         """
         rtt = choice.rtt_s or self.rtt()
-        bandwidth, source = self.path_bandwidth(rtt)
+        bandwidth, why = self._codec_bandwidth(rtt)
         times = {codec: estimate_seconds(codec, nbytes, bandwidth, rtt) for codec in CODECS}
         best = min(times, key=times.__getitem__)
         if best != "none" and times["none"] < CODEC_MARGIN * times[best]:
             best = "none"
-        why = f"path {_rate(bandwidth)} {source}"
         if best != "none":
             why += f", est. {CODECS[best].ratio:.1f}×"
         return replace(choice, rtt_s=rtt, compression=best, compression_reason=f"{best} ({why})")
@@ -334,7 +379,7 @@ class ChannelPolicy:
             return ""
         note = f", {choice.compression_reason}"
         if nbytes > 0 and choice.compression != "none" and choice.rtt_s > 0:
-            bandwidth, _ = self.path_bandwidth(choice.rtt_s)
+            bandwidth, _ = self._codec_bandwidth(choice.rtt_s)
             ours = estimate_seconds(choice.compression, nbytes, bandwidth, choice.rtt_s)
             raw = estimate_seconds("none", nbytes, bandwidth, choice.rtt_s)
             note = f"{note[:-1]}: {ours:.2f} s vs {raw:.2f} s raw)"
