@@ -1,4 +1,4 @@
-"""``dstp agent``: one long-lived process that keeps connections warm for short ``dstp get`` commands.
+"""``dstp agent``: one long-lived process that keeps connections warm for short ``dstp get`` and ``dstp query``.
 
 Every ``dstp get`` is a new process: it imports gRPC, dials the control connection and the data stripes,
 and the stripes start in TCP slow start — on a 100 ms path, the first seconds of every download. With an
@@ -25,6 +25,18 @@ The protocol: one request per connection, UTF-8 JSON, one object per line::
 Only processes of the agent's own user may connect (``SO_PEERCRED``); the socket is 0600 in a folder of
 that user's. Requests for the same output file run one after another, so a ``dstp get`` run again after
 Ctrl-C resumes from what the stopped one saved.
+
+``dstp query`` sends its options instead, and its standard output and error as file descriptors with the
+request line (``SCM_RIGHTS``): the agent runs the command's own code (``dstp.cli.query_on``) on its kept client
+with ``sys.stdout``/``sys.stderr`` of that thread pointing at them, so the records, the progress bar, the
+messages and files written with ``-o`` are exactly the command's::
+
+    → {"dstp_agent": 1, "op": "query", "server", "token", "tls", "ca_file", "encoding" (the caller's stdout's),
+       "query": {the options of dstp.cli.AGENT_QUERY_OPTIONS; "output" absolute}}   + fds: stdout, stderr
+    → {"stop": "interrupted" | "terminated"}   (optional, then the caller shuts down its side) Ctrl-C / SIGTERM:
+                            the query stops at its next batch as the command would, and says so on its stderr
+    ← {"exit": status}      the command's exit status; everything else went to the caller's stdout and stderr
+    ← {"error": "..."}      a request the agent could not take (then nothing was written)
 """
 
 from __future__ import annotations
@@ -42,7 +54,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator
 
-__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentUnavailable", "default_socket_path", "get_via_agent"]
+__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentUnavailable", "default_socket_path", "get_via_agent",
+           "query_via_agent"]
 
 #: The environment variable that names the agent's socket.
 AGENT_ENV = "DSTP_AGENT_SOCK"
@@ -93,14 +106,8 @@ def get_via_agent(path: str, request: dict[str, Any], progress: Callable[[dict[s
     in ``.agent_answer`` (``{"stopped": …}``) — unless the download completed meanwhile: then its summary is
     returned, since the file is whole.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _dial(path)
     try:
-        sock.settimeout(5.0)
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            raise AgentUnavailable(exc.strerror or str(exc)) from None
-        sock.settimeout(None)
         message = {"dstp_agent": PROTOCOL, "op": "get", **request, "progress": progress is not None}
         sock.sendall(json.dumps(message).encode() + b"\n")
         lines = sock.makefile("rb")
@@ -126,6 +133,67 @@ def get_via_agent(path: str, request: dict[str, Any], progress: Callable[[dict[s
         sock.close()
 
 
+def query_via_agent(path: str, request: dict[str, Any]) -> int:
+    """Have the agent at ``path`` run a ``dstp query`` writing to this process's stdout and stderr; return its
+    exit status.
+
+    Raises AgentUnavailable when nothing answers there (or this process's stdout/stderr are not files to hand
+    over), AgentError when the agent refused the request or vanished. An interruption (KeyboardInterrupt, or a
+    signal handler's BaseException) is passed on ({"stop": …}); the agent stops the query at its next batch
+    and says so on our stderr, and its exit status is returned — the interruption is raised again only if
+    no status came within STOP_WAIT_S.
+    """
+    import sys
+
+    try:
+        fds = [sys.stdout.fileno(), sys.stderr.fileno()]
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError) as exc:  # io.UnsupportedOperation: not a file (a test's capture)
+        raise AgentUnavailable(f"this command's output is not a file to hand over: {exc}") from None
+    sock = _dial(path)
+    try:
+        message = {"dstp_agent": PROTOCOL, "op": "query", **request,
+                   "encoding": getattr(sys.stdout, "encoding", None) or "utf-8"}
+        socket.send_fds(sock, [json.dumps(message).encode() + b"\n"], fds)
+        lines = sock.makefile("rb")
+        try:
+            for line in lines:
+                return _status(json.loads(line))
+        except Exception:
+            raise
+        except BaseException as exc:  # Ctrl-C, or the signal handler of SIGTERM
+            final = _stop(sock, lines, "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated")
+            if "exit" in final:
+                return int(final["exit"])
+            raise
+        raise AgentError("the agent closed the connection without an answer (did it stop or crash? see its log); "
+                         "the query's output may be missing or cut short: run the command again")
+    finally:
+        sock.close()
+
+
+def _dial(path: str) -> socket.socket:
+    """Return a connection to the agent at ``path``; AgentUnavailable if nothing answers there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5.0)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise AgentUnavailable(exc.strerror or str(exc)) from None
+    sock.settimeout(None)
+    return sock
+
+
+def _status(answer: dict[str, Any]) -> int:
+    if "exit" in answer:
+        return int(answer["exit"])
+    if "error" in answer:
+        raise AgentError(str(answer["error"]))
+    raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
+
+
 def _outcome(answer: dict[str, Any]) -> dict[str, Any]:
     if "summary" in answer:
         return dict(answer["summary"])
@@ -134,9 +202,12 @@ def _outcome(answer: dict[str, Any]) -> dict[str, Any]:
     raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
 
 
-def _stop(sock: socket.socket, lines: Any) -> dict[str, Any]:
-    """Tell the agent to stop (shut down our side); return its last answer, or {} if none came in time."""
+def _stop(sock: socket.socket, lines: Any, reason: str = "") -> dict[str, Any]:
+    """Tell the agent to stop (say ``reason`` if given, shut down our side); return its last answer, or {} if
+    none came in time."""
     try:
+        if reason:
+            sock.sendall(json.dumps({"stop": reason}).encode() + b"\n")
         sock.shutdown(socket.SHUT_WR)
         sock.settimeout(STOP_WAIT_S)
         for line in lines:
@@ -212,23 +283,41 @@ class _Watcher:
         self._conn, self._send, self._report, self._out = conn, send, report, out
         self._sent = 0.0
         self._lock = threading.Lock()
-        #: Set when the caller's side ended before the answer was sent.
+        #: Set when the caller's side ended (or said stop) before the answer was sent.
         self.gone = threading.Event()
+        #: Why, when the caller said: "interrupted" (Ctrl-C) or "terminated" (SIGTERM); "" if it just left.
+        self.reason = ""
         #: Set once the answer is out (the end of the caller's side is then no news).
         self.answered = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="dstp-agent-caller", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
+        said = b""
         while True:  # ends with the connection: the caller's EOF, or the agent's shutdown after its answer
             try:
-                if not self._conn.recv(4096):
-                    break
+                chunk = self._conn.recv(4096)
             except OSError:
                 break
-        if not self.answered.is_set():
+            if not chunk:
+                break
+            said = (said + chunk)[-4096:]
+            if b"\n" in said and not self.gone.is_set():
+                with contextlib.suppress(ValueError, AttributeError):
+                    self.reason = str(json.loads(said.split(b"\n", 1)[0]).get("stop", ""))
+                if self.reason and not self.answered.is_set():
+                    log.info("the caller of %s was %s; stopping at the next batch", self._out, self.reason)
+                    self.gone.set()
+        if not self.answered.is_set() and not self.gone.is_set():
             log.info("the caller of %s left; stopping at the next block", self._out)
             self.gone.set()
+
+    def stop_query(self) -> None:
+        """Raise what stopped the caller (``dstp query`` handles it as its own Ctrl-C or SIGTERM) once it left."""
+        if self.gone.is_set():
+            from dstp.cli import _Terminated
+
+            raise KeyboardInterrupt() if self.reason == "interrupted" else _Terminated()
 
     def __call__(self, p: Any) -> None:
         if self.gone.is_set():
@@ -343,15 +432,47 @@ class Agent:
                     send({"error": f"this agent serves only uid {os.getuid()}"})
                     return
                 conn.settimeout(REQUEST_WAIT_S)  # a caller that never sends its request does not hold a thread
-                request = _read_request(conn)
+                request, fds = _read_request(conn)
                 conn.settimeout(None)
                 with self._outputs_lock:
                     self.requests += 1
-                self._get(conn, request, send)
+                if request["op"] == "query":
+                    self._query(conn, request, fds, send)
+                else:
+                    self._get(conn, request, send)
             except _BadRequest as exc:
                 _quietly(send, {"error": f"bad request to the agent: {exc}"})
             except OSError as exc:  # the caller went away before its answer
                 log.info("a caller left: %s", exc)
+
+    def _query(self, conn: socket.socket, request: dict[str, Any], fds: list[int],
+               send: Callable[[dict[str, Any]], None]) -> None:
+        """Run ``dstp query`` with the caller's stdout and stderr (``fds``, closed here); answer its exit status."""
+        import argparse
+
+        from dstp import cli
+
+        args = argparse.Namespace(**request["query"])
+        key = (request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or "")
+        watcher = _Watcher(conn, send, False, Path(args.output or "a query's output"))
+        try:
+            with _caller_streams(fds, str(request.get("encoding") or "utf-8")) as (out, err):
+                with _redirected(out, err):
+                    client, kept = self.clients.take(key)
+                    status = 1
+                    try:
+                        status = cli.run_command(lambda a: cli.query_on(a, client, watcher.stop_query), args)
+                    finally:
+                        if status == 1:  # after an error the client may hold a broken channel: dial afresh next
+                            client.close()
+                        else:
+                            self.clients.give(key, client)
+                    if args.verbose:
+                        print(f"agent: {self.path}, on a " + ("client kept from an earlier request" if kept else
+                                                             f"new client of {key[0]}"), file=err)
+            send({"exit": status})
+        finally:
+            watcher.close()
 
     def _get(self, conn: socket.socket, request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
         out = Path(request["out"])
@@ -420,30 +541,135 @@ class _BadRequest(Exception):
     pass
 
 
-def _read_request(conn: socket.socket) -> dict[str, Any]:
-    data = b""
-    while b"\n" not in data:
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise _BadRequest("the connection closed before a whole request line")
-        data += chunk
-        if len(data) > MAX_REQUEST_BYTES:
-            raise _BadRequest(f"a request line longer than {MAX_REQUEST_BYTES} bytes")
+def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """Return the request line and the file descriptors that came with it (closed here if it is refused)."""
+    data, fds = b"", []
     try:
-        request = json.loads(data.split(b"\n", 1)[0])
+        while b"\n" not in data:
+            chunk, more, _, _ = socket.recv_fds(conn, 4096, 2)
+            fds += more
+            if not chunk:
+                raise _BadRequest("the connection closed before a whole request line")
+            data += chunk
+            if len(data) > MAX_REQUEST_BYTES:
+                raise _BadRequest(f"a request line longer than {MAX_REQUEST_BYTES} bytes")
+        return _checked(data.split(b"\n", 1)[0], fds), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _checked(line: bytes, fds: list[int]) -> dict[str, Any]:
+    try:
+        request = json.loads(line)
     except ValueError as exc:
         raise _BadRequest(f"not JSON ({exc})") from None
     if not isinstance(request, dict) or request.get("dstp_agent") != PROTOCOL:
         raise _BadRequest(f"not a dstp agent request of protocol {PROTOCOL} (is this dstp older or newer than "
                           "the agent? restart the agent)")
-    if request.get("op") != "get":
-        raise _BadRequest(f"unknown op {request.get('op')!r}; this agent runs: get")
-    for name in ("server", "dataset", "file", "out"):
+    op = request.get("op")
+    if op not in ("get", "query"):
+        raise _BadRequest(f"unknown op {op!r}; this agent runs: get, query")
+    if len(fds) != (2 if op == "query" else 0):
+        raise _BadRequest(f"{len(fds)} file descriptors with a {op} request (a query sends its stdout and stderr, "
+                          "a get none)")
+    for name in ("server",) + (("dataset", "file", "out") if op == "get" else ()):
         if not isinstance(request.get(name), str) or not request[name]:
             raise _BadRequest(f"{name!r} missing")
-    if not os.path.isabs(request["out"]):
+    if op == "get" and not os.path.isabs(request["out"]):
         raise _BadRequest(f"'out' must be an absolute path, not {request['out']!r}")
+    if op == "query":
+        _check_query(request.get("query"))
     return request
+
+
+def _check_query(options: Any) -> None:
+    """Refuse query options that are not exactly what this version's ``dstp query`` sends, with sane types."""
+    from dstp.cli import AGENT_QUERY_OPTIONS
+
+    if not isinstance(options, dict) or set(options) != set(AGENT_QUERY_OPTIONS):
+        got = sorted(options) if isinstance(options, dict) else type(options).__name__
+        raise _BadRequest(f"'query' must hold {', '.join(AGENT_QUERY_OPTIONS)}; got {got} (is this dstp older or "
+                          "newer than the agent? restart the agent)")
+    kinds = {"sql": str, "format": str, "transport": str, "max_rows": int, "streams": int,
+             "allow_truncated": bool, "explain": bool, "verbose": bool}
+    for name, kind in kinds.items():
+        if not isinstance(options[name], kind):
+            raise _BadRequest(f"query option {name!r} must be {kind.__name__}, not {options[name]!r}")
+    for name in ("output", "compression"):
+        if options[name] is not None and not isinstance(options[name], str):
+            raise _BadRequest(f"query option {name!r} must be a string or null")
+    if options["progress"] is not None and not isinstance(options["progress"], bool):
+        raise _BadRequest("query option 'progress' must be true, false or null")
+    if options["output"] is not None and not os.path.isabs(options["output"]):
+        raise _BadRequest(f"query option 'output' must be an absolute path, not {options['output']!r}")
+
+
+class _ThreadStream:
+    """The agent's ``sys.stdout`` / ``sys.stderr``: what a thread writes goes to the stream it set (a caller's),
+    else to the agent's own."""
+
+    def __init__(self, default: Any) -> None:
+        self._default = default
+        self._local = threading.local()
+
+    def thread_stream(self) -> Any:
+        """Return the stream this thread writes to (for threads it starts: a progress bar's refresher)."""
+        return getattr(self._local, "stream", None) or self._default
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.thread_stream(), name)
+
+
+_STREAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _redirected(out: Any, err: Any) -> Iterator[None]:
+    """Point this thread's ``sys.stdout`` and ``sys.stderr`` at ``out`` and ``err`` (other threads keep theirs)."""
+    import sys
+
+    with _STREAMS_LOCK:
+        streams = []
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if not isinstance(current, _ThreadStream):
+                current = _ThreadStream(current)
+                setattr(sys, name, current)
+            streams.append(current)
+    streams[0]._local.stream, streams[1]._local.stream = out, err
+    try:
+        yield
+    finally:
+        streams[0]._local.stream = streams[1]._local.stream = None
+
+
+@contextlib.contextmanager
+def _caller_streams(fds: list[int], encoding: str) -> Iterator[tuple[Any, Any]]:
+    """Return text streams on the caller's stdout and stderr descriptors; flushed and closed after the block
+    (a caller gone meanwhile — a closed pipe — loses what was left to write, nothing else)."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        encoding = "utf-8"
+    streams = []
+    try:
+        for fd in list(fds):
+            streams.append(open(fd, "w", buffering=1 if os.isatty(fd) else -1, encoding=encoding,  # noqa: SIM115
+                                errors="backslashreplace", closefd=True))
+            fds.remove(fd)
+        yield streams[0], streams[1]
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for stream in streams:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
 
 
 def _quietly(send: Callable[[dict[str, Any]], None], answer: dict[str, Any]) -> None:

@@ -281,6 +281,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stderr() -> Any:
+    """Return the stream ``sys.stderr`` writes to now. In ``dstp agent`` it resolves per thread to the stderr
+    of the command being served (``thread_stream``); the progress bar's refresh thread must write there too."""
+    return getattr(sys.stderr, "thread_stream", lambda: sys.stderr)()
+
+
 def _progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Callable[[], None]]:
     """Return (progress callback, finish) drawing rows, bytes and rate on stderr."""
     if not enabled:
@@ -293,7 +299,7 @@ def _progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Call
         TextColumn("{task.fields[rows]} rows · {task.fields[size]} · {task.fields[rate]} · {task.fields[link]}"),
         TimeElapsedColumn(),
         transient=False,
-        console=__import__("rich.console").console.Console(stderr=True),
+        console=__import__("rich.console").console.Console(file=_stderr()),
     )
     task = bar.add_task("fetching", total=None, rows="0", size="0 B", rate="", link="")
     bar.start()
@@ -395,9 +401,27 @@ def _truncation_status(args: argparse.Namespace, stream: Any) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    agent = None if args.no_agent else os.environ.get("DSTP_AGENT_SOCK")
+    if agent:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            status = _query_via_agent(args, agent)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if status is not None:
+            return status
+    with _connect(args) as c:
+        return query_on(args, c)
+
+
+def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None = None) -> int:
+    """Run ``dstp query``'s work on the client ``c``, printing to sys.stdout/sys.stderr; return the exit status.
+
+    ``stop`` (``dstp agent``) is called at every batch and raises KeyboardInterrupt or _Terminated when the
+    command that asked has been stopped; in the main thread SIGTERM does that.
+    """
     import warnings
 
-    import dstp
     from dstp.client._output import FILE_FORMATS
     from dstp.errors import DstpTruncationWarning
 
@@ -407,80 +431,117 @@ def cmd_query(args: argparse.Namespace) -> int:
                          "or .nc")
     warnings.simplefilter("ignore", DstpTruncationWarning)  # this command says it itself, with its exit status
     show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and out is not None)
-    progress, finish = _progress_display(show_progress)
-    with _connect(args) as c:
-        if args.explain:
-            info = c.plan(args.sql, transport=args.transport if args.transport != "auto" else "grpc")
-            # The plan per dataset reference (grid, hyperslab, pushdown, remote query) travels in the schema.
-            plan = json.loads((info.schema.metadata or {}).get(b"dstp:plan", b"{}"))
-            print(json.dumps({
-                "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
-                "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows, "max_rows": info.max_rows,
-                "columns": [f"{f.name}: {f.type}" for f in info.schema],
-                "sample_seed": info.sample_seed,
-                "sql": plan.get("sql", ""), "scans": plan.get("scans", []),
-                **({"matchups": plan["matchups"]} if "matchups" in plan else {}),
-            }, indent=2))
-            return 0
-        previous = signal.signal(signal.SIGTERM, _terminate)
-        stream = None
-        try:
-            stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
-                                     progress=progress, streams=args.streams, allow_truncated=True)
-            if args.verbose:
-                print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
-            if out is not None:
-                status = _save(args, c, stream, out, finish)
-            elif args.format == "csv":
-                from dstp.client._output import csv_header, csv_rows
+    draw, finish = _progress_display(show_progress)
+    progress = draw
+    if stop is not None:
+        def progress(p: Any) -> None:
+            stop()
+            if draw is not None:
+                draw(p)
+    main_thread = threading.current_thread() is threading.main_thread()
+    if args.explain:
+        info = c.plan(args.sql, transport=args.transport if args.transport != "auto" else "grpc")
+        # The plan per dataset reference (grid, hyperslab, pushdown, remote query) travels in the schema.
+        plan = json.loads((info.schema.metadata or {}).get(b"dstp:plan", b"{}"))
+        print(json.dumps({
+            "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
+            "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows, "max_rows": info.max_rows,
+            "columns": [f"{f.name}: {f.type}" for f in info.schema],
+            "sample_seed": info.sample_seed,
+            "sql": plan.get("sql", ""), "scans": plan.get("scans", []),
+            **({"matchups": plan["matchups"]} if "matchups" in plan else {}),
+        }, indent=2))
+        return 0
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    stream = None
+    try:
+        stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
+                                 progress=progress, streams=args.streams, allow_truncated=True)
+        if args.verbose:
+            print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
+        if out is not None:
+            status = _save(args, c, stream, out, finish)
+        elif args.format == "csv":
+            from dstp.client._output import csv_header, csv_rows
 
-                sink = sys.stdout.buffer
-                sink.write(csv_header(stream.schema))
-                for b in stream:
-                    sink.write(csv_rows(b))
-                sink.flush()
-                finish()
-                status = _truncation_status(args, stream)
-            else:
-                # A preview: stop the transfer once one record more than fits has arrived (closing the
-                # stream cancels the query, so the server stops reading files), rather than streaming
-                # millions of records to print forty.
-                shown: list[Any] = []
-                seen = 0
-                more = False
-                for b in stream:
-                    shown.append(b)
-                    seen += b.num_rows
-                    if seen > args.max_rows:
-                        more = True
-                        break
-                finish()
-                import pyarrow as pa
-
-                from dstp.client._output import preview_text
-
-                table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
-                print(preview_text(table) if table.num_rows else "(no records)")
-                if more:
-                    stream.close()
-                    print(f"… more records than the {args.max_rows:,} shown (the preview stopped the query there); "
-                          "save them all with -o FILE, or show more with --max-rows N", file=sys.stderr)
-                    status = 0
-                else:
-                    status = _truncation_status(args, stream)
-        except _Terminated:
-            print("dstp: terminated", file=sys.stderr)
-            return EXIT_TERMINATED
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+            sink = sys.stdout.buffer
+            sink.write(csv_header(stream.schema))
+            for b in stream:
+                sink.write(csv_rows(b))
+            sink.flush()
             finish()
-            if stream is not None:
+            status = _truncation_status(args, stream)
+        else:
+            # A preview: stop the transfer once one record more than fits has arrived (closing the
+            # stream cancels the query, so the server stops reading files), rather than streaming
+            # millions of records to print forty.
+            shown: list[Any] = []
+            seen = 0
+            more = False
+            for b in stream:
+                shown.append(b)
+                seen += b.num_rows
+                if seen > args.max_rows:
+                    more = True
+                    break
+            finish()
+            import pyarrow as pa
+
+            from dstp.client._output import preview_text
+
+            table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
+            print(preview_text(table) if table.num_rows else "(no records)")
+            if more:
                 stream.close()
-        if args.verbose and stream.summary:
-            s = stream.summary
-            print(f"server read {s.hyperslabs_read} hyperslabs, {s.elements_read:,} values "
-                  f"({s.bytes_read / 2**20:.1f} MiB) for {s.rows:,} records in {s.seconds:.2f} s", file=sys.stderr)
+                print(f"… more records than the {args.max_rows:,} shown (the preview stopped the query there); "
+                      "save them all with -o FILE, or show more with --max-rows N", file=sys.stderr)
+                status = 0
+            else:
+                status = _truncation_status(args, stream)
+    except _Terminated:
+        print("dstp: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        finish()
+        if stream is not None:
+            stream.close()
+    if args.verbose and stream.summary:
+        s = stream.summary
+        print(f"server read {s.hyperslabs_read} hyperslabs, {s.elements_read:,} values "
+              f"({s.bytes_read / 2**20:.1f} MiB) for {s.rows:,} records in {s.seconds:.2f} s", file=sys.stderr)
     return status
+
+
+#: What ``dstp query`` hands to ``dstp agent``: its options, by name (see dstp/agent.py).
+AGENT_QUERY_OPTIONS = ("sql", "output", "allow_truncated", "format", "max_rows", "transport", "streams", "compression",
+                       "explain", "verbose", "progress")
+
+
+def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
+    """Have the agent at ``socket_path`` run the query, writing to this command's stdout and stderr; return the
+    exit status, or None if no agent answers there (then the caller runs it here, having said so)."""
+    from dstp.agent import AgentError, AgentUnavailable, query_via_agent
+    from dstp.credentials import client_credentials
+
+    token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
+    options = {name: getattr(args, name) for name in AGENT_QUERY_OPTIONS}
+    if args.output is not None:
+        options["output"] = str(Path(args.output).absolute())  # the agent runs in its own working directory
+    request = {"server": args.server, "token": token or "", "tls": tls,
+               "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "query": options}
+    try:
+        return query_via_agent(socket_path, request)
+    except AgentUnavailable as exc:
+        print(f"dstp: no agent answers at {socket_path} ({exc}); querying without it", file=sys.stderr)
+        return None
+    except AgentError as exc:
+        _err(str(exc))
+        return 1
+    except (KeyboardInterrupt, _Terminated) as exc:
+        return _stopped(exc, lambda: None, f"the agent at {socket_path} did not confirm it stopped within its wait"
+                        + (f": {args.output} may not have been written" if args.output else ""))
 
 
 def _kept(out: Path, partial: str, state: str) -> str:
@@ -592,8 +653,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return _agent_in_background(args, path, export)
     agent = _start_agent(args, path)
     print(export, flush=True)
-    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` runs here on connections kept warm "
-          f"(a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.", file=sys.stderr, flush=True)
+    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` and `dstp query` run here on "
+          f"connections kept warm (a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.",
+          file=sys.stderr, flush=True)
     return _run_agent(agent)
 
 
@@ -823,6 +885,8 @@ def build_parser() -> argparse.ArgumentParser:
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None, help="show progress")
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
+    p.add_argument("--no-agent", action="store_true",
+                   help="query in this process even when $DSTP_AGENT_SOCK names a running `dstp agent`")
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("get", help="download a published file (or a byte range), resumably",
@@ -849,15 +913,18 @@ def build_parser() -> argparse.ArgumentParser:
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser("agent", help="keep connections warm for `dstp get` (export DSTP_AGENT_SOCK it prints)",
+    p = sub.add_parser("agent", help="keep connections warm for `dstp get` and `dstp query` (export DSTP_AGENT_SOCK "
+                                     "it prints)",
                        description="Run until Ctrl-C (with --background: until killed), listening on a Unix socket "
                                    "only your user can use. With "
                                    "DSTP_AGENT_SOCK naming that socket (the agent prints the line to export), "
-                                   "`dstp get` hands its download to the agent, which keeps a client per server: "
-                                   "the control channel, the data stripes (and their TCP windows) and the "
+                                   "`dstp get` hands its download to the agent, and `dstp query` its query (with its "
+                                   "stdout and stderr, which the agent writes to), and the agent keeps a client per "
+                                   "server: the control channel, the data stripes (and their TCP windows) and the "
                                    "auto-tuner's measurements carry over from one command to the next, and a "
                                    "command starts without loading gRPC. Ctrl-C on a `dstp get` stops its "
-                                   "download in the agent and keeps what arrived, as without the agent.")
+                                   "download in the agent and keeps what arrived, on a `dstp query` stops the "
+                                   "query, as without the agent.")
     p.add_argument("--socket", default=None, metavar="PATH",
                    help="where to listen (default: $XDG_RUNTIME_DIR/dstp-agent.sock, else /tmp/dstp-UID/agent.sock)")
     p.add_argument("--client-idle", type=float, default=600.0, metavar="S",
@@ -899,8 +966,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread() and args.func is not cmd_serve:
         signal.signal(signal.SIGINT, _interrupt)
+    return run_command(args.func, args)
+
+
+def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+    """Run one command's function; return its exit status, saying on stderr why it failed (as ``dstp`` does)."""
     try:
-        return int(args.func(args) or 0)
+        return int(func(args) or 0)
     except DstpError as exc:
         _err(str(exc))
         return 1

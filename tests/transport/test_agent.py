@@ -8,7 +8,6 @@ The oracle for every byte is the published file itself.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import select
 import signal
@@ -18,47 +17,21 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-import dstp
 from dstp.agent import AGENT_ENV, Agent, _Clients
-from dstp.server import DstpServer
-from dstp.settings import Settings
 from dstp.transport.crc import crc32c
 from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX
-from dstp.transport.tuning import AutoTuner
-from faults import WrappedChannel
+from agents import DSTP, agent_env, gated_agent
 
-DSTP = [sys.executable, "-m", "dstp.cli"]
 NAME = "ccm3_1990-01.nc"
-
-
-def _env(sock: Path | str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSTP_")}
-    env[AGENT_ENV] = str(sock)
-    return env
 
 
 def _get(server: str, out: Path, sock: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*DSTP, "get", "ccm3", NAME, "-o", str(out), "--server", server, *extra],
-                          env=_env(sock), capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture()
-def agent_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
-    sock = tmp_path / "agent.sock"
-    proc = subprocess.Popen([*DSTP, "agent", "--socket", str(sock)], env=_env(""), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == f"export {AGENT_ENV}={sock}"
-        yield sock, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
+                          env=agent_env(sock), capture_output=True, text=True, timeout=120)
 
 
 def test_get_through_the_agent_is_the_file_and_reuses_the_agents_client(data_server, catalog_root, tmp_path,
@@ -92,7 +65,7 @@ def test_a_get_through_the_agent_loads_no_grpc(data_server, catalog_root, tmp_pa
                f"{data_server.endpoints.grpc!r}])\n"
                "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'pyarrow', 'numpy'))\n"
                "print(code, heavy)\n")
-    run = subprocess.run([sys.executable, "-c", program], env=_env(sock), capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "-c", program], env=agent_env(sock), capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "0 []", run.stdout + run.stderr
     assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
 
@@ -116,8 +89,8 @@ def test_an_error_says_what_it_says_without_the_agent(data_server, tmp_path, age
     server = data_server.endpoints.grpc
     for args in (["ccm3", "no_such_file.nc"], ["no_such_dataset", NAME]):
         cmd = [*DSTP, "get", *args, "-o", str(tmp_path / "x"), "--server", server]
-        via = subprocess.run(cmd, env=_env(sock), capture_output=True, text=True, timeout=60)
-        direct = subprocess.run([*cmd, "--no-agent"], env=_env(sock), capture_output=True, text=True, timeout=60)
+        via = subprocess.run(cmd, env=agent_env(sock), capture_output=True, text=True, timeout=60)
+        direct = subprocess.run([*cmd, "--no-agent"], env=agent_env(sock), capture_output=True, text=True, timeout=60)
         assert via.returncode == direct.returncode == 1
         assert via.stderr.startswith("dstp: error: ") and via.stderr == direct.stderr
         assert not (tmp_path / "x").exists()
@@ -152,7 +125,7 @@ def test_a_bad_request_gets_a_clear_error_and_the_agent_keeps_serving(data_serve
 
 def test_a_second_agent_on_the_same_socket_is_refused_and_a_stale_socket_replaced(tmp_path, agent_process) -> None:
     sock, _ = agent_process
-    again = subprocess.run([*DSTP, "agent", "--socket", str(sock)], env=_env(""), capture_output=True, text=True,
+    again = subprocess.run([*DSTP, "agent", "--socket", str(sock)], env=agent_env(""), capture_output=True, text=True,
                            timeout=60)
     assert again.returncode == 1 and f"an agent already listens at {sock}" in again.stderr
     stale = tmp_path / "stale.sock"
@@ -163,85 +136,23 @@ def test_a_second_agent_on_the_same_socket_is_refused_and_a_stale_socket_replace
         assert _ask(stale, b"{}\n")["error"].startswith("bad request")
 
 
-class _Held:
-    """A client connection that stops receiving, once ``after`` bytes have come, until ``gate`` is set."""
-
-    def __init__(self, inner: Any, gate: threading.Event, held: threading.Event, after: int) -> None:
-        self.inner, self.gate, self.held, self.after, self.position = inner, gate, held, after, 0
-
-    def recv_into(self, view: memoryview) -> int:
-        if self.position >= self.after and not self.gate.is_set():
-            self.held.set()
-            assert self.gate.wait(60), "the test never opened the gate"
-        n = int(self.inner.recv_into(view[:max(1, min(view.nbytes, self.after - self.position))]
-                                     if self.position < self.after else view))
-        self.position += n
-        return n
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _Said(logging.Handler):
-    def __init__(self, words: str) -> None:
-        super().__init__(logging.INFO)
-        self.words, self.seen = words, threading.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.words in record.getMessage():
-            self.seen.set()
-
-
-@pytest.fixture()
-def own_server(catalog_root: Path) -> Iterator[DstpServer]:
-    """A server of the test's own: a stopped download's transfer keeps its slot for the resume window (60 s),
-    which must not show in the shared server's count of running queries (tests/transport/test_auto_run.py)."""
-    settings = Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1,
-                        block_bytes=256 * 1024)
-    with DstpServer(settings) as srv:
-        yield srv
-
-
 @pytest.mark.parametrize("sig, status, said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(own_server, catalog_root, tmp_path,
                                                                         sig, status, said) -> None:
     """Ctrl-C (or SIGTERM) on `dstp get` stops the download in the agent, which keeps what arrived."""
     data_server = own_server
-    gate, held = threading.Event(), threading.Event()
     sock = tmp_path / "agent.sock"
     out = tmp_path / "big.nc"
     source = (catalog_root / "ccm3" / NAME).read_bytes()
-
-    def connect(server: str, **kw: Any) -> dstp.Client:
-        return dstp.Client(server, tuner=AutoTuner(tmp_path / "tuning.json"),
-                           wrap_channel=lambda channel: WrappedChannel(
-                               channel, lambda conn: _Held(conn, gate, held, after=300_000)), **kw)
-
-    left = _Said("left; stopping at the next block")
-    log = logging.getLogger("dstp.agent")
-    level = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(left)
-    try:
-        with Agent(sock, connect=connect) as agent:
-            proc = subprocess.Popen([*DSTP, "get", "ccm3", NAME, "-o", str(out), "--server", data_server.endpoints.grpc,
-                                     "--transport", "striped", "--streams", "1"],
-                                    env=_env(sock), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                assert held.wait(60), "the download never reached the gate"
-                proc.send_signal(sig)
-                assert left.seen.wait(60), "the agent did not notice its caller stopped"
-            finally:
-                gate.set()  # the next block arrives, and the agent stops there
-                _, err = proc.communicate(timeout=60)
-            assert proc.returncode == status, err
-            assert f"dstp: {said}; {out} was not written; what arrived is kept in {out.name}{PARTIAL_SUFFIX}" in err
-            assert not out.exists() and (tmp_path / (out.name + STATE_SUFFIX)).exists()
-            again = _get(data_server.endpoints.grpc, out, sock, "--transport", "striped", "--streams", "1")
-            assert agent._outputs == {}  # no entry is kept per output once its requests are answered
-    finally:
-        log.removeHandler(left)
-        log.setLevel(level)
+    argv = ["get", "ccm3", NAME, "-o", str(out), "--server", data_server.endpoints.grpc, "--transport", "striped",
+            "--streams", "1"]
+    with gated_agent(sock, tmp_path, "left; stopping at the next block") as (agent, stop):
+        code, err = stop(argv, sig)
+        assert code == status, err
+        assert f"dstp: {said}; {out} was not written; what arrived is kept in {out.name}{PARTIAL_SUFFIX}" in err
+        assert not out.exists() and (tmp_path / (out.name + STATE_SUFFIX)).exists()
+        again = _get(data_server.endpoints.grpc, out, sock, "--transport", "striped", "--streams", "1")
+        assert agent._outputs == {}  # no entry is kept per output once its requests are answered
     assert again.returncode == 0, again.stderr
     assert out.read_bytes() == source
     resumed = int(again.stderr.split("resumed after ")[1].split(" bytes")[0].replace(",", ""))
@@ -277,7 +188,7 @@ def test_kept_clients_are_closed_once_unused_for_their_idle_time() -> None:
 
 def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_server, catalog_root, tmp_path) -> None:
     sock = tmp_path / "bg" / "agent.sock"
-    started = subprocess.run([*DSTP, "agent", "--background", "--socket", str(sock)], env=_env(""),
+    started = subprocess.run([*DSTP, "agent", "--background", "--socket", str(sock)], env=agent_env(""),
                              capture_output=True, text=True, timeout=60)
     assert started.returncode == 0, started.stderr
     lines = started.stdout.splitlines()
@@ -286,7 +197,7 @@ def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_ser
     try:
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
         shell = f'eval "$({" ".join(DSTP)} agent --background --socket {sock} 2>&1)"; echo "$DSTP_AGENT_SOCK"'
-        again = subprocess.run(["bash", "-c", shell], env=_env(""), capture_output=True, text=True, timeout=60)
+        again = subprocess.run(["bash", "-c", shell], env=agent_env(""), capture_output=True, text=True, timeout=60)
         assert f"an agent already listens at {sock}" in again.stdout + again.stderr
         out = tmp_path / "bg.nc"
         run = _get(data_server.endpoints.grpc, out, sock, "-v")
@@ -333,7 +244,7 @@ def test_downloads_at_once_through_one_agent_each_arrive_whole(data_server, cata
     names = sorted(p.name for p in (catalog_root / "ccm3").glob("ccm3_*.nc"))[:2]
     jobs = [(names[0], tmp_path / "a.nc"), (names[1], tmp_path / "b.nc"), (names[1], tmp_path / "b.nc")]
     procs = [subprocess.Popen([*DSTP, "get", "ccm3", name, "-o", str(out), "--server", data_server.endpoints.grpc,
-                               "--transport", "striped", "--streams", "2"], env=_env(sock),
+                               "--transport", "striped", "--streams", "2"], env=agent_env(sock),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, out in jobs]
     for p in procs:
         _, err = p.communicate(timeout=120)
