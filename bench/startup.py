@@ -13,7 +13,8 @@ the variants run interleaved, order rotated each round, ``REPEATS`` rounds, medi
 * the same ``dstp get``, and one with no flags (``auto``), handed to a ``dstp agent`` started for the
   run (``DSTP_AGENT_SOCK``): the command loads no gRPC and the agent's client, control channel and
   stripes are warm (the agent's first request, which dials them, is the untimed warm-up run; its
-  time is kept in the JSON as ``agent_first_request_s``).
+  time is kept in the JSON as ``agent_first_request_s``);
+* the same ``dstp query … limit 1`` handed to that agent (it writes to the command's stdout).
 
 Own clock beside it: ``python -X importtime`` of the ``dstp get`` process, the cumulative
 import time of ``dstp.client`` and its largest pieces (inflated by the tracing itself).
@@ -57,16 +58,17 @@ def _variants(url: str, work: Path, agent: Path) -> dict[str, tuple[list[str], d
     alone = {k: v for k, v in os.environ.items() if k != AGENT_ENV}
     via = {**alone, AGENT_ENV: str(agent)}
     get = [py, "-m", "dstp.cli", "get", dataset, name, "-o", str(work / name), "--server", url, "--no-progress"]
+    query = [py, "-m", "dstp.cli", "query", SQL, "--server", url, "--transport", "striped"]
     return {
         "python -c pass": ([py, "-c", "pass"], alone),
         "import grpc": ([py, "-c", "import grpc"], alone),
         "import dstp.cli": ([py, "-c", "import dstp.cli"], alone),
         GET: ([*get, "--transport", "striped", "--streams", "1"], alone),
-        "dstp query limit 1 (striped)": ([py, "-m", "dstp.cli", "query", SQL, "--server", url,
-                                          "--transport", "striped"], alone),
+        "dstp query limit 1 (striped)": (query, alone),
         "script: connect + ping": ([py, "-c", f"import dstp; dstp.connect({url!r}).ping()"], alone),
         "dstp get via agent (striped x1)": ([*get, "--transport", "striped", "--streams", "1"], via),
         "dstp get via agent (auto)": (get, via),
+        "dstp query limit 1 via agent (striped)": (query, via),
     }
 
 

@@ -17,6 +17,7 @@ def test_every_start_up_variant_runs(catalog_root: Path) -> None:
     assert result["mode"] == "quick"
     variants = {k: v for k, v in result.items() if k != "mode"}
     assert "dstp get via agent (striped x1)" in variants and "dstp get via agent (auto)" in variants
+    assert "dstp query limit 1 via agent (striped)" in variants
     assert all(v is not None and v > 0 for v in variants.values()), variants  # None: every run of it failed
 
 
