@@ -27,12 +27,12 @@ that user's. Requests for the same output file run one after another, so a ``dst
 Ctrl-C resumes from what the stopped one saved.
 
 ``dstp query`` sends its options instead, and its standard output and error as file descriptors with the
-request line (``SCM_RIGHTS``): the agent runs the command's own code (``dstp.cli.query_on``) on its kept client
+request line (``SCM_RIGHTS``): the agent runs the command's own code (``dstp.commands.query_on``) on its kept client
 with ``sys.stdout``/``sys.stderr`` of that thread pointing at them, so the records, the progress bar, the
 messages and files written with ``-o`` are exactly the command's::
 
     → {"dstp_agent": 1, "op": "query", "server", "token", "tls", "ca_file", "encoding" (the caller's stdout's),
-       "query": {the options of dstp.cli.AGENT_QUERY_OPTIONS; "output" absolute}}   + fds: stdout, stderr
+       "query": {the options of dstp.commands.AGENT_QUERY_OPTIONS; "output" absolute}}   + fds: stdout, stderr
     → {"stop": "interrupted" | "terminated"}   (optional, then the caller shuts down its side) Ctrl-C / SIGTERM:
                             the query stops at its next batch as the command would, and says so on its stderr
     ← {"exit": status}      the command's exit status; everything else went to the caller's stdout and stderr
@@ -315,9 +315,9 @@ class _Watcher:
     def stop_query(self) -> None:
         """Raise what stopped the caller (``dstp query`` handles it as its own Ctrl-C or SIGTERM) once it left."""
         if self.gone.is_set():
-            from dstp.cli import _Terminated
+            from dstp.commands import Terminated
 
-            raise KeyboardInterrupt() if self.reason == "interrupted" else _Terminated()
+            raise KeyboardInterrupt() if self.reason == "interrupted" else Terminated()
 
     def __call__(self, p: Any) -> None:
         if self.gone.is_set():
@@ -450,7 +450,7 @@ class Agent:
         """Run ``dstp query`` with the caller's stdout and stderr (``fds``, closed here); answer its exit status."""
         import argparse
 
-        from dstp import cli
+        from dstp import commands
 
         args = argparse.Namespace(**request["query"])
         key = (request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or "")
@@ -461,7 +461,7 @@ class Agent:
                     client, kept = self.clients.take(key)
                     status = 1
                     try:
-                        status = cli.run_command(lambda a: cli.query_on(a, client, watcher.stop_query), args)
+                        status = commands.run_command(lambda a: commands.query_on(a, client, watcher.stop_query), args)
                     finally:
                         if status == 1:  # after an error the client may hold a broken channel: dial afresh next
                             client.close()
@@ -586,7 +586,7 @@ def _checked(line: bytes, fds: list[int]) -> dict[str, Any]:
 
 def _check_query(options: Any) -> None:
     """Refuse query options that are not exactly what this version's ``dstp query`` sends, with sane types."""
-    from dstp.cli import AGENT_QUERY_OPTIONS
+    from dstp.commands import AGENT_QUERY_OPTIONS
 
     if not isinstance(options, dict) or set(options) != set(AGENT_QUERY_OPTIONS):
         got = sorted(options) if isinstance(options, dict) else type(options).__name__

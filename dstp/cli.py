@@ -21,8 +21,18 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from dstp.commands import (
+    AGENT_QUERY_OPTIONS,
+    Terminated,
+    error,
+    progress_display,
+    query_on,
+    run_command,
+    stopped,
+    terminate,
+)
 from dstp.errors import DstpError
 
 __all__ = ["main"]
@@ -64,10 +74,6 @@ def _connect(args: argparse.Namespace) -> Any:
     import dstp
 
     return dstp.connect(args.server, token=args.token, tls=args.tls, ca_file=args.ca_file)
-
-
-def _err(message: str) -> None:
-    print(f"dstp: error: {message}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------- serve
@@ -160,7 +166,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     rename = {}
     for item in args.rename or ():
         if "=" not in item:
-            _err(f"--rename takes VARIABLE=column, got {item!r}")
+            error(f"--rename takes VARIABLE=column, got {item!r}")
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
@@ -281,67 +287,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stderr() -> Any:
-    """Return the stream ``sys.stderr`` writes to now. In ``dstp agent`` it resolves per thread to the stderr
-    of the command being served (``thread_stream``); the progress bar's refresh thread must write there too."""
-    return getattr(sys.stderr, "thread_stream", lambda: sys.stderr)()
-
-
-def _progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Callable[[], None]]:
-    """Return (progress callback, finish) drawing rows, bytes and rate on stderr."""
-    if not enabled:
-        return None, lambda: None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[rows]} rows · {task.fields[size]} · {task.fields[rate]} · {task.fields[link]}"),
-        TimeElapsedColumn(),
-        transient=False,
-        console=__import__("rich.console").console.Console(file=_stderr()),
-    )
-    task = bar.add_task("fetching", total=None, rows="0", size="0 B", rate="", link="")
-    bar.start()
-
-    def human(n: float) -> str:
-        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-            if n < 1024 or unit == "TiB":
-                return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-            n /= 1024
-        return f"{n:.1f}"
-
-    def update(p: Any) -> None:
-        total = p.estimated_rows if p.estimated_rows > 0 else None
-        bar.update(task, completed=p.rows, total=total, rows=f"{p.rows:,}", size=human(p.bytes),
-                   rate=f"{human(p.rate_bytes_per_s)}/s", link=f"{p.transport}×{p.streams}")
-
-    return update, bar.stop
-
-
-#: Exit status of `dstp query` when the server cut the result at max_result_rows/max_result_bytes.
-EXIT_TRUNCATED = 3
-#: Exit status after Ctrl-C (128 + SIGINT) and SIGTERM (128 + SIGTERM), as a shell reports them.
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived: unwind like Ctrl-C, so partial files are removed."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def _stopped(cause: BaseException, finish: Callable[[], None], what_is_left: str) -> int:
-    """Say that Ctrl-C (KeyboardInterrupt) or SIGTERM stopped the command and what it left; return the exit status."""
-    finish()
-    interrupted = isinstance(cause, KeyboardInterrupt)
-    print(f"dstp: {'interrupted' if interrupted else 'terminated'}; {what_is_left}", file=sys.stderr)
-    return EXIT_INTERRUPTED if interrupted else EXIT_TERMINATED
-
-
 def _interrupt(signum: int, frame: Any) -> None:
     """Ctrl-C: unwind once. Later SIGINTs are ignored, so the cleanup that removes partial files (and
     a SIGINT a C++ library re-raises after handling it itself) cannot cut it short or kill the process."""
@@ -349,61 +294,10 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _time_units(client: Any, schema: Any) -> dict[str, str]:
-    """Return the dataset's units of the result's time coordinates (netCDF keeps them)."""
-    dataset = (schema.metadata or {}).get(b"dstp:dataset", b"").decode()
-    if not dataset:
-        return {}
-    details = client.describe(dataset)
-    return {c.name: c.units for c in details.coordinates if " since " in c.units}
-
-
-def _save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish: Callable[[], None]) -> int:
-    """Save the stream to ``out`` whole or not at all (see dstp.client._output.save_result); return the exit status."""
-    from dstp.client._output import check_file_format, save_result
-    from dstp.errors import TruncatedResultError
-
-    kind = check_file_format(out, stream.schema)
-    existed = out.exists()
-    kept = f"{out} was left as it was" if existed else f"nothing was written to {out}"
-    try:
-        # Inside the try: the server may break off while this rpc waits behind the records.
-        units = _time_units(client, stream.schema) if kind == "nc" else {}
-        rows = save_result(stream, out, allow_truncated=args.allow_truncated, time_units=units,
-                           accept="pass --allow-truncated")
-    except TruncatedResultError as exc:
-        finish()
-        _err(str(exc))
-        return EXIT_TRUNCATED
-    except (KeyboardInterrupt, _Terminated) as exc:
-        return _stopped(exc, finish, f"the partial result was discarded and {kept}")
-    except (DstpError, OSError, ValueError) as exc:
-        finish()
-        _err(str(exc))
-        print(f"dstp: the partial result was discarded and {kept}", file=sys.stderr)
-        return 1
-    finish()
-    seconds, nbytes = (stream.summary.seconds, stream.summary.bytes) if stream.summary else (0.0, 0)
-    rate = nbytes / max(seconds, 1e-9) / 2**20
-    print(f"{rows:,} records → {out} ({seconds:.2f} s, {rate:.1f} MiB/s over "
-          f"{stream.transport})", file=sys.stderr)
-    return _truncation_status(args, stream)
-
-
-def _truncation_status(args: argparse.Namespace, stream: Any) -> int:
-    """Warn on stderr if the server cut the result; return the exit status that says so."""
-    from dstp.client._stream import truncation_message
-
-    if stream.truncated_reason is None:
-        return 0
-    print(f"dstp: warning: {truncation_message(stream.summary)}", file=sys.stderr)
-    return 0 if args.allow_truncated else EXIT_TRUNCATED
-
-
 def cmd_query(args: argparse.Namespace) -> int:
     agent = None if args.no_agent else os.environ.get("DSTP_AGENT_SOCK")
     if agent:
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        previous = signal.signal(signal.SIGTERM, terminate)
         try:
             status = _query_via_agent(args, agent)
         finally:
@@ -412,111 +306,6 @@ def cmd_query(args: argparse.Namespace) -> int:
             return status
     with _connect(args) as c:
         return query_on(args, c)
-
-
-def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None = None) -> int:
-    """Run ``dstp query``'s work on the client ``c``, printing to sys.stdout/sys.stderr; return the exit status.
-
-    ``stop`` (``dstp agent``) is called at every batch and raises KeyboardInterrupt or _Terminated when the
-    command that asked has been stopped; in the main thread SIGTERM does that.
-    """
-    import warnings
-
-    from dstp.client._output import FILE_FORMATS
-    from dstp.errors import DstpTruncationWarning
-
-    out = Path(args.output) if args.output is not None else None
-    if out is not None and out.suffix.lower() not in FILE_FORMATS:
-        raise ValueError(f"cannot tell the format of {out.name} from its extension; use .arrow, .parquet, .csv "
-                         "or .nc")
-    warnings.simplefilter("ignore", DstpTruncationWarning)  # this command says it itself, with its exit status
-    show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and out is not None)
-    draw, finish = _progress_display(show_progress)
-    progress = draw
-    if stop is not None:
-        def progress(p: Any) -> None:
-            stop()
-            if draw is not None:
-                draw(p)
-    main_thread = threading.current_thread() is threading.main_thread()
-    if args.explain:
-        info = c.plan(args.sql, transport=args.transport if args.transport != "auto" else "grpc")
-        # The plan per dataset reference (grid, hyperslab, pushdown, remote query) travels in the schema.
-        plan = json.loads((info.schema.metadata or {}).get(b"dstp:plan", b"{}"))
-        print(json.dumps({
-            "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
-            "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows, "max_rows": info.max_rows,
-            "columns": [f"{f.name}: {f.type}" for f in info.schema],
-            "sample_seed": info.sample_seed,
-            "sql": plan.get("sql", ""), "scans": plan.get("scans", []),
-            **({"matchups": plan["matchups"]} if "matchups" in plan else {}),
-        }, indent=2))
-        return 0
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
-    stream = None
-    try:
-        stream = c.query_batches(args.sql, transport=args.transport, compression=args.compression,
-                                 progress=progress, streams=args.streams, allow_truncated=True)
-        if args.verbose:
-            print(f"data channel: {stream.transport} — {stream.choice}", file=sys.stderr)
-        if out is not None:
-            status = _save(args, c, stream, out, finish)
-        elif args.format == "csv":
-            from dstp.client._output import csv_header, csv_rows
-
-            sink = sys.stdout.buffer
-            sink.write(csv_header(stream.schema))
-            for b in stream:
-                sink.write(csv_rows(b))
-            sink.flush()
-            finish()
-            status = _truncation_status(args, stream)
-        else:
-            # A preview: stop the transfer once one record more than fits has arrived (closing the
-            # stream cancels the query, so the server stops reading files), rather than streaming
-            # millions of records to print forty.
-            shown: list[Any] = []
-            seen = 0
-            more = False
-            for b in stream:
-                shown.append(b)
-                seen += b.num_rows
-                if seen > args.max_rows:
-                    more = True
-                    break
-            finish()
-            import pyarrow as pa
-
-            from dstp.client._output import preview_text
-
-            table = pa.Table.from_batches(shown, schema=stream.schema).slice(0, args.max_rows)
-            print(preview_text(table) if table.num_rows else "(no records)")
-            if more:
-                stream.close()
-                print(f"… more records than the {args.max_rows:,} shown (the preview stopped the query there); "
-                      "save them all with -o FILE, or show more with --max-rows N", file=sys.stderr)
-                status = 0
-            else:
-                status = _truncation_status(args, stream)
-    except _Terminated:
-        print("dstp: terminated", file=sys.stderr)
-        return EXIT_TERMINATED
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-        finish()
-        if stream is not None:
-            stream.close()
-    if args.verbose and stream.summary:
-        s = stream.summary
-        print(f"server read {s.hyperslabs_read} hyperslabs, {s.elements_read:,} values "
-              f"({s.bytes_read / 2**20:.1f} MiB) for {s.rows:,} records in {s.seconds:.2f} s", file=sys.stderr)
-    return status
-
-
-#: What ``dstp query`` hands to ``dstp agent``: its options, by name (see dstp/agent.py).
-AGENT_QUERY_OPTIONS = ("sql", "output", "allow_truncated", "format", "max_rows", "transport", "streams", "compression",
-                       "explain", "verbose", "progress")
 
 
 def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
@@ -537,10 +326,10 @@ def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
         print(f"dstp: no agent answers at {socket_path} ({exc}); querying without it", file=sys.stderr)
         return None
     except AgentError as exc:
-        _err(str(exc))
+        error(str(exc))
         return 1
-    except (KeyboardInterrupt, _Terminated) as exc:
-        return _stopped(exc, lambda: None, f"the agent at {socket_path} did not confirm it stopped within its wait"
+    except (KeyboardInterrupt, Terminated) as exc:
+        return stopped(exc, lambda: None, f"the agent at {socket_path} did not confirm it stopped within its wait"
                         + (f": {args.output} may not have been written" if args.output else ""))
 
 
@@ -554,7 +343,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     out = Path(args.output or Path(args.file).name)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     agent = None if args.no_agent else os.environ.get("DSTP_AGENT_SOCK")
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         got = _get_via_agent(args, agent, out, show) if agent else None
         if got is None:
@@ -589,15 +378,15 @@ def _get_directly(args: argparse.Namespace, out: Path, show: bool) -> dict[str, 
     """Download in this process; return the summary, or the exit status of an interrupted download."""
     from dstp.transport.files import STATE_SUFFIX, partial_path
 
-    progress, finish = _progress_display(show)
+    progress, finish = progress_display(show)
     kept = _kept(out, str(partial_path(out)), f"{out}{STATE_SUFFIX}")
     with _connect(args) as c:
         try:
             return dict(c.get(args.dataset, args.file, out, offset=args.offset, length=args.length,
                               transport=args.transport, streams=args.streams,
                               congestion_control=args.congestion_control, progress=progress))
-        except (KeyboardInterrupt, _Terminated) as exc:
-            return _stopped(exc, finish, kept)
+        except (KeyboardInterrupt, Terminated) as exc:
+            return stopped(exc, finish, kept)
         finally:
             finish()
 
@@ -615,7 +404,7 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
                "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "dataset": args.dataset,
                "file": args.file, "out": str(out.resolve()), "offset": args.offset, "length": args.length,
                "transport": args.transport, "streams": args.streams, "congestion_control": args.congestion_control}
-    draw, finish = _progress_display(show)
+    draw, finish = progress_display(show)
 
     def progress(p: dict[str, Any]) -> None:
         if draw is not None:
@@ -631,13 +420,13 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         return None
     except AgentError as exc:
         finish()
-        _err(str(exc))
+        error(str(exc))
         return 1
-    except (KeyboardInterrupt, _Terminated) as exc:
-        stopped = getattr(exc, "agent_answer", {}).get("stopped")
-        return _stopped(exc, finish, _kept(out, stopped["partial"], stopped["state"]) if stopped else
-                        f"the agent at {socket_path} did not confirm it stopped within its wait: {out} was not "
-                        "written; run the same command again to resume once it has")
+    except (KeyboardInterrupt, Terminated) as exc:
+        saved = getattr(exc, "agent_answer", {}).get("stopped")
+        return stopped(exc, finish, _kept(out, saved["partial"], saved["state"]) if saved else
+                       f"the agent at {socket_path} did not confirm it stopped within its wait: {out} was not "
+                       "written; run the same command again to resume once it has")
     finally:
         finish()
 
@@ -696,7 +485,7 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> i
             answer = said.read().decode(errors="replace")
         if answer != "listening":
             os.waitpid(pid, 0)
-            _err(answer or f"the agent ended before it listened; see {log_path}")
+            error(answer or f"the agent ended before it listened; see {log_path}")
             return 1
         print(f"{export}\nexport DSTP_AGENT_PID={pid}", flush=True)
         print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid}",
@@ -772,7 +561,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     try:
         record = store.revoke(args.id)
     except KeyError as exc:
-        _err(str(exc.args[0]))
+        error(str(exc.args[0]))
         return 1
     print(f"token {record.id} of {record.user} revoked; a server using {store.path} refuses it from its next request")
     return 0
@@ -967,21 +756,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread() and args.func is not cmd_serve:
         signal.signal(signal.SIGINT, _interrupt)
     return run_command(args.func, args)
-
-
-def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
-    """Run one command's function; return its exit status, saying on stderr why it failed (as ``dstp`` does)."""
-    try:
-        return int(func(args) or 0)
-    except DstpError as exc:
-        _err(str(exc))
-        return 1
-    except (OSError, ValueError) as exc:
-        _err(str(exc))
-        return 1
-    except KeyboardInterrupt:
-        print("dstp: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
 
 
 def entry() -> None:

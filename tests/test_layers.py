@@ -67,10 +67,11 @@ CLIENT_IMPORTS_TO_REMOVE = {
     ("dstp/http/formats.py", "dstp.client._output"),
     ("dstp/http/formats.py", "dstp.client._xarray"),
 }
-#: dstp/ modules that are clients themselves: the CLI (dstp query, dstp get), the lazy `dstp.connect`, and
-#: federation, where this server reads another server's datasets as its client (behind catalog.remote's
-#: RemoteSource protocol, injected by dstp/server.py).
-CLIENT_SIDE = ("dstp/cli.py", "dstp/__init__.py", "dstp/federation.py")
+#: dstp/ modules that are clients themselves: the CLI (dstp query, dstp get) and what its commands run
+#: (dstp/commands.py, shared with dstp agent), the lazy `dstp.connect`, and federation, where this server
+#: reads another server's datasets as its client (behind catalog.remote's RemoteSource protocol, injected by
+#: dstp/server.py).
+CLIENT_SIDE = ("dstp/cli.py", "dstp/commands.py", "dstp/__init__.py", "dstp/federation.py")
 
 
 def test_server_code_imports_nothing_from_clients() -> None:
