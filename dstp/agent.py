@@ -455,21 +455,29 @@ class Agent:
         args = argparse.Namespace(**request["query"])
         key = (request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or "")
         watcher = _Watcher(conn, send, False, Path(args.output or "a query's output"))
+        taken: list[tuple[Any, bool]] = []
+
+        def run(a: argparse.Namespace) -> int:
+            taken.append(self.clients.take(key))  # inside: a client that cannot be made is the command's error
+            return commands.query_on(a, taken[0][0], watcher.stop_query)
+
         try:
             with _caller_streams(fds, str(request.get("encoding") or "utf-8")) as (out, err):
                 with _redirected(out, err):
-                    client, kept = self.clients.take(key)
                     status = 1
                     try:
-                        status = commands.run_command(lambda a: commands.query_on(a, client, watcher.stop_query), args)
+                        status = commands.run_command(run, args)
+                    except Exception as exc:  # a bug: say so to the caller and in the agent's log, keep serving
+                        log.exception("a query failed")
+                        commands.error(f"the agent failed ({type(exc).__name__}: {exc}); see its output")
                     finally:
-                        if status == 1:  # after an error the client may hold a broken channel: dial afresh next
-                            client.close()
-                        else:
-                            self.clients.give(key, client)
-                    if args.verbose:
-                        print(f"agent: {self.path}, on a " + ("client kept from an earlier request" if kept else
-                                                             f"new client of {key[0]}"), file=err)
+                        if taken and status == 1:  # after an error the client may hold a broken channel
+                            taken[0][0].close()
+                        elif taken:
+                            self.clients.give(key, taken[0][0])
+                    if args.verbose and taken:
+                        print(f"agent: {self.path}, on a " + ("client kept from an earlier request" if taken[0][1]
+                                                             else f"new client of {key[0]}"), file=err)
             send({"exit": status})
         finally:
             watcher.close()

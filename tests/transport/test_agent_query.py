@@ -43,8 +43,9 @@ def _timeless(text: str) -> str:
     ["select nothing from ccm3"],
     ["select temperature from no_such_dataset"],
     [SQL, "-o", "out.xyz"],
+    [SQL, "--ca-file", "/nonexistent/ca.pem"],
 ], ids=["preview", "preview-cut", "csv", "csv-striped", "aggregate", "explain", "bad-column", "bad-dataset",
-        "bad-extension"])
+        "bad-extension", "no-client"])
 def test_a_query_through_the_agent_prints_exactly_what_it_prints_without(data_server, tmp_path, agent_process,
                                                                          args) -> None:
     sock, proc = agent_process
