@@ -8,8 +8,9 @@ speeds in uncompressed bytes/s.
 
 ``python -m bench.compression --wan`` runs ``dstp serve`` across the emulated transatlantic path
 (:func:`bench.table4.wan_path`: 110 ms, 1 Gb/s, MTU 1500) and times the same query in fresh client
-processes with ``transport="auto"`` and ``compression="none"`` (before: auto never compressed) and
-with the compression left to auto (after), interleaved, ``--repeats`` rounds; medians printed as JSON.
+processes with ``transport="auto"`` and ``compression="none"`` (before: auto never compressed), LZ4 and
+zstd named, and the compression left to auto (after), interleaved, ``--repeats`` rounds; medians
+printed as JSON.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 SIZE = 1_000_000
+#: The WAN variants: ``compression=`` of each (None: auto's cost model chooses).
+VARIANTS: dict[str, str | None] = {"auto-before": "none", "auto-lz4": "lz4", "auto-zstd": "zstd", "auto-after": None}
 
 
 def _medium() -> Path:
@@ -87,7 +90,7 @@ def client_main(url: str, variant: str, size: int) -> dict[str, Any]:
         client = dstp.Client(url, timeout=600, tuner=AutoTuner(Path(tmp) / "t.json"))
         try:
             client.rtt()  # three Pings, untimed (as in Table 4's drivers)
-            compression = "none" if variant == "auto-before" else None
+            compression = VARIANTS[variant]
             started = time.perf_counter()
             table = client.query(table4_sql(size), transport="auto", compression=compression)
             seconds = time.perf_counter() - started
@@ -109,9 +112,10 @@ def wan(root: Path, repeats: int, size: int) -> dict[str, Any]:
         client_prefix = path.exec_argv(path.client_ns, [])
         with serve(root, "--host", path.server_addr, "--udt-port", "-1", prefix=server_prefix) as srv:
             url = srv.endpoints["grpc"]
-            order = ["auto-before", "auto-after"]
+            order = list(VARIANTS)
             for rep in range(repeats + 1):  # round 0 untimed: page cache, server code paths
-                for variant in order[rep % 2:] + order[:rep % 2]:
+                shift = rep % len(order)
+                for variant in order[shift:] + order[:shift]:
                     cmd = [*client_prefix, sys.executable, "-m", "bench.compression", "--client", url,
                            "--variant", variant, "--size", str(size)]
                     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
@@ -151,7 +155,8 @@ def _save(name: str, result: dict[str, Any]) -> None:
                  "median": m} for v, m in result["median_s"].items()]
         text = ("Table 4's question, 1 M records, `transport=\"auto\"`, a fresh client process per query in the "
                 "emulator's client namespace (110 ms, 1 Gb/s), interleaved after an untimed round. Before: "
-                "`compression=\"none\"` (auto never compressed); after: the codec left to auto's cost model.\n\n"
+                "`compression=\"none\"` (auto never compressed); lz4, zstd: named; after: the codec left to "
+                "auto's cost model.\n\n"
                 + markdown_table(rows, [("variant", "variant"), ("runs", "runs s"), ("median", "median s")]))
         write_markdown(name, "auto compression across 110 ms / 1 Gb/s", text)
     else:
