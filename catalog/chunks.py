@@ -1,10 +1,13 @@
 """Reading compressed netCDF-4 chunks without holding the netCDF lock (issue 15, item 5).
 
 Opt-in (``direct_chunks``, ``DSTP_DIRECT_CHUNKS=true``): one fresh-clone CI run with it on by default
-died of SIGBUS inside netCDF-C's close of a file (h5py loads a second copy of HDF5 into the process).
-It was never reproduced and is not explained, so the server reads through netCDF-C unless told
-otherwise. (Until da592a3 the setting also never reached a dataset's reads: each dataset had a handle
-cache of its own, with defaults.)
+died of SIGBUS inside netCDF-C's close of a file. It was never reproduced. A likely cause: h5py, which
+lists the chunks, loaded a second HDF5 library into the process beside netCDF4's own (their wheels
+bundle different versions — here 2.0.0 and 2.2.0), which upstream reports as failing at open and close
+(h5py issue 1541; netcdf4-python issues 653, 694, 1214). So the listing now runs in a helper process
+of its own (:class:`_Lister`, spawned on first use): the process that reads netCDF holds one HDF5.
+(Until da592a3 the setting also never reached a dataset's reads: each dataset had a handle cache of
+its own, with defaults.)
 
 netCDF-C and HDF5 are not thread-safe, so every call into them holds
 ``NETCDF_LOCK`` (:mod:`.netcdf4_`): a scan of zlib-compressed files then
@@ -13,7 +16,7 @@ a big query (1.1 GB of result: 1.4 s of 2.7 s in ``nc_get_vara``).
 
 For the common layout of model output — a chunked variable whose only filters
 are HDF5's shuffle and deflate, with a fixed-size native numeric type — this
-module reads the chunks itself: h5py lists each chunk's byte offset, size and
+module reads the chunks itself: h5py, in the helper process, lists each chunk's byte offset, size and
 filter mask once per (file, variable); then a read ``pread``s the chunks it
 needs, inflates them (``isal`` when installed, an ISA-L build of the same
 deflate that is 2–3× faster than zlib; else ``zlib``) and undoes the shuffle
@@ -32,6 +35,7 @@ checks every read against netCDF4-python's, bit for bit.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import threading
@@ -44,21 +48,20 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from dstp._chunk_index import DEFLATE as _DEFLATE
+from dstp._chunk_index import MAX_LISTED_CHUNKS, Listing, exit_with_parent, file_identity, list_chunks
+
 _inflate_module: types.ModuleType
 try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; optional.
     from isal import isal_zlib as _inflate_module
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _inflate_module = zlib
 
-__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "chunk_layout"]
+__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "layout_of"]
 
 #: Which inflate is in use ("isal" or "zlib"), for the server's log and the benchmarks.
 INFLATE = "isal" if _inflate_module is not zlib else "zlib"
 
-_SHUFFLE, _DEFLATE = 2, 1  # HDF5 filter ids (H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE)
-#: A variable stored in more chunks than this is left to netCDF-C: its index (~100 bytes a chunk) would
-#: cost more memory than the lock costs time.
-MAX_LISTED_CHUNKS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,36 +77,12 @@ class ChunkLayout:
     index: dict[tuple[int, ...], tuple[int, int, int]]
 
 
-def chunk_layout(h5file: Any, name: str) -> ChunkLayout | None:
-    """Return ``name``'s layout in an open h5py file, or None when netCDF-C must read it."""
-    try:
-        dset = h5file[name]
-    except (KeyError, ValueError, TypeError):
+def layout_of(listing: Listing | None) -> ChunkLayout | None:
+    """Return the layout a listing (:func:`dstp._chunk_index.chunk_listing`) describes."""
+    if listing is None:
         return None
-    import h5py
-
-    if not isinstance(dset, h5py.Dataset) or dset.chunks is None or not dset.shape:
-        return None
-    dtype = dset.dtype
-    if dtype.kind not in "iuf" or dtype.metadata or not dtype.isnative or h5py.check_enum_dtype(dtype) is not None:
-        return None
-    plist = dset.id.get_create_plist()
-    filters = tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
-    if any(f not in (_SHUFFLE, _DEFLATE) for f in filters) or len(set(filters)) != len(filters):
-        return None
-    if dset.id.get_num_chunks() > MAX_LISTED_CHUNKS:
-        return None
-    index: dict[tuple[int, ...], tuple[int, int, int]] = {}
-
-    def note(info: Any) -> None:
-        index[tuple(info.chunk_offset)] = (info.byte_offset, info.size, info.filter_mask)
-
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(note)
-    else:  # pragma: no cover - HDF5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            note(dset.id.get_chunk_info(i))
-    return ChunkLayout(tuple(dset.shape), tuple(dset.chunks), np.dtype(dtype), filters, index)
+    shape, chunks, dtype, filters, index = listing
+    return ChunkLayout(shape, chunks, np.dtype(dtype), filters, index)
 
 
 def _unshuffle(data: bytes, itemsize: int) -> np.ndarray:
@@ -167,19 +146,68 @@ def _spans(index: slice | int, size: int, chunk: int) -> list[tuple[int, slice, 
     return out
 
 
+class _Lister:
+    """The helper process that lists chunks with h5py, so that no second HDF5 enters the reading process.
+
+    One worker, started with ``spawn`` (never fork a process with gRPC and netCDF threads) on the first
+    listing and kept for the next; a helper that dies is replaced on the next listing, and the listing
+    it was doing falls back to netCDF-C.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: Any = None
+
+    def layout(self, path: Path, identity: tuple[int, int, int, int], variable: str,
+               max_chunks: int) -> ChunkLayout | None:
+        from concurrent.futures.process import BrokenProcessPool
+
+        with self._lock:
+            if self._pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=exit_with_parent)
+            pool = self._pool
+        try:
+            return layout_of(pool.submit(list_chunks, str(path), identity, variable, max_chunks).result())
+        except (BrokenProcessPool, OSError):
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False)
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+#: The one lister of this process (every ChunkReader shares its helper), stopped before the interpreter
+#: tears its modules down (a process that ends with os._exit leaves the helper to see its pipe close and exit).
+LISTER = _Lister()
+atexit.register(LISTER.close)
+
+
 class ChunkReader:
     """Reads eligible variables chunk by chunk, outside the netCDF lock; see the module's docstring.
 
     ``open_fd(path)`` returns a checked read-only descriptor of a published
-    file (:meth:`FileHandles.open_raw`); h5py opens that descriptor only to
-    list a variable's chunks, once. A descriptor is closed only while no read
-    uses it (a closed number reused by another file must never be read).
+    file (:meth:`FileHandles.open_raw`); the helper process lists a variable's
+    chunks once, from the same file (its device, inode, size and mtime must be
+    the descriptor's). A descriptor is closed only while no read uses it (a
+    closed number reused by another file must never be read).
     """
 
     def __init__(self, open_fd: Callable[[Path], int], cache_bytes: int = 64 * 2**20, open_files: int = 32) -> None:
         self._open_fd = open_fd
         self.cache_bytes = cache_bytes
         self.open_files = max(1, open_files)
+        #: A variable stored in more chunks than this is left to netCDF-C (its index would cost more memory).
+        self.max_chunks = MAX_LISTED_CHUNKS
         self._lock = threading.Lock()
         self._layouts: dict[tuple[Path, str], ChunkLayout | None] = {}
         self._fds: collections.OrderedDict[Path, list[int]] = collections.OrderedDict()  # path -> [fd, users]
@@ -206,21 +234,12 @@ class ChunkReader:
         return found
 
     def _list(self, path: Path, variable: str) -> ChunkLayout | None:
-        try:
-            import h5py
-        except ImportError:  # pragma: no cover - h5py is a dependency
-            return None
         fd = self._open_fd(path)
         try:
-            # The checked descriptor, by its /proc path (as netCDF-C opens it), so HDF5 reads the very file checked.
-            opened = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(path)
-            try:
-                with h5py.File(opened, "r", locking=False) as f:
-                    return chunk_layout(f, variable)
-            except (OSError, ValueError):
-                return None  # not an HDF5 file (netCDF classic), or one h5py cannot read: netCDF-C reads it
+            identity = file_identity(os.fstat(fd))
         finally:
             os.close(fd)
+        return LISTER.layout(path, identity, variable, self.max_chunks)
 
     # -- reading ------------------------------------------------------------------------
 

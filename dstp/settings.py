@@ -65,7 +65,8 @@ class Settings:
     )
     direct_chunks: bool = _setting(
         False, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks); "
-        "opt-in until a SIGBUS seen once with it on is explained (docs/benchmarks.md, scan)."
+        "opt-in until a SIGBUS seen once with it on is explained (docs/benchmarks.md, scan; the likely cause, a "
+        "second HDF5 library in the process, is removed)."
     )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")

@@ -215,11 +215,10 @@ def test_a_file_changed_after_its_chunks_were_listed_is_refused_not_misread(tmp_
     handles.close()
 
 
-def test_a_variable_in_too_many_chunks_is_left_to_netcdf_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dstp.catalog.chunks as chunks
-
-    monkeypatch.setattr(chunks, "MAX_LISTED_CHUNKS", 7)  # the file below has 8 chunks
+def test_a_variable_in_too_many_chunks_is_left_to_netcdf_c(tmp_path: Path) -> None:
     path, handles = published(tmp_path, shape=(8, 16), chunks=(1, 16), dtype="f8")
+    assert handles.chunks is not None
+    handles.chunks.max_chunks = 7  # the file has 8 chunks
     got = handles.read(path, "v", [slice(0, 8), slice(0, 16)])
     assert handles.chunks is not None and handles.chunks.layout(path, "v") is None and handles.chunks.reads == 0
     assert same_bits(got, reference(path, "v", (slice(0, 8), slice(0, 16))))
@@ -295,3 +294,55 @@ def test_files_of_dropped_handles_are_closed_under_the_netcdf_lock_not_by_the_ga
     survivor = FileHandles()
     survivor.close()  # the next FileHandles that opens or closes a file closes it, under the lock
     assert open_descriptors_of_file() == 0
+
+
+def test_the_reading_process_never_loads_a_second_hdf5(tmp_path: Path) -> None:
+    """h5py's wheel bundles another HDF5 than netCDF4's; both in one process fail at open and close upstream
+    (and one CI run died of SIGBUS in netCDF-C's close with the chunk reader on). The listing runs in a helper
+    process: after reads on the fast path, this process has netCDF4 and no h5py."""
+    import subprocess
+    import sys
+
+    path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
+    handles.close()
+    program = ("import os, sys\nfrom pathlib import Path\nfrom dstp.catalog.netcdf4_ import FileHandles, ReadStats\n"
+               f"path = Path({str(path)!r})\n"
+               "handles = FileHandles(direct_chunks=True)\nos.close(handles.open_raw(path))\n"
+               "handles.read(path, 'v', [slice(0, 4), slice(0, 32)], ReadStats())\n"
+               "print(handles.chunks.reads, 'netCDF4' in sys.modules, 'h5py' in sys.modules)\nhandles.close()\n")
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["1", "True", "False"], run.stdout + run.stderr
+
+
+def test_the_listing_helper_ends_with_a_server_killed_outright(catalog_root: Path) -> None:
+    """`dstp serve` with the chunk reader on spawns the helper at its first listing; SIGKILL on the server
+    (no cleanup of any kind) must not leave the helper behind."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    env = {**os.environ, "DSTP_DIRECT_CHUNKS": "true"}
+    server = subprocess.Popen([sys.executable, "-m", "dstp.cli", "serve", str(catalog_root), "--port", "0",
+                               "--http-port", "-1", "--data-port", "-1", "--udt-port", "-1"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None
+        hint = next(line for line in server.stdout if line.startswith("try:"))
+        address = re.search(r"--server (\S+)", hint).group(1)  # type: ignore[union-attr]
+        run = subprocess.run([sys.executable, "-m", "dstp.cli", "query", "select avg(temperature) t from ccm3",
+                              "--server", address], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        helpers = [p for p in psutil.Process(server.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        assert len(helpers) == 1, helpers  # the chunk reader listed chunks in its helper
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=30)
+        helpers[0].wait(timeout=30)  # psutil.TimeoutExpired if the helper outlived its server
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+        if server.stdout:
+            server.stdout.close()
