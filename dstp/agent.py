@@ -54,8 +54,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator
 
-__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentUnavailable", "default_socket_path", "get_via_agent",
-           "query_via_agent"]
+__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentRefused", "AgentUnavailable", "default_socket_path",
+           "get_via_agent", "query_via_agent"]
 
 #: The environment variable that names the agent's socket.
 AGENT_ENV = "DSTP_AGENT_SOCK"
@@ -76,6 +76,14 @@ log = logging.getLogger("dstp.agent")
 
 class AgentUnavailable(Exception):
     """No agent answers at the socket (none runs, or the socket is stale): run the command directly."""
+
+
+class AgentRefused(AgentUnavailable):
+    """The agent would not take the request (one older or newer than this dstp, most likely): nothing ran."""
+
+
+#: How the agent's answer to a request it would not take begins.
+REFUSED = "bad request to the agent: "
 
 
 class AgentError(Exception):
@@ -190,6 +198,8 @@ def _status(answer: dict[str, Any]) -> int:
     if "exit" in answer:
         return int(answer["exit"])
     if "error" in answer:
+        if str(answer["error"]).startswith(REFUSED):  # refused before anything ran: the command may run itself
+            raise AgentRefused(str(answer["error"])[len(REFUSED):])
         raise AgentError(str(answer["error"]))
     raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
 
@@ -441,7 +451,7 @@ class Agent:
                 else:
                     self._get(conn, request, send)
             except _BadRequest as exc:
-                _quietly(send, {"error": f"bad request to the agent: {exc}"})
+                _quietly(send, {"error": f"{REFUSED}{exc}"})
             except OSError as exc:  # the caller went away before its answer
                 log.info("a caller left: %s", exc)
 

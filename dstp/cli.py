@@ -311,7 +311,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
     """Have the agent at ``socket_path`` run the query, writing to this command's stdout and stderr; return the
     exit status, or None if no agent answers there (then the caller runs it here, having said so)."""
-    from dstp.agent import AgentError, AgentUnavailable, query_via_agent
+    from dstp.agent import AgentError, AgentRefused, AgentUnavailable, query_via_agent
     from dstp.credentials import client_credentials
 
     token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
@@ -322,6 +322,10 @@ def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
                "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "query": options}
     try:
         return query_via_agent(socket_path, request)
+    except AgentRefused as exc:
+        print(f"dstp: the agent at {socket_path} refused the query ({exc}); querying without it (restart the "
+              "agent if it is older than this dstp)", file=sys.stderr)
+        return None
     except AgentUnavailable as exc:
         print(f"dstp: no agent answers at {socket_path} ({exc}); querying without it", file=sys.stderr)
         return None
