@@ -126,7 +126,7 @@ def get_via_agent(path: str, request: dict[str, Any], progress: Callable[[dict[s
                     if progress is not None:
                         progress(answer["progress"])
                     continue
-                return _outcome(answer)
+                return dict(_answer(answer, "summary"))
         except Exception:
             raise
         except BaseException as exc:  # Ctrl-C, or the signal handler of SIGTERM
@@ -167,7 +167,7 @@ def query_via_agent(path: str, request: dict[str, Any]) -> int:
         lines = sock.makefile("rb")
         try:
             for line in lines:
-                return _status(json.loads(line))
+                return int(_answer(json.loads(line), "exit"))
         except Exception:
             raise
         except BaseException as exc:  # Ctrl-C, or the signal handler of SIGTERM
@@ -194,20 +194,14 @@ def _dial(path: str) -> socket.socket:
     return sock
 
 
-def _status(answer: dict[str, Any]) -> int:
-    if "exit" in answer:
-        return int(answer["exit"])
+def _answer(answer: dict[str, Any], field: str) -> Any:
+    """Return the agent's final answer's ``field`` ("summary" of a get, "exit" of a query); raise AgentRefused
+    for a request it would not take (nothing ran: the command may run it itself), AgentError for a failure."""
+    if field in answer:
+        return answer[field]
     if "error" in answer:
-        if str(answer["error"]).startswith(REFUSED):  # refused before anything ran: the command may run itself
+        if str(answer["error"]).startswith(REFUSED):
             raise AgentRefused(str(answer["error"])[len(REFUSED):])
-        raise AgentError(str(answer["error"]))
-    raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
-
-
-def _outcome(answer: dict[str, Any]) -> dict[str, Any]:
-    if "summary" in answer:
-        return dict(answer["summary"])
-    if "error" in answer:
         raise AgentError(str(answer["error"]))
     raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
 
@@ -463,7 +457,7 @@ class Agent:
         from dstp import commands
 
         args = argparse.Namespace(**request["query"])
-        key = (request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or "")
+        key = _client_key(request)
         watcher = _Watcher(conn, send, False, Path(args.output or "a query's output"))
         taken: list[tuple[Any, bool]] = []
 
@@ -494,7 +488,7 @@ class Agent:
 
     def _get(self, conn: socket.socket, request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
         out = Path(request["out"])
-        key = (request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or "")
+        key = _client_key(request)
         watcher = _Watcher(conn, send, bool(request.get("progress")), out)
         try:
             self._run(watcher, out, key, request, send)
@@ -553,6 +547,11 @@ class Agent:
                 users[0] -= 1
                 if not users[0]:  # a long-lived agent keeps no entry per output it ever wrote
                     del self._outputs[key]
+
+
+def _client_key(request: dict[str, Any]) -> tuple[str, str, bool, str]:
+    """Return which kept client serves ``request``: one per server and credentials (token, TLS, CA file)."""
+    return request["server"], request.get("token") or "", bool(request.get("tls")), request.get("ca_file") or ""
 
 
 class _BadRequest(Exception):

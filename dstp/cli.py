@@ -311,23 +311,15 @@ def cmd_query(args: argparse.Namespace) -> int:
 def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
     """Have the agent at ``socket_path`` run the query, writing to this command's stdout and stderr; return the
     exit status, or None if no agent answers there (then the caller runs it here, having said so)."""
-    from dstp.agent import AgentError, AgentRefused, AgentUnavailable, query_via_agent
-    from dstp.credentials import client_credentials
+    from dstp.agent import AgentError, AgentUnavailable, query_via_agent
 
-    token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
     options = {name: getattr(args, name) for name in AGENT_QUERY_OPTIONS}
     if args.output is not None:
         options["output"] = str(Path(args.output).absolute())  # the agent runs in its own working directory
-    request = {"server": args.server, "token": token or "", "tls": tls,
-               "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "query": options}
     try:
-        return query_via_agent(socket_path, request)
-    except AgentRefused as exc:
-        print(f"dstp: the agent at {socket_path} refused the query ({exc}); querying without it (restart the "
-              "agent if it is older than this dstp)", file=sys.stderr)
-        return None
+        return query_via_agent(socket_path, {**_agent_caller(args), "query": options})
     except AgentUnavailable as exc:
-        print(f"dstp: no agent answers at {socket_path} ({exc}); querying without it", file=sys.stderr)
+        _passed_over(socket_path, exc, "query", "querying")
         return None
     except AgentError as exc:
         error(str(exc))
@@ -335,6 +327,27 @@ def _query_via_agent(args: argparse.Namespace, socket_path: str) -> int | None:
     except (KeyboardInterrupt, Terminated) as exc:
         return stopped(exc, lambda: None, f"the agent at {socket_path} did not confirm it stopped within its wait"
                         + (f": {args.output} may not have been written" if args.output else ""))
+
+
+def _agent_caller(args: argparse.Namespace) -> dict[str, Any]:
+    """Return who asks the agent: the server and the credentials this command resolved from its flags and
+    environment (the agent keeps a client per server and credentials)."""
+    from dstp.credentials import client_credentials
+
+    token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
+    return {"server": args.server, "token": token or "", "tls": tls,
+            "ca_file": str(Path(ca_file).resolve()) if ca_file else ""}
+
+
+def _passed_over(socket_path: str, exc: Exception, what: str, doing: str) -> None:
+    """Say why the agent at ``socket_path`` does not run this command (then it runs here)."""
+    from dstp.agent import AgentRefused
+
+    if isinstance(exc, AgentRefused):  # it read the request and ran nothing: most likely an older agent
+        print(f"dstp: the agent at {socket_path} refused the {what} ({exc}); {doing} without it (restart the "
+              "agent if it is older than this dstp)", file=sys.stderr)
+    else:
+        print(f"dstp: no agent answers at {socket_path} ({exc}); {doing} without it", file=sys.stderr)
 
 
 def _kept(out: Path, partial: str, state: str) -> str:
@@ -401,13 +414,10 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
     from types import SimpleNamespace
 
     from dstp.agent import AgentError, AgentUnavailable, get_via_agent
-    from dstp.credentials import client_credentials
 
-    token, tls, ca_file = client_credentials(args.token, args.tls, args.ca_file)
-    request = {"server": args.server, "token": token or "", "tls": tls,
-               "ca_file": str(Path(ca_file).resolve()) if ca_file else "", "dataset": args.dataset,
-               "file": args.file, "out": str(out.resolve()), "offset": args.offset, "length": args.length,
-               "transport": args.transport, "streams": args.streams, "congestion_control": args.congestion_control}
+    request = {**_agent_caller(args), "dataset": args.dataset, "file": args.file, "out": str(out.resolve()),
+               "offset": args.offset, "length": args.length, "transport": args.transport, "streams": args.streams,
+               "congestion_control": args.congestion_control}
     draw, finish = progress_display(show)
 
     def progress(p: dict[str, Any]) -> None:
@@ -420,7 +430,7 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         return get_via_agent(socket_path, request, progress if draw is not None else None)
     except AgentUnavailable as exc:
         finish()
-        print(f"dstp: no agent answers at {socket_path} ({exc}); downloading without it", file=sys.stderr)
+        _passed_over(socket_path, exc, "download", "downloading")
         return None
     except AgentError as exc:
         finish()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -93,3 +95,28 @@ def gated_agent(sock: Path, tmp_path: Path, words: str
     finally:
         log.removeHandler(noticed)
         log.setLevel(level)
+
+
+@contextlib.contextmanager
+def refusing_agent(sock: Path, refusal: str) -> Iterator[None]:
+    """An agent at ``sock`` that reads one request (closing any descriptors sent with it) and refuses it with
+    ``refusal``, as an agent of another dstp release does."""
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock))
+    listener.listen(1)
+
+    def refuse() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            _, fds, _, _ = socket.recv_fds(conn, 65536, 2)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(json.dumps({"error": f"bad request to the agent: {refusal}"}).encode() + b"\n")
+
+    thread = threading.Thread(target=refuse)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(30)
+        listener.close()

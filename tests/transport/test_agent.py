@@ -24,7 +24,7 @@ import pytest
 from dstp.agent import AGENT_ENV, Agent, _Clients
 from dstp.transport.crc import crc32c
 from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX
-from agents import DSTP, agent_env, gated_agent
+from agents import DSTP, agent_env, gated_agent, refusing_agent
 
 NAME = "ccm3_1990-01.nc"
 
@@ -82,6 +82,19 @@ def test_without_an_agent_at_the_socket_get_says_so_and_downloads_itself(data_se
         assert f"no agent answers at {sock}" in run.stderr and "downloading without it" in run.stderr
         assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
         out.unlink()
+
+
+def test_an_agent_of_another_release_that_refuses_the_download_is_passed_over(data_server, catalog_root,
+                                                                               tmp_path) -> None:
+    sock = tmp_path / "newer.sock"
+    out = tmp_path / "itself.nc"
+    with refusing_agent(sock, "not a dstp agent request of protocol 2 (is this dstp older or newer than the "
+                              "agent? restart the agent)"):
+        run = _get(data_server.endpoints.grpc, out, sock)
+    assert run.returncode == 0, run.stderr
+    assert f"dstp: the agent at {sock} refused the download (not a dstp agent request of protocol 2" in run.stderr
+    assert "downloading without it" in run.stderr
+    assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
 
 
 def test_an_error_says_what_it_says_without_the_agent(data_server, tmp_path, agent_process) -> None:

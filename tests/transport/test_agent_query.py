@@ -7,7 +7,6 @@ DuckDB, and for saved files the Python client's own result.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agents import DSTP, agent_env, gated_agent
+from agents import DSTP, agent_env, gated_agent, refusing_agent
 
 SQL = "select time, lat, lon, temperature, humidity from ccm3 where humidity > 50"
 
@@ -184,28 +183,9 @@ def test_the_progress_bar_is_drawn_on_the_commands_stderr(data_server, tmp_path,
 def test_an_agent_that_does_not_know_queries_is_passed_over_with_a_message(data_server, tmp_path) -> None:
     """An agent started by an older dstp refuses op "query" before running anything: the command says so and
     runs the query itself, rather than failing."""
-    import threading
-
     sock = tmp_path / "old.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(sock))
-    listener.listen(1)
-
-    def old_agent() -> None:  # what the agent of the previous release answers
-        conn, _ = listener.accept()
-        with conn:
-            _, fds, _, _ = socket.recv_fds(conn, 65536, 2)
-            for fd in fds:
-                os.close(fd)
-            conn.sendall(b'{"error": "bad request to the agent: unknown op \'query\'; this agent runs: get"}\n')
-
-    thread = threading.Thread(target=old_agent)
-    thread.start()
-    try:
+    with refusing_agent(sock, "unknown op 'query'; this agent runs: get"):
         run = _query(data_server.endpoints.grpc, sock, SQL, "--max-rows", "4")
-    finally:
-        thread.join(30)
-        listener.close()
     direct = _query(data_server.endpoints.grpc, sock, SQL, "--max-rows", "4", "--no-agent")
     assert run.returncode == 0 and run.stdout == direct.stdout, run.stderr
     assert f"the agent at {sock} refused the query (unknown op 'query'" in run.stderr
