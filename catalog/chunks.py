@@ -63,7 +63,6 @@ __all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "layout_of"]
 INFLATE = "isal" if _inflate_module is not zlib else "zlib"
 
 
-
 @dataclass(frozen=True, slots=True)
 class ChunkLayout:
     """Where one variable's chunks lie in its file, and how to decode them."""
@@ -187,7 +186,8 @@ class _Lister:
 
 
 #: The one lister of this process (every ChunkReader shares its helper), stopped before the interpreter
-#: tears its modules down (a process that ends with os._exit leaves the helper to see its pipe close and exit).
+#: tears its modules down; a process that ends with os._exit or is killed leaves the helper to notice
+#: (dstp._chunk_index.exit_with_parent) and end.
 LISTER = _Lister()
 atexit.register(LISTER.close)
 

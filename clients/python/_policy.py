@@ -44,6 +44,7 @@ from dstp.errors import DstpError, TransportUnavailableError
 from dstp.transport.channels import DataChannel
 from dstp.transport.pool import ConnectionPool
 from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
+from dstp.transport.tcp import kernel_limits
 from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
@@ -117,10 +118,6 @@ NOMINAL_RESULT_BYTES = 32 * 2**20
 #: Uncompressed bytes the codec handles before the first batch can leave (the pipeline fill).
 FILL_BYTES = 1 * 2**20
 
-#: Stock Linux maxima of ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (third fields), used where /proc cannot be read.
-STOCK_TCP_RMEM_MAX, STOCK_TCP_WMEM_MAX = 6 * 2**20, 4 * 2**20
-
-
 def stream_window_bytes() -> int:
     """Return how many bytes one autotuned TCP stream keeps in flight at most: the window a single stream's
     throughput is bounded by (window / RTT) on a long path.
@@ -130,16 +127,8 @@ def stream_window_bytes() -> int:
     min(3, 4) MiB — 28.6 MB/s at 110 ms. Measured on the emulated 110 ms / 1 Gb/s path with stock buffers:
     a 12 MB result on the gRPC stream arrived at 33 MB/s after its first batch, Flight's at the same rate.
     """
-    return min(_sysctl_max("tcp_rmem", STOCK_TCP_RMEM_MAX) // 2, _sysctl_max("tcp_wmem", STOCK_TCP_WMEM_MAX))
-
-
-def _sysctl_max(name: str, default: int) -> int:
-    """Return the third field of ``/proc/sys/net/ipv4/<name>``, ``default`` if it cannot be read."""
-    try:
-        with open(f"/proc/sys/net/ipv4/{name}") as f:
-            return int(f.read().split()[2])
-    except (OSError, ValueError, IndexError):
-        return default
+    limits = kernel_limits()
+    return min(limits.tcp_rmem_max // 2, limits.tcp_wmem_max)
 
 
 def estimate_seconds(codec: str, nbytes: int, bandwidth_bps: float, rtt_s: float) -> float:
