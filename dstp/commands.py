@@ -16,13 +16,14 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from dstp.errors import DstpError
+from dstp.errors import DstpError, DstpTruncationWarning
 
 __all__ = ["AGENT_QUERY_OPTIONS", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TRUNCATED", "Terminated", "error",
            "progress_display", "query_on", "run_command", "stopped", "terminate"]
 
 
 def error(message: str) -> None:
+    """Say ``dstp: error: message`` on stderr."""
     print(f"dstp: error: {message}", file=sys.stderr)
 
 
@@ -147,7 +148,6 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
     import warnings
 
     from dstp.client._output import FILE_FORMATS
-    from dstp.errors import DstpTruncationWarning
 
     out = Path(args.output) if args.output is not None else None
     if out is not None and out.suffix.lower() not in FILE_FORMATS:
