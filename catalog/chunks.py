@@ -1,11 +1,11 @@
 """Reading compressed netCDF-4 chunks without holding the netCDF lock (issue 15, item 5).
 
-Opt-in (``direct_chunks``, ``DSTP_DIRECT_CHUNKS=true``): one fresh-clone CI run with it on by default
-died of SIGBUS inside netCDF-C's close of a file. It was never reproduced. A likely cause: h5py, which
-lists the chunks, loaded a second HDF5 library into the process beside netCDF4's own (their wheels
+On unless ``direct_chunks`` is false (``DSTP_DIRECT_CHUNKS=false``). It was opt-in until one fresh-clone CI
+run with it on died of SIGBUS inside netCDF-C's close of a file, never reproduced. A likely cause: h5py,
+which lists the chunks, loaded a second HDF5 library into the process beside netCDF4's own (their wheels
 bundle different versions — here 2.0.0 and 2.2.0), which upstream reports as failing at open and close
-(h5py issue 1541; netcdf4-python issues 653, 694, 1214). So the listing now runs in a helper process
-of its own (:class:`_Lister`, spawned on first use): the process that reads netCDF holds one HDF5.
+(h5py issue 1541; netcdf4-python issues 653, 694, 1214). So the listing runs in a helper process of its
+own (:class:`_Lister`, :mod:`dstp._chunk_index`): the process that reads netCDF holds one HDF5.
 (Until da592a3 the setting also never reached a dataset's reads: each dataset had a handle cache of
 its own, with defaults.)
 
@@ -38,6 +38,9 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import pickle
+import subprocess
+import sys
 import threading
 import types
 import zlib
@@ -49,7 +52,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dstp._chunk_index import DEFLATE as _DEFLATE
-from dstp._chunk_index import MAX_LISTED_CHUNKS, Listing, exit_with_parent, file_identity, list_chunks
+from dstp._chunk_index import MAX_LISTED_CHUNKS, Listing, file_identity
 
 _inflate_module: types.ModuleType
 try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; optional.
@@ -148,46 +151,56 @@ def _spans(index: slice | int, size: int, chunk: int) -> list[tuple[int, slice, 
 class _Lister:
     """The helper process that lists chunks with h5py, so that no second HDF5 enters the reading process.
 
-    One worker, started with ``spawn`` (never fork a process with gRPC and netCDF threads) on the first
-    listing and kept for the next; a helper that dies is replaced on the next listing, and the listing
-    it was doing falls back to netCDF-C.
+    ``python -m dstp._chunk_index``, asked over a pipe, one listing at a time; started by :meth:`start`
+    (servers call it as they start) or the first listing, and kept for the next. A helper that dies is
+    started again on the next listing; the listing it was doing falls back to netCDF-C.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool: Any = None
+        self._helper: subprocess.Popen[bytes] | None = None
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        """Return the helper, started if it is not running (hold ``_lock``)."""
+        if self._helper is None or self._helper.poll() is not None:
+            self._helper = subprocess.Popen([sys.executable, "-m", "dstp._chunk_index"], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE)
+        return self._helper
+
+    def start(self) -> None:
+        """Start the helper without waiting for it (a Python process and h5py's import take ~0.3 s)."""
+        with self._lock:
+            self._running()
 
     def layout(self, path: Path, identity: tuple[int, int, int, int], variable: str,
                max_chunks: int) -> ChunkLayout | None:
-        from concurrent.futures.process import BrokenProcessPool
-
         with self._lock:
-            if self._pool is None:
-                import multiprocessing
-                from concurrent.futures import ProcessPoolExecutor
-
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=exit_with_parent)
-            pool = self._pool
-        try:
-            return layout_of(pool.submit(list_chunks, str(path), identity, variable, max_chunks).result())
-        except (BrokenProcessPool, OSError):
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            pool.shutdown(wait=False)
-            return None
+            helper = self._running()
+            assert helper.stdin is not None and helper.stdout is not None
+            try:
+                pickle.dump((str(path), identity, variable, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
+                helper.stdin.flush()
+                listing = pickle.load(helper.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError):  # it died: the next listing starts another
+                helper.kill()
+                helper.wait()
+                self._helper = None
+                return None
+        return layout_of(listing)
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+            helper, self._helper = self._helper, None
+        if helper is not None:
+            assert helper.stdin is not None and helper.stdout is not None
+            helper.stdin.close()  # its input ends: it ends
+            helper.wait()
+            helper.stdout.close()
 
 
 #: The one lister of this process (every ChunkReader shares its helper), stopped before the interpreter
-#: tears its modules down; a process that ends with os._exit or is killed leaves the helper to notice
-#: (dstp._chunk_index.exit_with_parent) and end.
+#: tears its modules down; a process that ends with os._exit or is killed closes the helper's input, and
+#: the helper ends.
 LISTER = _Lister()
 atexit.register(LISTER.close)
 
@@ -219,6 +232,10 @@ class ChunkReader:
         #: Reads served here and chunks inflated (the tests check the fast path was taken).
         self.reads = 0
         self.inflated = 0
+
+    def start(self) -> None:
+        """Start the listing helper now rather than at the first read (servers call this as they start)."""
+        LISTER.start()
 
     # -- layouts ------------------------------------------------------------------------
 

@@ -1,17 +1,25 @@
 """Listing a netCDF-4 variable's chunks with h5py, in the helper process of :mod:`dstp.catalog.chunks`.
 
-The helper imports this module and h5py, nothing of the catalog: the HDF5 library h5py's wheel bundles
-must never share a process with the one netCDF4's wheel bundles (different versions; upstream reports
-failures at open and close when both are loaded). Results travel back as plain tuples (:data:`Listing`).
+The helper (``python -m dstp._chunk_index``) imports this module and h5py, nothing of the catalog: the HDF5
+library h5py's wheel bundles must never share a process with the one netCDF4's wheel bundles (different
+versions; upstream reports failures at open and close when both are loaded). It answers requests read
+from its standard input (:func:`serve`) with plain tuples (:data:`Listing`) and ends when that input
+closes, i.e. with the process that started it, however that ended.
+
+A plain child process, not a ``multiprocessing`` one: Dask's workers are daemonic processes, which
+``multiprocessing`` forbids to have children.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+import pickle
+import signal
+import sys
+from typing import Any, BinaryIO
 
-__all__ = ["DEFLATE", "MAX_LISTED_CHUNKS", "SHUFFLE", "Listing", "chunk_listing", "exit_with_parent", "file_identity",
-           "list_chunks"]
+__all__ = ["DEFLATE", "MAX_LISTED_CHUNKS", "SHUFFLE", "Listing", "chunk_listing", "file_identity", "list_chunks",
+           "serve"]
 
 SHUFFLE, DEFLATE = 2, 1  # HDF5 filter ids (H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE)
 #: A variable stored in more chunks than this is left to netCDF-C: its index (~100 bytes a chunk) would
@@ -21,23 +29,6 @@ MAX_LISTED_CHUNKS = 100_000
 #: (shape, chunk shape, numpy dtype string, filters in write order,
 #:  chunk offset in elements -> (byte offset, stored size, filter mask))
 Listing = tuple[tuple[int, ...], tuple[int, ...], str, tuple[int, ...], dict[tuple[int, ...], tuple[int, int, int]]]
-
-
-def exit_with_parent() -> None:
-    """Make this helper process end when the process that started it ends, however it ended (a server ends
-    with ``os._exit``, or is killed): a thread waits on the parent's sentinel, which ``spawn`` hands over."""
-    import multiprocessing
-    import threading
-
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def wait() -> None:
-        parent.join()
-        os._exit(0)
-
-    threading.Thread(target=wait, name="dstp-exit-with-parent", daemon=True).start()
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -92,3 +83,24 @@ def chunk_listing(h5file: Any, name: str, max_chunks: int = MAX_LISTED_CHUNKS) -
         for i in range(dset.id.get_num_chunks()):
             note(dset.id.get_chunk_info(i))
     return tuple(dset.shape), tuple(dset.chunks), np.dtype(dtype).str, filters, index
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    """Answer pickled ``(path, identity, variable, max_chunks)`` requests with pickled listings until the
+    requests end (the parent closed the pipe, or ended)."""
+    import h5py  # noqa: F401 - imported before the first request, so that one waits for no import
+
+    while True:
+        try:
+            path, identity, variable, max_chunks = pickle.load(requests)
+        except EOFError:
+            return
+        pickle.dump(list_chunks(path, identity, variable, max_chunks), answers, pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the server's terminal is the server's to handle
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever a library prints goes to the server's log, never into an answer
+    serve(sys.stdin.buffer, answers)

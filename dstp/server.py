@@ -154,6 +154,8 @@ class DstpServer:
         log.info("catalog %s: %d datasets published, %d skipped", catalog.root, len(catalog),
                  len(catalog.problems))
         log.info("files: %s", catalog.handles.describe())
+        if catalog.handles.chunks is not None:
+            catalog.handles.chunks.start()
         self.service = DstpService(catalog, s, clock=self.clock)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
             from dstp.federation import ClientRemoteSource

@@ -339,6 +339,8 @@ class WorkerNode:
             raise ValueError("a dstp worker needs the catalog root: DSTP_CATALOG_ROOT, or a coordinator's settings")
         self.catalog = Catalog.scan(Path(root), open_files=settings.open_files,
                                     chunk_cache_bytes=settings.chunk_cache_bytes, direct_chunks=settings.direct_chunks)
+        if self.catalog.handles.chunks is not None:
+            self.catalog.handles.chunks.start()
         self.store = PartitionStore(settings.ticket_ttl_s)
         #: The coordinator's datasets this worker holds only some files of (:func:`adopt_dataset`), by
         #: (dataset, identity digest): the dataset over this worker's paths, and the indices of its files held here.

@@ -314,9 +314,34 @@ def test_the_reading_process_never_loads_a_second_hdf5(tmp_path: Path) -> None:
     assert run.stdout.split() == ["1", "True", "False"], run.stdout + run.stderr
 
 
+def test_a_daemonic_process_reads_on_the_fast_path(tmp_path: Path) -> None:
+    """Dask's workers are daemonic processes, which multiprocessing forbids to have children: the helper is a
+    plain child process, so a worker lists and reads chunks like a server (a multiprocessing helper made every
+    cluster query fail here)."""
+    import subprocess
+    import sys
+
+    path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
+    handles.close()
+    program = ("import multiprocessing, os\nfrom pathlib import Path\n"
+               "from dstp.catalog.netcdf4_ import FileHandles, ReadStats\n"
+               "def read(answers):\n"
+               f"    path = Path({str(path)!r})\n"
+               "    handles = FileHandles(direct_chunks=True)\n    os.close(handles.open_raw(path))\n"
+               "    handles.read(path, 'v', [slice(0, 4), slice(0, 32)], ReadStats())\n"
+               "    answers.put((multiprocessing.current_process().daemon, handles.chunks.reads))\n"
+               "    handles.close()\n"
+               "context = multiprocessing.get_context('fork')\nanswers = context.Queue()\n"
+               "worker = context.Process(target=read, args=(answers,), daemon=True)\nworker.start()\n"
+               "print(*answers.get(timeout=60))\nworker.join(60)\nprint(worker.exitcode)\n")
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["True", "1", "0"], run.stdout + run.stderr
+
+
 def test_the_listing_helper_ends_with_a_server_killed_outright(catalog_root: Path) -> None:
-    """`dstp serve` with the chunk reader on spawns the helper at its first listing; SIGKILL on the server
-    (no cleanup of any kind) must not leave the helper behind."""
+    """`dstp serve` with the chunk reader on starts the helper as it starts (a first query does not wait for
+    a Python process and h5py's import), lists chunks in it; SIGKILL on the server (no cleanup of any kind)
+    must not leave the helper behind."""
     import re
     import signal
     import subprocess
@@ -332,11 +357,13 @@ def test_the_listing_helper_ends_with_a_server_killed_outright(catalog_root: Pat
         assert server.stdout is not None
         hint = next(line for line in server.stdout if line.startswith("try:"))
         address = re.search(r"--server (\S+)", hint).group(1)  # type: ignore[union-attr]
+        started = [p for p in psutil.Process(server.pid).children() if "dstp._chunk_index" in p.cmdline()]
+        assert len(started) == 1, started  # running before the first query
         run = subprocess.run([sys.executable, "-m", "dstp.cli", "query", "select avg(temperature) t from ccm3",
                               "--server", address], capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-        helpers = [p for p in psutil.Process(server.pid).children() if "spawn_main" in " ".join(p.cmdline())]
-        assert len(helpers) == 1, helpers  # the chunk reader listed chunks in its helper
+        helpers = [p for p in psutil.Process(server.pid).children() if "dstp._chunk_index" in p.cmdline()]
+        assert helpers == started  # the one helper listed the chunks
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=30)
         helpers[0].wait(timeout=30)  # psutil.TimeoutExpired if the helper outlived its server
