@@ -5,16 +5,14 @@ Issue 15, item 5. ``select * from ccm3 limit 25000000`` over the large samples
 records, 1.12 GB of Arrow. Four ``dstp serve`` processes on the same files
 differ only in how they scan (environment settings):
 
-* ``default`` — no settings: the server as shipped (netCDF-C reads under its lock, plain projections
-  streamed from the scan without DuckDB);
-
-* ``netcdf-c`` — ``DSTP_DIRECT_CHUNKS=false DSTP_SCAN_THREADS=1 DSTP_PLAIN_PROJECTIONS=false``: every
-  read through netCDF-C under its lock, one block at a time, every query through DuckDB (the server's
+* ``default`` — no settings: the server as shipped (compressed chunks read, inflated (ISA-L) and
+  unshuffled outside the netCDF lock by :mod:`dstp.catalog.chunks`, one block at a time; plain
+  projections streamed from the scan without DuckDB);
+* ``lock`` — ``DSTP_DIRECT_CHUNKS=false``: every read through netCDF-C under its lock (the default
+  until the chunk reader was turned on);
+* ``netcdf-c`` — that, and ``DSTP_PLAIN_PROJECTIONS=false``: every query through DuckDB (the server's
   scan before this round; the client is today's in every row);
-* ``direct`` — ``DSTP_DIRECT_CHUNKS=true``: compressed chunks read, inflated (ISA-L) and unshuffled
-  outside the lock (:mod:`dstp.catalog.chunks`), one block at a time, and this plain projection
-  streamed from the scan without DuckDB;
-* ``direct-2`` — ``DSTP_SCAN_THREADS=2``: the same, with two blocks read ahead of DuckDB on threads.
+* ``read-ahead`` — ``DSTP_SCAN_THREADS=2``: the default, with two blocks read ahead of DuckDB on threads.
 
 Each server is queried by fresh client processes (``python -m bench.bulk_client``: batches
 counted and dropped) over the striped channel ×8, the gRPC stream and ``auto`` (what ``dstp
@@ -40,9 +38,9 @@ NAME = "scan"
 REPEATS = 3
 CONFIGS: dict[str, dict[str, str]] = {
     "default": {},
+    "lock": {"DSTP_DIRECT_CHUNKS": "false"},
     "netcdf-c": {"DSTP_DIRECT_CHUNKS": "false", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "false"},
-    "direct": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "1", "DSTP_PLAIN_PROJECTIONS": "true"},
-    "direct-2": {"DSTP_DIRECT_CHUNKS": "true", "DSTP_SCAN_THREADS": "2"},
+    "read-ahead": {"DSTP_SCAN_THREADS": "2"},
 }
 TRANSPORTS = {"striped ×8": ("striped", 8), "gRPC stream": ("grpc", 0), "auto": ("auto", 0)}
 #: Untimed ``auto`` queries per server before the timed rounds: its tuner starts at 4 stripes and learns

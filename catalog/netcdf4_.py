@@ -171,7 +171,7 @@ class FileHandles:
     once).
     """
 
-    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = False) -> None:
+    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True) -> None:
         self.capacity = max(1, capacity)
         #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
         self.chunks: ChunkReader | None = \

@@ -57,7 +57,7 @@ class Catalog:
 
     @classmethod
     def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20,
-             direct_chunks: bool = False) -> "Catalog":
+             direct_chunks: bool = True) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised."""
         root = Path(root).resolve()
         handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks)

@@ -64,9 +64,9 @@ class Settings:
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
     )
     direct_chunks: bool = _setting(
-        False, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks); "
-        "opt-in until a SIGBUS seen once with it on is explained (docs/benchmarks.md, scan; the likely cause, a "
-        "second HDF5 library in the process, is removed)."
+        True, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks): "
+        "the scan inflates them in parallel, without netCDF-C; the chunks are listed by h5py in a helper process "
+        "the server starts (and that ends with it). false: every read through netCDF-C under its lock."
     )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
