@@ -7,7 +7,8 @@ a "decrease" flag. The rule:
 * first transfer to an endpoint: ``default_streams`` (4) streams, each with a
   buffer of ``BDP / max(1, streams / loss_factor)`` (loss_factor 2: streams
   hit by a loss slow down, the others need room to take up the slack), BDP
-  from the measured RTT and an assumed 1 Gb/s path, as GridCopy does;
+  from the measured RTT and an assumed 1 Gb/s path, as GridCopy does (a caller
+  may start elsewhere: the client starts a query result on a LAN at 1 stream);
 * then (dstp's addition) one probe upwards: twice the streams. If that is at
   least 10 % faster, it is adopted and doubled again; otherwise the count
   falls back. GridCopy only ever sheds streams, which on a lossy long path
@@ -226,14 +227,17 @@ class AutoTuner:
     def _cc(self, rtt_s: float, allowed: Sequence[str]) -> str:
         return "bbr" if "bbr" in allowed and rtt_s >= LAN_RTT_S else ""
 
-    def plan(self, endpoint: str, rtt_s: float, allowed_cc: Sequence[str] = (), max_streams: int | None = None) -> StripePlan:
-        """Return the stripe plan for the next transfer to ``endpoint``."""
+    def plan(self, endpoint: str, rtt_s: float, allowed_cc: Sequence[str] = (), max_streams: int | None = None,
+             first: tuple[int, str] | None = None) -> StripePlan:
+        """Return the stripe plan for the next transfer to ``endpoint``; the first uses ``first`` (streams,
+        why) if given, else ``default_streams`` (GridCopy's)."""
         cap = min(self.max_streams, max_streams or self.max_streams)
         rec = self.record_for(endpoint)
         cc = self._cc(rtt_s, allowed_cc)
         if rec is None:
-            n = min(cap, self.default_streams)
-            return StripePlan(n, self._buffer(n, rtt_s), cc, f"first transfer to {endpoint}: {n} streams (GridCopy default)")
+            n, why = first or (self.default_streams, "GridCopy default")
+            n = min(cap, n)
+            return StripePlan(n, self._buffer(n, rtt_s), cc, f"first transfer to {endpoint}: {n} streams ({why})")
         if self._path_changed(rec, rtt_s):
             n = min(cap, max(rec.streams * 2, rec.streams + 2))
             return StripePlan(n, self._buffer(n, rtt_s), cc,

@@ -177,7 +177,7 @@ class Client:
             return fetch_partitions(self._rpc, self.policy, choice, info, self.target,
                                     allow_truncated=allow_truncated)
         if transport == "auto":
-            choice = self.policy.pick(choice, {o.kind for o in info.offers}, info.max_bytes, "result",
+            choice = self.policy.pick(choice, {o.kind for o in info.offers}, info.max_bytes,
                                       inline=call is not None)
         kind = choice.transport
         stream = QueryStream(info, iter(()), kind, allow_truncated)

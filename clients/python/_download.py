@@ -89,7 +89,7 @@ class _Download:
 
     def run(self, accept_parts: bool) -> dict[str, Any]:
         policy, transport = self.policy, self.transport
-        choice = policy.choose(transport, self.streams, self.congestion_control)
+        choice = policy.choose(transport, self.streams, self.congestion_control, what="file")
         kinds = ["grpc", "striped", "udt"] if transport == "auto" else [choice.transport]
 
         def reopen(missing: list[tuple[int, int]]) -> pb.OpenFileResponse:
@@ -115,7 +115,7 @@ class _Download:
         want = sum(n for _, n in missing)
         offers = {o.kind: o for o in (codec.offer_from_pb(m) for m in reply.offers)}
         if transport == "auto":
-            choice = policy.pick(choice, offers, want, "file")
+            choice = policy.pick(choice, offers, want)
         self._kind = kind = choice.transport
         offer = offers[kind]
         self._started = time.perf_counter()

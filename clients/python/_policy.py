@@ -2,15 +2,20 @@
 
 One policy serves queries and downloads alike:
 
-    choice = policy.choose("auto", streams=0, congestion_control="")   # before asking the server
-    choice = policy.pick(choice, offered_kinds, upper_bytes, "result")   # auto: from the offers and the size
+    choice = policy.choose("auto", what="result")                      # before asking the server
+    choice = policy.pick(choice, offered_kinds, upper_bytes)            # auto: from the offers and the size
     channel = policy.open(choice, offer)                                 # the DataChannel to receive on
     policy.learn(choice, nbytes, seconds, summary)                       # what the transfer achieved
 
 ``auto`` takes the gRPC stream when the transfer is known to be small, and
 otherwise striped TCP with the stream count, buffers and congestion control
 the auto-tuner (GridCopy's rule, :mod:`dstp.transport.tuning`) learned for this
-server — or UDT where it measured faster. The path's round-trip time comes
+server — or UDT where it measured faster. Query results and files learn their
+stream counts apart (:func:`tune_key`): on one path they want opposite counts
+(loopback, 1.1 GB: a result 866 MB/s on 1 stream, 744 on 4; a file 467 on 1,
+822 on 8 — stripes write the file in parallel, while a result is bounded by
+the server's scan and each stream costs both ends CPU), so a result on a LAN
+starts at one stream and a file at GridCopy's four. The path's round-trip time comes
 from Pings, cached for :data:`RTT_MAX_AGE_S`. For a query the server applies
 the size rule itself: the client asks with Run and ``inline_max_bytes`` =
 ``GRPC_MAX_BYTES["result"]``, a small result streams on that call at once (one
@@ -48,7 +53,7 @@ from dstp.transport.tcp import kernel_limits
 from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
-           "CodecCost", "estimate_seconds", "udt_built"]
+           "CodecCost", "estimate_seconds", "tune_key", "udt_built"]
 
 #: What ``transport=`` accepts.
 TRANSPORTS = ("grpc", "striped", "udt", "auto")
@@ -163,6 +168,8 @@ class ChannelChoice:
     #: The batch compression asked for ("none", "lz4", "zstd"), and why when the policy chose it.
     compression: str = "none"
     compression_reason: str = ""
+    #: What moves: "result" (a query's records) or "file" (a download).
+    what: str = "result"
 
 
 class ChannelPolicy:
@@ -251,19 +258,22 @@ class ChannelPolicy:
     # -- choosing -----------------------------------------------------------------------
 
     def choose(self, transport: str, streams: int = 0, congestion_control: str = "",
-               compression: str = "none") -> ChannelChoice:
-        """Return the path to ask the server for; ``auto`` is settled later by :meth:`pick`.
+               compression: str = "none", *, what: str = "result") -> ChannelChoice:
+        """Return the path to ask the server for a ``what`` ("result" or "file"); ``auto`` is settled later by
+        :meth:`pick`.
 
         ``compression`` "auto" lets :meth:`compression` choose the codec (query results only); any other
         value is asked for as given.
         """
-        choice = self._choose(transport, streams, congestion_control)
+        if what not in GRPC_MAX_BYTES:
+            raise ValueError(f"what moves must be one of {', '.join(GRPC_MAX_BYTES)}, not {what!r}")
+        choice = replace(self._choose(transport, streams, congestion_control, what), what=what)
         if compression == "auto":
             return self.compression(choice)
         return replace(choice, compression=compression,
                        compression_reason="" if compression == "none" else f"{compression} (asked for)")
 
-    def _choose(self, transport: str, streams: int, congestion_control: str) -> ChannelChoice:
+    def _choose(self, transport: str, streams: int, congestion_control: str, what: str) -> ChannelChoice:
         if transport not in TRANSPORTS:
             raise TransportUnavailableError(f"unknown transport {transport!r}; use one of {', '.join(TRANSPORTS)}")
         if transport == "grpc":
@@ -273,22 +283,24 @@ class ChannelPolicy:
         if streams and transport == "striped":
             return ChannelChoice("striped", streams, congestion_control, None, 0.0, f"asked for {streams} streams")
         rtt = self.rtt()
-        plan = self.tuner.plan(self.key, rtt, allowed_cc=TUNER_CONGESTION_CONTROLS)
+        first = (1, "a result on a LAN: one stream's window covers the path") \
+            if what == "result" and rtt < LAN_RTT_S else None
+        plan = self.tuner.plan(tune_key(self.key, what), rtt, allowed_cc=TUNER_CONGESTION_CONTROLS, first=first)
         if congestion_control:
             plan = StripePlan(plan.streams, plan.buffer_bytes, congestion_control, plan.reason)
         return ChannelChoice("striped", plan.streams, plan.congestion_control, plan, rtt,
                              f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
 
-    def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, what: str, *,
+    def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, *,
              inline: bool = False) -> ChannelChoice:
         """Return ``choice`` settled on an offered channel for a transfer of at most ``upper_bytes``.
 
-        gRPC when the transfer is small (under ``GRPC_MAX_BYTES[what]``; unknown
-        counts as large), no data channel is offered, or the server already
-        streams the records on the Run call (``inline``: it applied the same
-        rule); else what the tuner measured best on this server. ``what`` is
-        "result" or "file".
+        gRPC when the transfer is small (under ``GRPC_MAX_BYTES[choice.what]``;
+        unknown counts as large), no data channel is offered, or the server
+        already streams the records on the Run call (``inline``: it applied the
+        same rule); else what the tuner measured best on this server.
         """
+        what = choice.what
         data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt_built())]
         if inline or 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
@@ -453,7 +465,14 @@ class ChannelPolicy:
             granted = summary.streams or plan.streams
             if granted < plan.streams:  # the server capped the count: learn what was really used
                 plan = StripePlan(granted, plan.buffer_bytes, plan.congestion_control, plan.reason)
-            self.tuner.record(self.key, plan, nbytes, seconds, rtt)
+            self.tuner.record(tune_key(self.key, choice.what), plan, nbytes, seconds, rtt)
+
+
+def tune_key(server: str, what: str) -> str:
+    """Return the tuner's name for ``what`` ("result" or "file") moved from ``server``: files under the
+    server's own key (as before results had their own), results under ``"<server> results"``. The channel
+    records (UDT or striped TCP, a property of the path) stay the server's."""
+    return server if what == "file" else f"{server} results"
 
 
 def _rate(bps: float) -> str:

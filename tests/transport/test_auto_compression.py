@@ -53,7 +53,7 @@ def test_a_1_gbps_wan_path_compresses_and_says_so(tmp_path) -> None:
     choice = policy.choose("auto", compression="auto")
     assert choice.compression in ("lz4", "zstd")
     assert "1 Gb/s measured" in choice.compression_reason and "est." in choice.compression_reason
-    picked = policy.pick(choice, {"grpc", "striped"}, 256 * MiB, "result")
+    picked = policy.pick(choice, {"grpc", "striped"}, 256 * MiB)
     assert picked.transport == "striped" and picked.compression == choice.compression
     assert f", {choice.compression} (path 1 Gb/s" in picked.reason and "s raw)" in picked.reason
 
@@ -99,7 +99,7 @@ def test_a_compression_asked_for_is_never_overridden(tmp_path, asked, transport)
     choice = policy.choose(transport, compression=asked)
     assert choice.compression == asked
     if transport == "auto":
-        assert policy.pick(choice, {"grpc", "striped"}, 256 * MiB, "result").compression == asked
+        assert policy.pick(choice, {"grpc", "striped"}, 256 * MiB).compression == asked
 
 
 def test_the_model_scales_with_size_and_favours_raw_when_the_wire_is_faster_than_the_codec() -> None:

@@ -154,3 +154,33 @@ def test_udt_and_striped_measurements_count_across_lan_jitter(tmp_path: Path) ->
     tuner.observe("lan", "udt", 500 * MB, 500 * MB * 8 / 2000e6, 0.0035, 0.0)
     kind, why = tuner.choose_channel("lan", ["striped", "udt"], 0.0030)
     assert kind == "udt" and "measured" in why  # both measurements are of this path
+
+
+def test_results_and_files_learn_their_stream_counts_apart(tmp_path: Path) -> None:
+    """On one path a query result and a file want opposite counts (loopback, bench/scan.py and bench/bulk.py:
+    a 1.1 GB result is fastest on 1 stream, a 1 GiB file on 8), so each learns its own; a result on a LAN
+    starts at 1 stream, a file at GridCopy's 4, and neither's search moves the other's."""
+    from dataclasses import replace
+
+    from dstp.client._policy import ChannelPolicy
+    from dstp.transport.codec import TransferSummary
+
+    policy = ChannelPolicy("srv", lambda: 0.0005, AutoTuner(tmp_path / "t.json"), keep_connections=False)
+    bytes_per_s = {"result": lambda n: 866e6 if n == 1 else 744e6, "file": lambda n: 110e6 * min(n, 8)}
+    used: dict[str, list[int]] = {"result": [], "file": []}
+    for _ in range(5):
+        for what in ("file", "result"):
+            choice = policy.choose("auto", what=what)
+            used[what].append(choice.streams)
+            policy.learn(replace(choice, transport="striped"), 1000 * MB, 1000 * MB / bytes_per_s[what](choice.streams),
+                         TransferSummary(content="file" if what == "file" else "query", streams=choice.streams))
+    assert used["result"] == [1, 2, 1, 1, 1]  # the probe upwards lost: back to one stream, and stay
+    assert used["file"] == [4, 8, 16, 8, 8]  # 8 doubled 4's rate, 16 added nothing: back to 8
+
+
+def test_a_result_on_a_long_path_starts_at_gridcopys_four_streams(tmp_path: Path) -> None:
+    from dstp.client._policy import ChannelPolicy
+
+    policy = ChannelPolicy("srv", lambda: 0.1, AutoTuner(tmp_path / "t.json"), keep_connections=False)
+    assert policy.choose("auto", what="result").streams == 4
+    assert policy.choose("auto", what="file").streams == 4
