@@ -162,13 +162,16 @@ class _Lister:
 
     def _running(self) -> subprocess.Popen[bytes]:
         """Return the helper, started if it is not running (hold ``_lock``)."""
-        if self._helper is None or self._helper.poll() is not None:
+        if self._helper is not None and self._helper.poll() is not None:
+            _discard(self._helper)
+            self._helper = None
+        if self._helper is None:
             self._helper = subprocess.Popen([sys.executable, "-m", "dstp._chunk_index"], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE)
         return self._helper
 
     def start(self) -> None:
-        """Start the helper without waiting for it (a Python process and h5py's import take ~0.3 s)."""
+        """Start the helper without waiting for it (a Python process and h5py's import: 0.1 s here)."""
         with self._lock:
             self._running()
 
@@ -182,8 +185,7 @@ class _Lister:
                 helper.stdin.flush()
                 listing = pickle.load(helper.stdout)
             except (OSError, EOFError, pickle.UnpicklingError):  # it died: the next listing starts another
-                helper.kill()
-                helper.wait()
+                _discard(helper)
                 self._helper = None
                 return None
         return layout_of(listing)
@@ -192,10 +194,19 @@ class _Lister:
         with self._lock:
             helper, self._helper = self._helper, None
         if helper is not None:
-            assert helper.stdin is not None and helper.stdout is not None
+            assert helper.stdin is not None
             helper.stdin.close()  # its input ends: it ends
             helper.wait()
-            helper.stdout.close()
+            _discard(helper)
+
+
+def _discard(helper: subprocess.Popen[bytes]) -> None:
+    """Make sure ``helper`` ended, and close our ends of its pipes."""
+    helper.kill()
+    helper.wait()
+    for pipe in (helper.stdin, helper.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 #: The one lister of this process (every ChunkReader shares its helper), stopped before the interpreter

@@ -314,6 +314,37 @@ def test_the_reading_process_never_loads_a_second_hdf5(tmp_path: Path) -> None:
     assert run.stdout.split() == ["1", "True", "False"], run.stdout + run.stderr
 
 
+def test_a_listing_helper_that_died_is_started_again(tmp_path: Path) -> None:
+    """A helper killed between listings (OOM killer, a crash in HDF5) costs nothing but its restart: the next
+    listing starts another and answers; one killed during a listing makes that listing fall back to netCDF-C."""
+    import io
+    import signal
+
+    from dstp._chunk_index import file_identity
+    from dstp.catalog.chunks import _Lister
+
+    path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
+    handles.close()
+    identity = file_identity(os.stat(path))
+    lister = _Lister()
+    try:
+        first = lister.layout(path, identity, "v", 100)
+        assert first is not None and first.chunks == (1, 32)
+        helper = lister._helper
+        assert helper is not None
+        helper.send_signal(signal.SIGKILL)
+        helper.wait(timeout=30)
+        again = lister.layout(path, identity, "v", 100)
+        assert again == first and lister._helper is not helper
+        assert lister._helper is not None
+        lister._helper.stdout.close()  # type: ignore[union-attr]
+        lister._helper.stdout = io.BytesIO()  # its answer ends before it begins: as if it died mid-listing
+        assert lister.layout(path, identity, "v", 100) is None
+        assert lister.layout(path, identity, "v", 100) == first  # and the next starts another
+    finally:
+        lister.close()
+
+
 def test_a_daemonic_process_reads_on_the_fast_path(tmp_path: Path) -> None:
     """Dask's workers are daemonic processes, which multiprocessing forbids to have children: the helper is a
     plain child process, so a worker lists and reads chunks like a server (a multiprocessing helper made every
