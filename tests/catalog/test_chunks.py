@@ -296,22 +296,33 @@ def test_files_of_dropped_handles_are_closed_under_the_netcdf_lock_not_by_the_ga
     assert open_descriptors_of_file() == 0
 
 
+def _fast_read(path: Path) -> str:
+    """Return code that reads all of ``v`` in ``path`` through a FileHandles with the chunk reader on
+    (``handles``, left open), for a fresh interpreter."""
+    return ("import os\nfrom pathlib import Path\nfrom dstp.catalog.netcdf4_ import FileHandles, ReadStats\n"
+            f"path = Path({str(path)!r})\nhandles = FileHandles(direct_chunks=True)\n"
+            "os.close(handles.open_raw(path))\nhandles.read(path, 'v', [slice(0, 4), slice(0, 32)], ReadStats())\n")
+
+
+def _python(program: str) -> tuple[list[str], str]:
+    """Run ``program`` in a fresh interpreter; return the words it printed, and all it wrote (for messages)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    return run.stdout.split(), run.stdout + run.stderr
+
+
 def test_the_reading_process_never_loads_a_second_hdf5(tmp_path: Path) -> None:
     """h5py's wheel bundles another HDF5 than netCDF4's; both in one process fail at open and close upstream
     (and one CI run died of SIGBUS in netCDF-C's close with the chunk reader on). The listing runs in a helper
     process: after reads on the fast path, this process has netCDF4 and no h5py."""
-    import subprocess
-    import sys
-
     path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
     handles.close()
-    program = ("import os, sys\nfrom pathlib import Path\nfrom dstp.catalog.netcdf4_ import FileHandles, ReadStats\n"
-               f"path = Path({str(path)!r})\n"
-               "handles = FileHandles(direct_chunks=True)\nos.close(handles.open_raw(path))\n"
-               "handles.read(path, 'v', [slice(0, 4), slice(0, 32)], ReadStats())\n"
-               "print(handles.chunks.reads, 'netCDF4' in sys.modules, 'h5py' in sys.modules)\nhandles.close()\n")
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split() == ["1", "True", "False"], run.stdout + run.stderr
+    said, output = _python("import sys\n" + _fast_read(path)
+                           + "print(handles.chunks.reads, 'netCDF4' in sys.modules, 'h5py' in sys.modules)\n"
+                           "handles.close()\n")
+    assert said == ["1", "True", "False"], output
 
 
 def test_a_listing_helper_that_died_is_started_again(tmp_path: Path) -> None:
@@ -349,24 +360,17 @@ def test_a_daemonic_process_reads_on_the_fast_path(tmp_path: Path) -> None:
     """Dask's workers are daemonic processes, which multiprocessing forbids to have children: the helper is a
     plain child process, so a worker lists and reads chunks like a server (a multiprocessing helper made every
     cluster query fail here)."""
-    import subprocess
-    import sys
+    import textwrap
 
     path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
     handles.close()
-    program = ("import multiprocessing, os\nfrom pathlib import Path\n"
-               "from dstp.catalog.netcdf4_ import FileHandles, ReadStats\n"
-               "def read(answers):\n"
-               f"    path = Path({str(path)!r})\n"
-               "    handles = FileHandles(direct_chunks=True)\n    os.close(handles.open_raw(path))\n"
-               "    handles.read(path, 'v', [slice(0, 4), slice(0, 32)], ReadStats())\n"
-               "    answers.put((multiprocessing.current_process().daemon, handles.chunks.reads))\n"
-               "    handles.close()\n"
-               "context = multiprocessing.get_context('fork')\nanswers = context.Queue()\n"
-               "worker = context.Process(target=read, args=(answers,), daemon=True)\nworker.start()\n"
-               "print(*answers.get(timeout=60))\nworker.join(60)\nprint(worker.exitcode)\n")
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert run.stdout.split() == ["True", "1", "0"], run.stdout + run.stderr
+    said, output = _python("import multiprocessing\ndef read(answers):\n" + textwrap.indent(_fast_read(path), "    ")
+                           + "    answers.put((multiprocessing.current_process().daemon, handles.chunks.reads))\n"
+                           "    handles.close()\n"
+                           "context = multiprocessing.get_context('fork')\nanswers = context.Queue()\n"
+                           "worker = context.Process(target=read, args=(answers,), daemon=True)\nworker.start()\n"
+                           "print(*answers.get(timeout=60))\nworker.join(60)\nprint(worker.exitcode)\n")
+    assert said == ["True", "1", "0"], output
 
 
 def test_the_listing_helper_ends_with_a_server_killed_outright(catalog_root: Path) -> None:
