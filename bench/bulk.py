@@ -79,7 +79,7 @@ class Tool:
     """One row: a peer and its settings."""
 
     name: str
-    kind: str  # iperf3 | gridftp | dstp | query | udt_raw | copy
+    kind: str  # iperf3 | iperf3_file | gridftp | dstp | query | udt_raw | copy
     streams: int = 0
     congestion: str = ""
     transport: str = "striped"
@@ -239,11 +239,12 @@ def run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int = -1
 
 def _run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int) -> Run:
     p, cap = bench.place, bench.cap_s
-    if tool.kind == "iperf3":
+    if tool.kind in ("iperf3", "iperf3_file"):
         if not tools.installed("iperf3"):
             return Run(tool.name, 0, 0.0, 0.0, 0.0, False, ok=False, detail={"error": "not installed"})
         assert source is not None
-        return tools.iperf3(p, tool.name, tool.streams, source.size, cap_s=cap, congestion=tool.congestion or None)
+        return tools.iperf3(p, tool.name, tool.streams, source.size, cap_s=cap, congestion=tool.congestion or None,
+                            files=(source, bench.out) if tool.kind == "iperf3_file" else None)
     if tool.kind == "copy":
         assert source is not None
         return tools.local_copy(tool.name, source, bench.out, compare_bytes=bench.compare_bytes)

@@ -5,8 +5,11 @@ tmpfs, in the same run, interleaved run by run (the order rotating), medians of
 ``REPEATS`` runs, whole client process (spawn to exit, as bench/bulk.py times it):
 
 * ``iperf3 -P 8`` (memory to memory: the network's ceiling), ``cp`` of the same file to the
-  same tmpfs (no network: the ceiling of writing 1 GiB to tmpfs on this host) and
-  ``globus-url-copy -p 8`` against a one-shot GridFTP server;
+  same tmpfs (no network: the ceiling of writing 1 GiB to tmpfs on this host), ``iperf3 -F``
+  on both ends (the file's bytes sent, the received bytes written to tmpfs: the network and
+  the download's write together, by a C peer with no protocol; one stream, as iperf3 writes
+  every stream from the output's start) and ``globus-url-copy -p 8`` against a one-shot
+  GridFTP server;
 * ``dstp get --streams 8`` with the native data path (transport/native.py) on both ends;
   (``DSTP_NATIVE=1``: opt-in);
 * the same with ``DSTP_NATIVE=0`` on both ends: a second ``dstp serve`` and its clients
@@ -52,7 +55,9 @@ NATIVE_PATH = {"DSTP_NATIVE": "1"}  # opt-in (transport/native.py)
 NATIVE_8 = Tool("dstp ×8 native", "dstp", 8)
 PYTHON_8 = Tool("dstp ×8 python", "dstp", 8)
 LOCAL_COPY = Tool("cp (no network)", "copy")
-TOOLS = (Tool("iperf3 ×8", "iperf3", 8), LOCAL_COPY, Tool("GridFTP -p 8", "gridftp", 8), NATIVE_8, PYTHON_8, AUTO)
+INTO_FILE = Tool("iperf3 → tmpfs", "iperf3_file", 1)
+TOOLS = (Tool("iperf3 ×8", "iperf3", 8), LOCAL_COPY, INTO_FILE,
+         Tool("GridFTP -p 8", "gridftp", 8), NATIVE_8, PYTHON_8, AUTO)
 
 
 @contextlib.contextmanager
@@ -136,6 +141,7 @@ def markdown(result: dict[str, Any]) -> str:
     grid = rows.get("GridFTP -p 8", {}).get("MBps") or 0
     copy = rows.get(LOCAL_COPY.name, {}).get("MBps") or 0
     iperf = rows.get("iperf3 ×8", {}).get("MBps") or 0
+    into_file = rows.get(INTO_FILE.name, {}).get("MBps") or 0
     lines = [f"# dstp get, 1 GiB, loopback tmpfs → tmpfs: native vs Python data path ({result['repeats']} interleaved "
              "runs, medians, whole client process)", "",
              "| tool | MB/s | s | × GridFTP -p 8 | × iperf3 -P 8 | × cp | client CPU s | server CPU s | runs |",
@@ -147,6 +153,9 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{mbps / iperf if iperf else 0:.2f} | {mbps / copy if copy else 0:.2f} | "
                      f"{r['client_cpu_s'] or 0:.2f} | {r['server_cpu_s'] or 0:.2f}"
                      f" | {runs} |")
+    if grid and into_file:
+        lines += ["", f"The network and the write together, by iperf3 with no protocol and no checksum: "
+                  f"{into_file:.0f} MB/s = {into_file / grid:.2f}× GridFTP -p 8 (issue 15's target for `dstp get`: 2×)."]
     s = result["startup"]
     warm = result.get("memory_warm_up") or {"bytes": 0, "MBps_per_pass": []}
     lines += ["", "## Start-up (medians)", "",

@@ -244,17 +244,30 @@ def remove_output(out: Path) -> None:
 
 
 def iperf3(place: Place, tool: str, streams: int, nbytes: int, *, cap_s: float | None = None,
-           congestion: str | None = None) -> Run:
-    """Return one ``iperf3 -n nbytes -P streams`` run, client -> server (the ceiling: memory to memory)."""
+           congestion: str | None = None, files: tuple[BulkFile, Path] | None = None) -> Run:
+    """Return one ``iperf3 -n nbytes -P streams`` run, client -> server (the ceiling: memory to memory).
+
+    ``files`` (source, output): ``-F`` on both ends — the client sends the source file's bytes, the server
+    writes what it receives to the output (tmpfs): the network plus the write a download pays, by a C peer.
+    With more than one stream iperf3 writes every stream's bytes from the output's start, so only one
+    stream writes a whole copy."""
     port = free_port(place)
-    server = start_server(place.server(["iperf3", "-s", "-1", "-B", place.server_addr, "-p", str(port)]))
+    into = ["-F", str(files[1])] if files else []
+    if files:
+        remove_output(files[1])
+    server = start_server(place.server(["iperf3", "-s", "-1", "-B", place.server_addr, "-p", str(port), *into]))
     try:
         wait_listening(place, port)
         argv = ["iperf3", "-c", place.server_addr, "-B", place.client_addr, "-p", str(port), "-P", str(streams),
-                "-n", str(nbytes), "-J", *(["-C", congestion] if congestion else [])]
+                "-n", str(nbytes), "-J", *(["-C", congestion] if congestion else []),
+                *(["-F", str(files[0].path)] if files else [])]
         done = run_capped(place.client(argv), cap_s=cap_s)
     finally:
         server_cpu = reap(server)
+    written = -1
+    if files:
+        written = files[1].stat().st_size if files[1].exists() else 0
+        remove_output(files[1])
     try:
         end = json.loads(done.stdout)["end"]
     except (ValueError, KeyError):
@@ -264,11 +277,16 @@ def iperf3(place: Place, tool: str, streams: int, nbytes: int, *, cap_s: float |
     sent = end.get("sum_sent", {})
     # Interrupted at the cap, iperf3 reports only what it sent (in flight: at most a window more).
     use = received if received.get("bytes") else sent
-    return Run(tool, int(use.get("bytes", 0)), done.wall_s, done.cpu_s, server_cpu,
-               complete=not done.interrupted and use is received, ok=bool(use.get("bytes")),
+    counted = int(use.get("bytes", 0))
+    # iperf3 3.12 with -F can end a few hundred bytes before the file's end (8,388,502 of 8,388,608): the
+    # run counts what reached the output, and is complete when that is everything the server received.
+    whole = written < 0 or written == counted
+    return Run(tool, counted if written < 0 else written, done.wall_s, done.cpu_s, server_cpu,
+               complete=not done.interrupted and use is received and whole, ok=bool(counted) and whole,
                transfer_s=float(use.get("seconds", 0.0)) or None,
                detail={"retransmits": sent.get("retransmits"), "congestion": end.get("sender_tcp_congestion"),
-                       "counted": "received" if use is received else "sent (interrupted)"})
+                       "counted": "received" if use is received else "sent (interrupted)",
+                       **({"written": written} if files else {})})
 
 
 def local_copy(tool: str, source: BulkFile, out: Path, *, compare_bytes: bool = False) -> Run:
