@@ -139,7 +139,10 @@ class FileSink:
     Each stripe's reader receives into a buffer of its own (reused, so its
     pages stay mapped and warm), checks it, and writes it at its offset with
     ``pwrite`` — measured here faster than receiving into a memory map of the
-    output, whose page faults cost more than the copy they save.
+    output, whose page faults cost more than the copy they save (1 GiB on
+    loopback, tmpfs: one stream 1.33× the time and 1.29× the CPU mapped, eight
+    1.01× and 1.07×, and the mapped output counted in the client's peak RSS:
+    1,066 against 75 MiB).
     """
 
     def __init__(self, out: Path, remote: RemoteFile, *, save_every_s: float = 1.0) -> None:
@@ -156,7 +159,6 @@ class FileSink:
         self._saved = 0.0
         self.written = 0
         self._discarded = False
-        self._map: native.OutputMap | None = None
         self._done_lock = threading.Lock()
 
     # -- state --------------------------------------------------------------------------
@@ -209,8 +211,6 @@ class FileSink:
         self._fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != self.remote.length:
             os.ftruncate(self._fd, self.remote.length)
-        if native.enabled() and self.remote.length:
-            self._map = native.OutputMap(self._fd, self.remote.length)
 
     def _check_range(self, sequence: int, offset: int, length: int) -> int:
         start = offset - self.remote.offset
@@ -227,16 +227,10 @@ class FileSink:
         return memoryview(buf)[:length]
 
     def receive_in_place(self, fd: int, sequence: int, header: Any) -> Block:
-        """Receive a plaintext block from socket ``fd`` straight to its place (native path); return its record.
-
-        Without the native map (the extension is not built or switched off) the receiver never calls
-        this: it calls ``buffer_for`` and ``received``.
-        """
-        start = self._check_range(sequence, header.offset, header.length)
-        if self._map is None:
-            buffer = self.buffer_for(sequence, header.offset, header.length)
-            return self.received(sequence, header.offset, buffer, native.recv_checked(fd, header, buffer))
-        return Block(header.offset, header.length, self._map.recv_block(fd, header, start))
+        """Receive a plaintext block from socket ``fd`` with the native path (one call, the GIL released,
+        its CRC-32C folded in as the bytes arrive); write it at its place; return its record."""
+        buffer = self.buffer_for(sequence, header.offset, header.length)
+        return self.received(sequence, header.offset, buffer, native.recv_checked(fd, header, buffer))
 
     def received(self, sequence: int, offset: int, payload: memoryview, crc: int) -> Block:
         """Write a checked block at its place (in the reader thread); return its record."""
@@ -262,9 +256,6 @@ class FileSink:
         self.block_done(self.received(-1, offset, view, crc32c(view)))
 
     def close(self) -> None:
-        mapped, self._map = self._map, None
-        if mapped is not None:
-            mapped.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -3,8 +3,8 @@
 ``dstp.transport._native`` (C++, ``transport/_native_src/``, built by setup.py
 when a compiler is there) computes a frame's CRC-32C and sends it — a file
 block by ``sendfile`` from the published file — and receives a payload into
-place with its CRC-32C computed as the bytes arrive, every call with the GIL
-released. The frames are exactly those of :mod:`dstp.transport.frames`; only
+its buffer with its CRC-32C computed as the bytes arrive, every call with the
+GIL released (a file block is then written at its place with ``pwrite``). The frames are exactly those of :mod:`dstp.transport.frames`; only
 who moves the bytes differs. It is used for plaintext frames on a plain TCP
 connection (:class:`~dstp.transport.tcp.TcpConn` itself, not a wrapper:
 a connection that wraps another, to inject faults or count bytes, sees every
@@ -26,7 +26,7 @@ from typing import Any
 
 from dstp.errors import IntegrityError, TransportError
 
-__all__ = ["OutputMap", "available", "crc32c", "enabled", "fd_of", "file_handle", "reason", "recv_checked",
+__all__ = ["available", "crc32c", "enabled", "fd_of", "file_handle", "reason", "recv_checked",
            "send_frame"]
 
 _native: Any
@@ -122,23 +122,3 @@ def check(header: Any, frame_crc: int) -> None:
             f"checksum mismatch in {header.kind.name} frame {header.sequence} on stripe {header.stripe}: "
             "the data was corrupted in transit"
         )
-
-
-class OutputMap:
-    """A download's partial file, mapped once: blocks are received straight to their place."""
-
-    def __init__(self, fd: int, length: int) -> None:
-        self._map = _native.OutputMap(fd, length)
-
-    def recv_block(self, fd: int, header: Any, position: int) -> int:
-        """Receive ``header``'s payload at ``position`` of the file; check it; return its CRC-32C.
-
-        A frame that fails its check has written its bytes to the partial file, which is never renamed
-        before every block is recorded and the whole range matches the server's CRC-32C; the block is
-        not recorded, so it is fetched again.
-        """
-        return _checked(header, lambda: self._map.recv_into(fd, position, header.length, header.blank))
-
-    def close(self) -> None:
-        """Unmap (after receives in flight return)."""
-        self._map.close()

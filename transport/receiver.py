@@ -73,8 +73,8 @@ class MessageSink(Protocol):
     """Where payloads land (file blocks go straight to disk from the reader threads).
 
     A sink may also offer ``receive_in_place(fd, sequence, header)``: receive a plaintext DATA
-    frame's payload from socket ``fd`` natively, straight to its place, check it and return what
-    ``received`` would (transport/files.py ``FileSink``).
+    frame's payload from socket ``fd`` natively (the GIL released), check it, put it in its place
+    and return what ``received`` would (transport/files.py ``FileSink``).
     """
 
     def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview | None:

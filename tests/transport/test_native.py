@@ -231,6 +231,27 @@ def test_a_broken_connection_leaves_no_complete_looking_output(pair, tmp_path) -
     assert partial_path(out).exists() and (tmp_path / ("broken.bin" + STATE_SUFFIX)).exists()
 
 
+def test_a_corrupted_block_is_neither_written_nor_claimed(pair, tmp_path) -> None:
+    sender, receiver = pair
+    data = os.urandom(300_000)
+    out = tmp_path / "corrupt.bin"
+    sink = FileSink(out, _remote(data, 0, len(data)))
+    sink.open()
+    damaged = bytearray(data)
+    damaged[123_456] ^= 0x40  # one bit flipped in transit, after the server's checksum
+    sending = threading.Thread(target=sender.sock.sendall,
+                               args=(encode_header(Kind.DATA, 0, 0, 0, memoryview(data)) + bytes(damaged),))
+    sending.start()
+    header = recv_header(receiver)
+    assert header is not None
+    with pytest.raises(IntegrityError, match="corrupted in transit"):
+        sink.receive_in_place(native.fd_of(receiver), 0, header)
+    sending.join()
+    sink.close()
+    assert sink.done == []
+    assert partial_path(out).read_bytes() == bytes(len(data))  # the partial file still holds only its holes
+
+
 def test_a_striped_download_runs_natively_end_to_end(data_client, catalog_root, tmp_path) -> None:
     out = tmp_path / "copy.nc"
     summary = data_client.get("ccm3", NAME, out, transport="striped", streams=3)

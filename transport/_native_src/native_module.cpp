@@ -8,9 +8,7 @@
 //     over payload then blank header, then the payload -- written to a socket with sendmsg,
 //     or, for a file block, the header then sendfile() from the file (no copy in user space);
 //   * recv_payload(...): a frame's payload received into caller memory, its CRC-32C computed
-//     chunk by chunk as the bytes arrive (still in cache), the frame checksum checked;
-//   * OutputMap: the partial file of a download mapped once; a block is received straight to
-//     its place (pages populated first, in the reader's thread) and checked in the same pass.
+//     chunk by chunk as the bytes arrive (still in cache), the frame checksum checked.
 //
 // Every call that touches a socket, a file or a payload runs with the GIL released. Socket
 // errors are raised as OSError (errno kept); an end of stream inside a frame as EOFError.
@@ -23,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -34,8 +31,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -435,68 +430,6 @@ py::tuple recv_payload(int fd, py::object into, py::bytes blank) {
     return py::make_tuple(frame, body);
 }
 
-// ---------------------------------------------------------------------------
-// OutputMap: a download's partial file, mapped, received into in place
-// ---------------------------------------------------------------------------
-
-class OutputMap {
-public:
-    OutputMap(int fd, uint64_t length) : length_(length) {
-        if (length == 0) return;
-        void* at = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (at == MAP_FAILED) raise_os(SysError{errno, "mmap"});
-        base_ = static_cast<unsigned char*>(at);
-    }
-    ~OutputMap() { unmap(); }
-
-    // Receive `length` payload bytes of a frame to `position`; return (frame checksum, payload CRC).
-    py::tuple recv_into(int fd, uint64_t position, uint64_t length, py::bytes blank) {
-        std::string header = blank;
-        if (header.size() != kHeader) throw py::value_error("a blank header is 32 bytes");
-        auto [frame, body] = nogil([&]() {
-            std::shared_lock<std::shared_mutex> hold(lock_);
-            if (base_ == nullptr && length) throw SysError{EBADF, "closed"};
-            if (position > length_ || length > length_ - position) throw SysError{EINVAL, "outside the file"};
-            unsigned char* at = base_ + position;
-            populate(at, length);
-            uint32_t b = recv_crc(fd, at, length, 0);
-            return std::make_pair(crc32c(b, header.data(), kHeader), b);
-        });
-        return py::make_tuple(frame, body);
-    }
-
-    void close() {
-        dstp_gil::ReleaseGil release;
-        unmap();
-    }
-
-private:
-    // Take the pages before the bytes arrive: one call, no page fault per 4 KiB in the receive loop.
-    static void populate(unsigned char* at, uint64_t length) {
-#ifdef MADV_POPULATE_WRITE
-        uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-        uintptr_t start = reinterpret_cast<uintptr_t>(at) & ~(page - 1);
-        uintptr_t stop = reinterpret_cast<uintptr_t>(at) + length;
-        if (stop > start) madvise(reinterpret_cast<void*>(start), stop - start, MADV_POPULATE_WRITE);
-#else
-        (void)at;
-        (void)length;
-#endif
-    }
-
-    void unmap() {
-        std::unique_lock<std::shared_mutex> hold(lock_);  // waits for receives in flight
-        if (base_ != nullptr) {
-            munmap(base_, length_);
-            base_ = nullptr;
-        }
-    }
-
-    unsigned char* base_ = nullptr;
-    uint64_t length_;
-    std::shared_mutex lock_;
-};
-
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -522,9 +455,4 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("fd", &FileHandle::fd);
     m.def("recv_payload", &recv_payload, py::arg("fd"), py::arg("into"), py::arg("blank"),
           "Receive a payload into `into`; return (frame checksum, payload CRC-32C).");
-    py::class_<OutputMap>(m, "OutputMap")
-        .def(py::init<int, uint64_t>(), py::arg("fd"), py::arg("length"))
-        .def("recv_into", &OutputMap::recv_into, py::arg("fd"), py::arg("position"), py::arg("length"),
-             py::arg("blank"), "Receive a payload to `position`; return (frame checksum, payload CRC-32C).")
-        .def("close", &OutputMap::close, "Unmap (waits for receives in flight).");
 }
