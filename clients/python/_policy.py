@@ -100,6 +100,10 @@ CODECS: dict[str, CodecCost] = {
 #: Uncompressed bytes/s the server produces a result at before any compression (scan: netCDF read,
 #: decode, DuckDB). 1.1 GB result on loopback with striped × 8: 369 MB/s (issue 15). The codec runs on
 #: the same cores, so its time adds to the scan's: this is what keeps loopback and LAN paths raw.
+#: Kept below the chunk reader's 880–921 MB/s on purpose: the bandwidth the model is given is what
+#: results moved at, and a result moves no faster than its scan — with 880 MB/s here a loopback result
+#: measured at 3 Gb/s (scan-bound) would read as a 3 Gb/s wire and be compressed (a codec wins below
+#: 5.1 Gb/s then; below 2.4 Gb/s with 370).
 SCAN_BPS = 370e6
 
 #: Cores the model gives the codec on each side. The client cannot see the server's cores and the
