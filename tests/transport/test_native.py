@@ -10,6 +10,7 @@ import os
 import random
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 import crc32c as crc32c_package
@@ -171,6 +172,13 @@ def _send_block(conn: TcpConn, data: bytes, seq: int, offset: int, size: int) ->
     return sender
 
 
+def _open_sink(out: Path, data: bytes) -> FileSink:
+    """A sink for the whole of ``data``, its partial file open."""
+    sink = FileSink(out, _remote(data, 0, len(data)))
+    sink.open()
+    return sink
+
+
 def _receive_block(sink: FileSink, conn: TcpConn, seq: int) -> None:
     header = recv_header(conn)
     assert header is not None
@@ -210,8 +218,7 @@ def test_a_broken_connection_leaves_no_complete_looking_output(pair, tmp_path) -
     sender, receiver = pair
     data = os.urandom(600_000)
     out = tmp_path / "broken.bin"
-    sink = FileSink(out, _remote(data, 0, len(data)))
-    sink.open()
+    sink = _open_sink(out, data)
     sending = _send_block(sender, data, 0, 0, 300_000)
     _receive_block(sink, receiver, 0)
     sending.join()
@@ -235,8 +242,7 @@ def test_a_corrupted_block_is_neither_written_nor_claimed(pair, tmp_path) -> Non
     sender, receiver = pair
     data = os.urandom(300_000)
     out = tmp_path / "corrupt.bin"
-    sink = FileSink(out, _remote(data, 0, len(data)))
-    sink.open()
+    sink = _open_sink(out, data)
     damaged = bytearray(data)
     damaged[123_456] ^= 0x40  # one bit flipped in transit, after the server's checksum
     sending = threading.Thread(target=sender.sock.sendall,
