@@ -39,6 +39,7 @@ import atexit
 import collections
 import os
 import pickle
+import select
 import subprocess
 import sys
 import threading
@@ -148,17 +149,25 @@ def _spans(index: slice | int, size: int, chunk: int) -> list[tuple[int, slice, 
     return out
 
 
+#: Longest a listing waits for the helper's answer (seconds). A file that makes HDF5 hang (a damaged
+#: chunk index, a stalled network mount) must not hold every other listing behind it: past this the
+#: helper is killed and that read goes through netCDF-C.
+LISTING_WAIT_S = 30.0
+
+
 class _Lister:
     """The helper process that lists chunks with h5py, so that no second HDF5 enters the reading process.
 
     ``python -m dstp._chunk_index``, asked over a pipe, one listing at a time; started by :meth:`start`
-    (servers call it as they start) or the first listing, and kept for the next. A helper that dies is
-    started again on the next listing; the listing it was doing falls back to netCDF-C.
+    (servers call it as they start) or the first listing, and kept for the next. A helper that dies, or
+    does not answer within ``wait_s``, is ended and started again on the next listing; the listing it was
+    doing falls back to netCDF-C.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wait_s: float = LISTING_WAIT_S) -> None:
         self._lock = threading.Lock()
         self._helper: subprocess.Popen[bytes] | None = None
+        self.wait_s = wait_s
 
     def _running(self) -> subprocess.Popen[bytes]:
         """Return the helper, started if it is not running (hold ``_lock``)."""
@@ -183,8 +192,11 @@ class _Lister:
             try:
                 pickle.dump((str(path), identity, variable, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
                 helper.stdin.flush()
+                # The helper starts writing only once it holds the whole answer: readable means it comes.
+                if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                    raise TimeoutError(f"no chunk listing of {path} in {self.wait_s:g} s")
                 listing = pickle.load(helper.stdout)
-            except (OSError, EOFError, pickle.UnpicklingError):  # it died: the next listing starts another
+            except (OSError, EOFError, pickle.UnpicklingError):  # it died or hung: the next listing starts another
                 _discard(helper)
                 self._helper = None
                 return None
@@ -195,8 +207,11 @@ class _Lister:
             helper, self._helper = self._helper, None
         if helper is not None:
             assert helper.stdin is not None
-            helper.stdin.close()  # its input ends: it ends
-            helper.wait()
+            helper.stdin.close()  # its input ends: it ends, after the listing it may be doing
+            try:
+                helper.wait(timeout=self.wait_s)
+            except subprocess.TimeoutExpired:
+                pass  # hung: killed below
             _discard(helper)
 
 

@@ -66,7 +66,8 @@ class Settings:
     direct_chunks: bool = _setting(
         True, "Read deflate/shuffle-compressed netCDF-4 chunks outside the netCDF lock (dstp.catalog.chunks): "
         "the scan inflates them in parallel, without netCDF-C; the chunks are listed by h5py in a helper process "
-        "the server starts (and that ends with it). false: every read through netCDF-C under its lock."
+        "the server starts (and that ends with it; one that does not answer within 30 s is killed and that read "
+        "goes through netCDF-C). false: every read through netCDF-C under its lock."
     )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")

@@ -328,7 +328,6 @@ def test_the_reading_process_never_loads_a_second_hdf5(tmp_path: Path) -> None:
 def test_a_listing_helper_that_died_is_started_again(tmp_path: Path) -> None:
     """A helper killed between listings (OOM killer, a crash in HDF5) costs nothing but its restart: the next
     listing starts another and answers; one killed during a listing makes that listing fall back to netCDF-C."""
-    import io
     import signal
 
     from dstp._chunk_index import file_identity
@@ -349,9 +348,39 @@ def test_a_listing_helper_that_died_is_started_again(tmp_path: Path) -> None:
         assert again == first and lister._helper is not helper
         assert lister._helper is not None
         lister._helper.stdout.close()  # type: ignore[union-attr]
-        lister._helper.stdout = io.BytesIO()  # its answer ends before it begins: as if it died mid-listing
+        read_end, write_end = os.pipe()
+        os.close(write_end)  # its answer ends before it begins: as if it died mid-listing
+        lister._helper.stdout = os.fdopen(read_end, "rb")
         assert lister.layout(path, identity, "v", 100) is None
         assert lister.layout(path, identity, "v", 100) == first  # and the next starts another
+    finally:
+        lister.close()
+
+
+def test_a_listing_helper_that_hangs_is_ended_and_the_read_falls_back(tmp_path: Path) -> None:
+    """A helper that stops answering (HDF5 stuck on a damaged file, a stalled mount) must not hold every later
+    listing behind it: past the lister's wait it is killed, that listing is None (netCDF-C reads), the next
+    starts another helper."""
+    import signal
+
+    from dstp._chunk_index import file_identity
+    from dstp.catalog.chunks import LISTING_WAIT_S, _Lister
+
+    path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
+    handles.close()
+    identity = file_identity(os.stat(path))
+    lister = _Lister()
+    try:
+        first = lister.layout(path, identity, "v", 100)
+        assert first is not None
+        hung = lister._helper
+        assert hung is not None
+        hung.send_signal(signal.SIGSTOP)  # alive, never answering
+        lister.wait_s = 0.0  # the wait has passed (a stopped process answers no sooner after 30 s)
+        assert lister.layout(path, identity, "v", 100) is None
+        assert hung.poll() is not None and lister._helper is None  # killed and forgotten
+        lister.wait_s = LISTING_WAIT_S
+        assert lister.layout(path, identity, "v", 100) == first
     finally:
         lister.close()
 
