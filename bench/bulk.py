@@ -79,7 +79,7 @@ class Tool:
     """One row: a peer and its settings."""
 
     name: str
-    kind: str  # iperf3 | iperf3_file | gridftp | dstp | query | udt_raw | copy
+    kind: str  # iperf3 | iperf3_file | splice | gridftp | dstp | query | udt_raw | copy
     streams: int = 0
     congestion: str = ""
     transport: str = "striped"
@@ -248,6 +248,10 @@ def _run_tool(tool: Tool, bench: Bench, source: BulkFile | None, length: int) ->
     if tool.kind == "copy":
         assert source is not None
         return tools.local_copy(tool.name, source, bench.out, compare_bytes=bench.compare_bytes)
+    if tool.kind == "splice":
+        assert source is not None
+        return tools.splice_floor(p, tool.name, tool.streams, source, bench.out, cap_s=cap,
+                                  compare_bytes=bench.compare_bytes)
     if tool.kind == "gridftp":
         if not bench.gridftp_ok:
             return Run(tool.name, 0, 0.0, 0.0, 0.0, False, ok=False, detail={"error": "not installed"})

@@ -8,8 +8,10 @@ tmpfs, in the same run, interleaved run by run (the order rotating), medians of
   same tmpfs (no network: the ceiling of writing 1 GiB to tmpfs on this host), ``iperf3 -F``
   on both ends (the file's bytes sent, the received bytes written to tmpfs: the network and
   the download's write together, by a C peer with no protocol; one stream, as iperf3 writes
-  every stream from the output's start) and ``globus-url-copy -p 8`` against a one-shot
-  GridFTP server;
+  every stream from the output's start), ``bench/floor``'s C pair over 8 streams (``sendfile``
+  on the sender, ``splice`` socket → pipe → output on the receiver: no protocol, no checksum
+  and no copy in user space — the least a striped download to tmpfs pays on this host) and
+  ``globus-url-copy -p 8`` against a one-shot GridFTP server;
 * ``dstp get --streams 8`` with the native data path (transport/native.py) on both ends;
   (``DSTP_NATIVE=1``: opt-in);
 * the same with ``DSTP_NATIVE=0`` on both ends: a second ``dstp serve`` and its clients
@@ -56,7 +58,8 @@ NATIVE_8 = Tool("dstp ×8 native", "dstp", 8)
 PYTHON_8 = Tool("dstp ×8 python", "dstp", 8)
 LOCAL_COPY = Tool("cp (no network)", "copy")
 INTO_FILE = Tool("iperf3 → tmpfs", "iperf3_file", 1)
-TOOLS = (Tool("iperf3 ×8", "iperf3", 8), LOCAL_COPY, INTO_FILE,
+SPLICE_8 = Tool("splice ×8 → tmpfs", "splice", 8)
+TOOLS = (Tool("iperf3 ×8", "iperf3", 8), LOCAL_COPY, INTO_FILE, SPLICE_8,
          Tool("GridFTP -p 8", "gridftp", 8), NATIVE_8, PYTHON_8, AUTO)
 
 
@@ -142,6 +145,7 @@ def markdown(result: dict[str, Any]) -> str:
     copy = rows.get(LOCAL_COPY.name, {}).get("MBps") or 0
     iperf = rows.get("iperf3 ×8", {}).get("MBps") or 0
     into_file = rows.get(INTO_FILE.name, {}).get("MBps") or 0
+    floor = rows.get(SPLICE_8.name, {}).get("MBps") or 0
     lines = [f"# dstp get, 1 GiB, loopback tmpfs → tmpfs: native vs Python data path ({result['repeats']} interleaved "
              "runs, medians, whole client process)", "",
              "| tool | MB/s | s | × GridFTP -p 8 | × iperf3 -P 8 | × cp | client CPU s | server CPU s | runs |",
@@ -156,6 +160,10 @@ def markdown(result: dict[str, Any]) -> str:
     if grid and into_file:
         lines += ["", f"The network and the write together, by iperf3 with no protocol and no checksum: "
                   f"{into_file:.0f} MB/s = {into_file / grid:.2f}× GridFTP -p 8 (issue 15's target for `dstp get`: 2×)."]
+    if grid and floor:
+        lines += ["", f"The network and the write with nothing else — sendfile into 8 streams, splice from them into "
+                  f"the output, no protocol, no checksum, no copy in user space: {floor:.0f} MB/s = "
+                  f"{floor / grid:.2f}× GridFTP -p 8."]
     s = result["startup"]
     warm = result.get("memory_warm_up") or {"bytes": 0, "MBps_per_pass": []}
     lines += ["", "## Start-up (medians)", "",

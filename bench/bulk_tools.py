@@ -34,7 +34,7 @@ from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX, crc32c_of_file, p
 from bench.bulk_catalog import DATASET, BulkFile
 from bench.dstp_process import AgentProcess, ServerProcess
 
-__all__ = ["LOOPBACK", "Place", "Run", "dstp_get", "dstp_query", "gridftp", "installed", "iperf3", "udt_raw"]
+__all__ = ["LOOPBACK", "Place", "Run", "dstp_get", "dstp_query", "gridftp", "installed", "iperf3", "splice_floor", "udt_raw"]
 
 REPO = Path(__file__).resolve().parent.parent
 GRACE_S = 10.0  # after SIGINT at the cap, how long a client may take to exit before SIGKILL
@@ -350,6 +350,33 @@ def gridftp(place: Place, tool: str, parallel: int, source: BulkFile, out: Path,
         got = allocated_bytes(out)
         return Run(tool, got, done.wall_s, done.cpu_s, server_cpu, False, ok=done.interrupted and got > 0,
                    detail={"error": done.stderr.strip()[-300:]} if not done.interrupted else {})
+    finally:
+        remove_output(out)
+
+
+def splice_floor(place: Place, tool: str, streams: int, source: BulkFile, out: Path, *, cap_s: float | None = None,
+                 compare_bytes: bool = False) -> Run:
+    """Return one run of ``bench/floor``'s C pair: ``sendfile`` into ``streams`` connections, ``splice`` from
+    them into the pre-sized output — no protocol and no checksum, the least a download to tmpfs pays here."""
+    from bench.floor import build
+
+    exe = str(build())
+    remove_output(out)
+    port = free_port(place)
+    server = start_server(place.server([exe, "send", place.server_addr, str(port), str(streams), str(source.path)]))
+    try:
+        wait_listening(place, port)
+        done = run_capped(place.client([exe, "recv", place.server_addr, str(port), str(streams), str(source.size),
+                                        str(out)]), cap_s=cap_s)
+    finally:
+        server_cpu = reap(server)
+    try:
+        if done.returncode == 0 and not done.interrupted:
+            how, same = check_output(out, source, compare_bytes)
+            return Run(tool, source.size, done.wall_s, done.cpu_s, server_cpu, True, ok=same, verified=how,
+                       identical=same, transfer_s=float(json.loads(done.stdout)["seconds"]))
+        return Run(tool, allocated_bytes(out), done.wall_s, done.cpu_s, server_cpu, False, ok=False,
+                   detail={"error": done.stderr.strip()[-300:]})
     finally:
         remove_output(out)
 
