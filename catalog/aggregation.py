@@ -10,7 +10,7 @@ variable); files are put in order by their first coordinate value
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -67,16 +67,17 @@ def file_decodings(
     variable: str,
     dims: tuple[str, ...],
     what: str,
-    inherit: Mapping[str, Any] | None = None,
+    inherit: Callable[[FileMeta], Mapping[str, Any]] | None = None,
     *,
     text_time: bool = False,
 ) -> tuple[Decoding | None, ...]:
     """Return each file's decoding of ``variable`` (None where absent); refuse files that disagree.
 
     ``dims`` are the dimensions of the variable's values (a char array's string
-    length left out). ``inherit`` holds attributes a variable takes from another
-    when it lacks them (CF bounds take ``units`` and ``calendar`` from their
-    coordinate). ``text_time`` parses text values as ISO 8601 date-times.
+    length left out). ``inherit`` gives, for one file, the attributes a variable
+    takes from another when it lacks them (CF bounds take ``units`` and
+    ``calendar`` from their coordinate — in that file: units may change
+    between files). ``text_time`` parses text values as ISO 8601 date-times.
     """
     decodings: list[Decoding | None] = []
     reference: VariableMeta | None = None
@@ -91,7 +92,7 @@ def file_decodings(
                 f"{meta.path.name}: {what} {variable!r} has dimensions ({', '.join(var.value_dimensions)}), "
                 f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
             )
-        attrs = {**(inherit or {}), **var.attrs}
+        attrs = {**(inherit(meta) if inherit else {}), **var.attrs}
         dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time)
         if dec is None:
             raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, "

@@ -27,7 +27,7 @@ from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.dsg import FeatureLayout
 from dstp.catalog.gridmapping import geographic
-from dstp.catalog.netcdf4_ import FileMeta
+from dstp.catalog.netcdf4_ import FileMeta, VariableMeta
 from dstp.errors import DataFileError, DescriptorError
 
 if TYPE_CHECKING:
@@ -361,17 +361,16 @@ def add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
         vertex_dim = bounds.dimensions[-1]
         n = bounds.shape[-1]
         labels = ["lower", "upper"] if n == 2 else [f"vertex_{k}" for k in range(n)]
-        inherit = {k: owner.attrs[k] for k in ("units", "calendar") if k in owner.attrs}
+
+        def inherited(meta: FileMeta, variable: str = variable, owner: VariableMeta = owner) -> dict[str, Any]:
+            """CF 7.1: bounds take units and calendar from their coordinate — in their own file."""
+            own = meta.variables.get(variable, owner)
+            return {k: own.attrs[k] for k in ("units", "calendar") if k in own.attrs}
+
         try:
-            decodings = file_decodings(metas, bounds.name, bounds.dimensions, "bounds")
+            decodings = file_decodings(metas, bounds.name, bounds.dimensions, "bounds", inherit=inherited)
         except DataFileError:
             continue  # bounds that do not aggregate are not offered; the coordinate itself still is
-        decodings = tuple(
-            None if d is None else decoding_for(m.variables[bounds.name].dtype,
-                                                {**inherit, **m.variables[bounds.name].attrs},
-                                                m.variables[bounds.name].default_fill)
-            for m, d in zip(metas, decodings)
-        )
         dec = next((d for d in decodings if d is not None), None)
         if dec is None:
             continue
@@ -380,7 +379,7 @@ def add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
             column_name = f"{name}_{label}"
             if column_name in taken:
                 continue
-            spec = AttributeSpec(column_name, bounds.name, dims, str(inherit.get("units", "")) or None,
+            spec = AttributeSpec(column_name, bounds.name, dims, str(inherited(first).get("units", "")) or None,
                                  f"{label} bound of {name}" if n == 2 else f"vertex {k} of the cell of {name}")
             column = AttributeColumn(spec, dec, arrow_type, bounds.attrs, decodings, role="bounds",
                                      variable_dims=bounds.dimensions, fixed=((vertex_dim, k),),

@@ -11,7 +11,8 @@ latitudes, a variable missing from one file, and gaps between files.
 The oracle is independent of dstp's reader: xarray opens each file by itself
 (``mask_and_scale``, cftime times), a variable a file lacks becomes NaN, the
 parts are concatenated along time with ``xarray.concat``, and DuckDB runs the
-same SQL over the oracle's records. The one convention added to xarray's is
+same SQL over the oracle's records. Time bounds carry no units of their own
+(CF 7.1): each file's are read with that file's time units, as xarray does. The one convention added to xarray's is
 netCDF4-python's: an element equal to the default fill of its type, in a
 variable with no ``_FillValue``, is missing (docs/query-language.md).
 """
@@ -142,7 +143,12 @@ def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
             if f.calendar_name is not None:
                 t.calendar = f.calendar_name
             t.standard_name = "time"
+            t.bounds = "time_bnds"  # no units of its own: CF 7.1 gives it this file's time units
             t[:] = numbers
+            nc.createDimension("nv", 2)
+            ends = [d + pd.Timedelta(hours=18).to_pytimedelta() for d in dates]
+            nc.createVariable("time_bnds", "f8", ("time", "nv"))[:] = np.stack(
+                [numbers, cftime.date2num(ends, units, calendar=spec.calendar)], axis=1)
             la = nc.createVariable("lat", "f4", ("lat",))
             la.units, la.standard_name = "degrees_north", "latitude"
             la[:] = lat
@@ -295,6 +301,12 @@ def test_multi_file_archives_answer_as_xarray_per_file(spec: ArchiveSpec, pick: 
                 got = dstp_answer(catalog, sql)
                 want = run_sql(records, sql, "arch")
                 assert_same_records(got, want, ordered="order by" in sql)
+            bounds = pd.DataFrame({"time": truth["time"].values, "time_lower": truth["time_bnds"].values[:, 0],
+                                   "time_upper": truth["time_bnds"].values[:, 1]})
+            for column in bounds:
+                bounds[column] = _times(bounds[column].to_numpy(), spec.calendar)
+            assert_same_records(dstp_answer(catalog, "select distinct time, time_lower, time_upper from arch"),
+                                pa.Table.from_pandas(bounds, preserve_index=False))
             weights = oracle_records(truth, ["gw"], ["lat"])
             assert_same_records(dstp_answer(catalog, "select lat, gw from arch"),
                                 run_sql(weights, "select lat, gw from arch", "arch"))
