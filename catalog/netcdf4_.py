@@ -26,7 +26,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import netCDF4
 import numpy as np
@@ -405,21 +405,68 @@ def _groups(ds: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield from _groups(group, f"{prefix}/{name}" if prefix else name)
 
 
-def _dimension_keys(ds: Any) -> dict[tuple[str, str], str]:
-    """Return each dimension's key, by (group path, name): its name, or its path where names clash.
+def _dimension_keys(ds: Any) -> Callable[[str, Any], str]:
+    """Return the key of a dimension as a variable of a group sees it: ``key(group path, dimension)``.
 
-    netCDF-4 scopes dimensions by group; most files define each name once (or the same size in
-    several groups), so a dimension is known by its plain name. Two groups with different
-    ``lat`` dimensions get ``Grid/lat`` and ``Other/lat``.
+    netCDF-4 scopes dimensions by group, and CF (1.8, 2.7) finds a dimension's
+    coordinate variable by proximity: the variable of the dimension's name in the
+    referring group, else in its parents. Most files define each name once, or
+    in several groups with the same size and the same coordinate values (or
+    none), and a dimension is then known by its plain name. Where one name has
+    several sizes, or coordinate variables with different values (``/Europe/lat``
+    and ``/Africa/lat``, both of 4 points; or one ``lat`` dimension in the root
+    labelled by each group's own ``lat``), each is known by the path of the group
+    whose variable labels it — or, without one, that defines it: ``Europe/lat``.
     """
-    sizes: dict[str, set[int]] = {}
-    found: list[tuple[str, str, int]] = []
-    for path, group in _groups(ds):
-        for name, dim in group.dimensions.items():
-            found.append((path, name, len(dim)))
-            sizes.setdefault(name, set()).add(len(dim))
-    return {(path, name): name if len(sizes[name]) == 1 else (f"{path}/{name}" if path else name)
-            for path, name, _ in found}
+    groups = dict(_groups(ds))
+
+    def defined_in(dim: Any) -> str:
+        return str(dim.group().path).strip("/")
+
+    def labelled_in(path: str, dim: Any) -> str | None:
+        """Return the group, from ``path`` upward, whose variable named like ``dim`` is 1-D on it."""
+        home = defined_in(dim)
+        while True:
+            var = groups[path].variables.get(dim.name)
+            if var is not None and var.ndim == 1 and var.get_dims()[0].name == dim.name \
+                    and defined_in(var.get_dims()[0]) == home:
+                return path
+            if path == home or not path:
+                return None
+            path = path.rsplit("/", 1)[0] if "/" in path else ""
+
+    uses: dict[tuple[str, str], tuple[str, str | None, int]] = {}  # (group, name) -> (defined, labelled, size)
+    for path, group in groups.items():
+        for dim in group.dimensions.values():
+            uses[(path, dim.name)] = (path, labelled_in(path, dim), len(dim))
+        for var in group.variables.values():
+            for dim in var.get_dims():
+                uses[(path, dim.name)] = (defined_in(dim), labelled_in(path, dim), len(dim))
+    variants: dict[str, set[tuple[str, str | None, int]]] = {}
+    for (_, name), use in uses.items():
+        variants.setdefault(name, set()).add(use)
+
+    def coordinate(path: str, name: str) -> np.ndarray:
+        return np.asarray(groups[path].variables[name][:])
+
+    plain: set[str] = set()
+    for name, found in variants.items():
+        if len(found) == 1:
+            plain.add(name)
+            continue
+        labels = [coordinate(c, name) for c in sorted({c for _, c, _ in found if c is not None})]
+        same_size = len({n for _, _, n in found}) == 1
+        if same_size and all(np.array_equal(labels[0], x, equal_nan=x.dtype.kind == "f") for x in labels[1:]):
+            plain.add(name)
+
+    def key(path: str, dim: Any) -> str:
+        if dim.name in plain:
+            return str(dim.name)
+        defined, labelled, _ = uses[(path, dim.name)]
+        owner = labelled if labelled is not None else defined
+        return f"{owner}/{dim.name}" if owner else str(dim.name)
+
+    return key
 
 
 def inspect_file(path: Path, handles: FileHandles | None = None) -> FileMeta:
@@ -446,20 +493,24 @@ def inspect_file(path: Path, handles: FileHandles | None = None) -> FileMeta:
 def _inspect(ds: Any, path: Path) -> FileMeta:
     """Return the metadata of an open file (the caller holds NETCDF_LOCK)."""
     try:
-        keys = _dimension_keys(ds)
+        key = _dimension_keys(ds)
         variables: dict[str, VariableMeta] = {}
         dimensions: dict[str, int] = {}
         unlimited: list[str] = []
+
+        def seen(gpath: str, dim: Any) -> str:
+            name = key(gpath, dim)
+            dimensions.setdefault(name, len(dim))
+            if dim.isunlimited() and name not in unlimited:
+                unlimited.append(name)
+            return name
+
         for gpath, group in _groups(ds):
-            for name, dim in group.dimensions.items():
-                key = keys[(gpath, name)]
-                dimensions.setdefault(key, len(dim))
-                if dim.isunlimited() and key not in unlimited:
-                    unlimited.append(key)
+            for dim in group.dimensions.values():
+                seen(gpath, dim)
             for name, var in group.variables.items():
                 full = f"{gpath}/{name}" if gpath else name
-                dims = tuple(keys[(d.group().path.strip("/"), d.name)] for d in var.get_dims()) \
-                    if gpath else tuple(var.dimensions)
+                dims = tuple(seen(gpath, d) for d in var.get_dims())
                 variables[full] = VariableMeta(
                     name=full,
                     dimensions=dims,

@@ -4,7 +4,10 @@
   (longitude before latitude), two such files aggregated along time;
 * a SMAP-like file: the same variable names in two groups (``AM``, ``PM``) over
   shared dimensions, 2-D latitude/longitude in each;
-* two groups that define different dimensions of one name;
+* two groups that define different dimensions of one name; two groups whose
+  dimensions of one name and size carry different coordinate values (their own
+  dimension each, or one dimension of the root labelled by each group's own
+  coordinate variable, CF 1.8 §2.7's search by proximity);
 * an HDF5 file written with h5py (no dimension scales: netCDF-C names them
   ``phony_dim_N``).
 """
@@ -24,6 +27,7 @@ from oracle import assert_same_records, run_sql
 
 from dstp.catalog.publish import draft_descriptor, publish
 from dstp.catalog.registry import Catalog
+from dstp.errors import UnknownColumnError
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 
@@ -188,6 +192,56 @@ def test_different_dimensions_of_one_name_are_keyed_by_group_path(tmp_path: Path
     desc = draft_descriptor([path], "two")
     dims = {a.name: a.dimensions for a in desc.attributes}
     assert dims == {"A_v": ("A/lat",), "B_v": ("B/lat",)}
+
+
+def _regions(path: Path, *, shared_dimension: bool, same_latitudes: bool = False) -> None:
+    """Two groups, each a 4-point latitude axis of its own values (or the same), ``tas`` on it."""
+    with netCDF4.Dataset(path, "w") as nc:
+        if shared_dimension:
+            nc.createDimension("lat", 4)
+        for group, first in (("Europe", 40.0), ("Africa", 40.0 if same_latitudes else -30.0)):
+            g = nc.createGroup(group)
+            if not shared_dimension:
+                g.createDimension("lat", 4)
+            lat = g.createVariable("lat", "f4", ("lat",))
+            lat.units, lat.standard_name = "degrees_north", "latitude"
+            lat[:] = first + np.arange(4) * 10.0
+            tas = g.createVariable("tas", "f4", ("lat",))
+            tas.units = "K"
+            tas[:] = np.arange(4) + (100.0 if group == "Africa" else 0.0)
+
+
+@pytest.mark.parametrize("shared_dimension", [False, True], ids=["own-dimensions", "root-dimension"])
+def test_same_size_dimensions_of_one_name_keep_each_groups_coordinates(tmp_path: Path, shared_dimension: bool) -> None:
+    path = tmp_path / "regions.nc"
+    _regions(path, shared_dimension=shared_dimension)
+    publish([path], "regions")
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, catalog.problems
+        ds = catalog.get("regions")
+        assert {c.name: c.dimension for c in ds.coordinates.values()} == {
+            "Europe_lat": "Europe/lat", "Africa_lat": "Africa/lat"}
+        for group in ("Europe", "Africa"):
+            with xr.open_dataset(path, group=group) as g:
+                frame = g.load().to_dataframe().reset_index().rename(
+                    columns={"lat": f"{group}_lat", "tas": f"{group}_tas"})
+            sql = f"select {group}_lat, {group}_tas from regions where {group}_lat < 0 or {group}_lat > 55"
+            want = run_sql(frame, sql, "regions")
+            assert want.num_rows > 0
+            assert_same_records(answer(catalog, sql), want)
+        # Two latitude axes: no one area weight serves both, and the refusal says so.
+        with pytest.raises(UnknownColumnError, match=r"several latitude axes \(Europe_lat, Africa_lat\)"):
+            answer(catalog, "select weighted_avg(Africa_tas, area_weight) from regions")
+    finally:
+        catalog.close()
+
+
+def test_same_size_dimensions_with_the_same_coordinates_stay_one_dimension(tmp_path: Path) -> None:
+    path = tmp_path / "regions.nc"
+    _regions(path, shared_dimension=False, same_latitudes=True)
+    dims = {a.name: a.dimensions for a in draft_descriptor([path], "regions").attributes}
+    assert dims["Europe_tas"] == dims["Africa_tas"] == ("lat",)
 
 
 def test_plain_hdf5_without_dimension_scales_is_served(catalog: Catalog, root: Path) -> None:
