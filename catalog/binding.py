@@ -26,7 +26,7 @@ from dstp.catalog.cf import ISO8601, LAT_UNITS, Decoding, decode_values, decodin
 from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.dsg import FeatureLayout
-from dstp.catalog.gridmapping import geographic
+from dstp.catalog.gridmapping import cell_areas, geographic
 from dstp.catalog.netcdf4_ import FileMeta, VariableMeta
 from dstp.errors import DataFileError, DescriptorError
 
@@ -470,28 +470,76 @@ def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
             ds.auxiliaries[WEIGHT_COLUMN] = in_memory(ds, column, metas, sizes)
             return
     latitude = _geographic_latitude(ds)
-    if latitude is None:
+    if isinstance(latitude, str):
+        ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {latitude}")
         return
-    dims, values, name = latitude
-    weights = np.cos(np.deg2rad(np.asarray(values, dtype=np.float64)))
-    spec = AttributeSpec(WEIGHT_COLUMN, "", dims, "1", f"cos({name}), proportional to the area of a "
-                         "latitude-longitude cell")
-    ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
-        spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=weights,
-        note=f"cos({name}) in radians: proportional to the area of a cell of a regular latitude-longitude grid")
+    if latitude is not None:
+        dims, values, name = latitude
+        weights = np.cos(np.deg2rad(np.asarray(values, dtype=np.float64)))
+        spec = AttributeSpec(WEIGHT_COLUMN, "", dims, "1", f"cos({name}), proportional to the area of a "
+                             "latitude-longitude cell")
+        ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
+            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=weights,
+            note=f"cos({name}) in radians: proportional to the area of a cell of a regular latitude-longitude grid")
+        return
+    areas = _mapped_cell_areas(ds)
+    if isinstance(areas, str):
+        ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {areas}")
+        return
+    if areas is not None:
+        dims, values, units, how = areas
+        spec = AttributeSpec(WEIGHT_COLUMN, "", dims, units, f"cell area: {how}", (("standard_name", "cell_area"),))
+        ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
+            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=values,
+            note=f"the cell area: {how}")
 
 
-def _geographic_latitude(ds: GriddedDataset) -> tuple[tuple[str, ...], np.ndarray, str] | None:
-    """Return (dimensions, values, name) of the dataset's geographic latitude held in memory, if any."""
+def _mapped_cell_areas(ds: GriddedDataset) -> tuple[tuple[str, ...], np.ndarray, str, str] | str | None:
+    """Return (dimensions, areas, units, how) of the cells of a rotated or projected grid, from its grid mapping
+    and 1-D axes; a sentence when the grid has a 2-D latitude but no way to its cell areas; None otherwise."""
+    two_d = next((a.name for a in ds.auxiliaries.values() if len(a.dimensions) >= 2 and a.role in (
+        "auxiliary", "derived") and (dict(a.spec.cf).get("standard_name") or a.attrs.get("standard_name")) == "latitude"),
+        None)
+    if two_d is None:
+        return None
+    refusal = (f"its latitude {two_d} is 2-D, and cos(latitude) is not proportional to the area of such cells; "
+               "name the cell areas with CF cell_measures = \"area: VARIABLE\", or give the grid a CF grid_mapping "
+               "and 1-D projection axes")
+    axes = {c.spec.axis: c for c in ds.coordinates.values() if c.dimension and c.spec.axis in ("X", "Y")}
+    mapping = next((m for m in ds.grid_mappings.values() if m.wkt and m.grid_mapping_name != "latitude_longitude"),
+                   None)
+    if mapping is None or "X" not in axes or "Y" not in axes:
+        return refusal
+    x, y = axes["X"], axes["Y"]
+    if x.values.dtype.kind not in "if" or y.values.dtype.kind not in "if" or min(len(x.values), len(y.values)) < 2 \
+            or len(x.values) * len(y.values) > IN_MEMORY_ELEMENTS:
+        return refusal
+    try:
+        values, units, how = cell_areas(mapping, x.values, y.values, x.spec.units, y.spec.units)
+    except ValueError as exc:
+        return f"{refusal} ({exc})"
+    dims = (str(y.dimension), str(x.dimension))
+    ordered = tuple(d for d in ds.dimensions if d in dims)
+    return ordered, (values if ordered == dims else values.T), units, how
+
+
+def _geographic_latitude(ds: GriddedDataset) -> tuple[tuple[str, ...], np.ndarray, str] | str | None:
+    """Return (dimensions, values, name) of the dataset's one 1-D geographic latitude held in memory; a sentence
+    when there are several (groups each with a latitude axis of its own: no one weight serves them); else None."""
+    found: dict[tuple[str, ...], tuple[np.ndarray, str]] = {}
     for c in ds.coordinates.values():
         std = dict(c.spec.cf).get("standard_name")
         units = (c.spec.units or "").replace(" ", "").lower()
         if c.dimension and (std == "latitude" or units in LAT_UNITS) and c.values.dtype.kind in "iuf":
-            return (c.dimension,), c.values, c.name
+            found.setdefault((c.dimension,), (c.values, c.name))
     for a in ds.auxiliaries.values():
         std = dict(a.spec.cf).get("standard_name") or a.attrs.get("standard_name")
         units = (a.spec.units or "").replace(" ", "").lower()
-        if a.role in ("auxiliary", "derived") and a.values is not None and a.values.dtype.kind in "iuf" \
-                and (std == "latitude" or units in LAT_UNITS) and a.mask is None:
-            return a.dimensions, a.values, a.name
-    return None
+        if a.role in ("auxiliary", "derived") and len(a.dimensions) == 1 and a.values is not None \
+                and a.values.dtype.kind in "iuf" and (std == "latitude" or units in LAT_UNITS) and a.mask is None:
+            found.setdefault(a.dimensions, (a.values, a.name))
+    if len(found) > 1:
+        names = ", ".join(name for _, name in found.values())
+        return (f"the dataset has several latitude axes ({names}); weight by one of them yourself, e.g. "
+                "weighted_avg(x, cos(radians(LATITUDE)))")
+    return next(((dims, values, name) for dims, (values, name) in found.items()), None)

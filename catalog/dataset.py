@@ -422,7 +422,8 @@ class GriddedDataset:
         add_geographic(ds)
         add_weights(ds, metas)
         if agg and agg in by_dim:
-            ds.coverage, ds.warnings = coverage(by_dim[agg])
+            ds.coverage, gaps = coverage(by_dim[agg])
+            ds.warnings = (*ds.warnings, *gaps)
         if layout is not None and not layout.ragged:
             candidates = [(c.name, c.dimensions, c.axis, ds.auxiliaries[c.name].attrs)
                           for c in descriptor.coordinates if c.auxiliary]

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["GridMapping", "geographic", "grid_mapping_names", "grid_mappings"]
+__all__ = ["GridMapping", "cell_areas", "geographic", "grid_mapping_names", "grid_mappings"]
 
 _LENGTH_TO_METRES = {"m": 1.0, "metre": 1.0, "meter": 1.0, "metres": 1.0, "meters": 1.0,
                      "km": 1000.0, "kilometre": 1000.0, "kilometer": 1000.0, "kilometres": 1000.0,
@@ -123,3 +123,38 @@ def geographic(
     to_wgs84 = pyproj.Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
     lon, lat = to_wgs84.transform(grid_x, grid_y)
     return np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
+
+
+def cell_areas(
+    mapping: GridMapping, x: np.ndarray, y: np.ndarray, x_units: str | None, y_units: str | None
+) -> tuple[np.ndarray, str, str]:
+    """Return (areas on the (y, x) grid, their units, how they were found) for a rotated or projected grid.
+
+    A rotated-pole grid is a regular latitude-longitude grid on the rotated sphere, and rotation keeps
+    areas: a cell's area is proportional to cos(rotated latitude), the weight a regular grid gets. A
+    projected cell of |dx|·|dy| on the map covers |dx|·|dy| / k on the ellipsoid, k being the map's areal
+    scale factor there (pyproj); each point's spacing is half the distance between its neighbours, so
+    uneven axes are weighted by their own cells.
+    """
+    import pyproj
+
+    crs = mapping.crs()
+    if crs is None:
+        raise ValueError(mapping.problem or f"grid mapping {mapping.name!r} has no CRS")
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if mapping.grid_mapping_name == "rotated_latitude_longitude":
+        weights = np.broadcast_to(np.cos(np.deg2rad(ys))[:, None], (len(ys), len(xs))).copy()
+        return weights, "1", "cos(rotated latitude), proportional to the area of a rotated-pole cell"
+    if not crs.is_projected:
+        raise ValueError(f"grid mapping {mapping.grid_mapping_name!r} is neither rotated nor projected")
+    fx, fy = _metres(x_units), _metres(y_units)
+    if fx is None or fy is None:
+        raise ValueError(f"projection axes in {x_units!r}/{y_units!r}, not a length")
+    xs, ys = xs * fx, ys * fy
+    grid_x, grid_y = np.meshgrid(xs, ys)
+    lon, lat = pyproj.Transformer.from_crs(crs, "EPSG:4326", always_xy=True).transform(grid_x, grid_y)
+    scale = np.asarray(pyproj.Proj(crs).get_factors(lon, lat).areal_scale, dtype=np.float64)
+    if not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError("pyproj gives no areal scale for part of the grid")
+    map_area = np.abs(np.gradient(ys))[:, None] * np.abs(np.gradient(xs))[None, :]
+    return map_area / scale, "m2", f"|dx|·|dy| / the areal scale factor of {mapping.name!r} (pyproj), in m2"

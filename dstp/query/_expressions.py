@@ -291,7 +291,9 @@ class Checker:
             source = sources[0]
             known = ", ".join(source.column_names() if not isinstance(source, MatchupSource)
                               else [*source.left.column_names(), *source.right.column_names()])
-            return f"{source.describe().split(' (')[-1].rstrip(')')} has no column {name!r} (columns: {known})"
+            because = source.missing_because(name)
+            return (f"{source.describe().split(' (')[-1].rstrip(')')} has no column {name!r} "
+                    + (f"({because})" if because else f"(columns: {known})"))
         names = ", ".join(s.describe() for s in sources) or "none"
         return f"no column {name!r} in {names}"
 

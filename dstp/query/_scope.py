@@ -184,6 +184,10 @@ class Source:
     def describe(self) -> str:
         return self.alias
 
+    def missing_because(self, name: str) -> str:
+        """Return why this source offers no column ``name`` when it says so (else "")."""
+        return ""
+
 
 class DatasetSource(Source):
     """A catalog dataset in FROM."""
@@ -215,6 +219,10 @@ class DatasetSource(Source):
 
     def describe(self) -> str:
         return self.ref.dataset.id if self.alias == self.ref.dataset.id else f"{self.alias} ({self.ref.dataset.id})"
+
+    def missing_because(self, name: str) -> str:
+        # The catalog's warnings say why a column a dataset usually has is not there ("no area_weight: …").
+        return next((w for w in self.ref.dataset.warnings if w.lower().startswith(f"no {name.lower()}: ")), "")
 
 
 class DerivedSource(Source):

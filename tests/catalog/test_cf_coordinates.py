@@ -250,3 +250,59 @@ def test_bounds_are_visible_and_selectable_by_documented_names(catalog: Catalog,
     assert got.column("time_upper").to_numpy().tolist() == want_upper.tolist()
     star, _ = answer(catalog, "select * from rotpole limit 1")
     assert "time_lower" not in star.column_names  # bounds only on request
+
+
+def _geodesic_cell_areas(mapping: dict[str, object], x: np.ndarray, y: np.ndarray, factor: float) -> np.ndarray:
+    """Return each (y, x) cell's area on the CRS's own ellipsoid: the geodesic polygon through its four corners
+    (midway to the neighbours on the map) — computed apart from dstp's scale-factor formula."""
+    crs = pyproj.CRS.from_cf(mapping)
+    to_lonlat = pyproj.Transformer.from_crs(crs, crs.geodetic_crs, always_xy=True)
+    geod = crs.get_geod()
+    assert geod is not None
+
+    def edges(v: np.ndarray) -> np.ndarray:
+        mid = (v[1:] + v[:-1]) / 2
+        return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]]) * factor
+
+    xe, ye = edges(x), edges(y)
+    areas = np.empty((len(y), len(x)))
+    for j in range(len(y)):
+        for i in range(len(x)):
+            lon, lat = to_lonlat.transform([xe[i], xe[i + 1], xe[i + 1], xe[i]], [ye[j], ye[j], ye[j + 1], ye[j + 1]])
+            areas[j, i] = abs(geod.polygon_area_perimeter(lon, lat)[0])
+    return areas
+
+
+@pytest.mark.parametrize("name, mapping, x, y", [("rotpole", ROTATED, "rlon", "rlat"), ("lambert", LAMBERT, "x", "y"),
+                                                 ("projected", LAMBERT, "x", "y")])
+def test_area_weight_on_rotated_and_projected_grids_weights_by_cell_area(
+    catalog: Catalog, grids: Path, name: str, mapping: dict[str, object], x: str, y: str
+) -> None:
+    # cos(2-D latitude) is not proportional to these cells' areas; the true areas of the cells are.
+    ds = truth(grids, name, ["tas"])
+    factor = 1.0 if name == "rotpole" else 1000.0
+    areas = _geodesic_cell_areas(mapping, ds[x].values, ds[y].values, factor)
+    weights = xr.DataArray(areas, dims=(y, x))
+    want = ds.tas.weighted(weights).mean((y, x)).values
+    got, _ = answer(catalog, f"select time, weighted_avg(tas, area_weight) as m from {name} group by time order by time")
+    np.testing.assert_allclose(got.column("m").to_numpy(), want, rtol=2e-6)
+    cos_lat = ds.tas.weighted(np.cos(np.deg2rad(ds.lat)) if "lat" in ds else weights).mean((y, x)).values
+    assert name == "projected" or not np.allclose(cos_lat, want, rtol=2e-6)  # the old weight would have failed
+
+
+def test_a_two_d_latitude_without_a_grid_mapping_has_no_area_weight_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "curvi.nc"
+    _grid_file(path, LAMBERT, with_latlon=True, x_name="x", y_name="y", x=np.arange(5) * 50.0, y=np.arange(4) * 50.0,
+               units="km")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc["tas"].delncattr("grid_mapping")
+    publish([path], "curvi")
+    cat = Catalog.scan(tmp_path)
+    try:
+        from dstp.errors import UnknownColumnError
+
+        with pytest.raises(UnknownColumnError, match=r"latitude lat is 2-D.*cell_measures"):
+            answer(cat, "select weighted_avg(tas, area_weight) from curvi")
+        assert any(w.startswith("no area_weight: ") for w in cat.get("curvi").warnings)
+    finally:
+        cat.close()
