@@ -29,13 +29,20 @@ def nulls(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarr
     return values, np.ones(shape, dtype=bool)
 
 
+#: What :func:`_first_values` gives for a file with no records along the aggregation dimension.
+_EMPTY = object()
+
+
 def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str) -> Any:
-    """Return the first decoded value of a file's aggregation coordinate, or None when it has none."""
+    """Return the first decoded value of a file's aggregation coordinate: ``_EMPTY`` when the file has no
+    records, None when the coordinate does not decode."""
     var = meta.variables.get(variable)
     if var is None or var.dimensions != (agg,):
         raise DataFileError(f"{meta.path.name}: coordinate {variable!r} along {agg!r} is missing")
     dec = decoding_for(var.dtype, var.attrs, var.default_fill)
-    if var.shape[0] == 0 or dec is None:
+    if var.shape[0] == 0:
+        return _EMPTY
+    if dec is None:
         return None
     raw = handles.read(meta.path, variable, [slice(0, 1)])
     value, mask = decode_values(raw, dec)
@@ -55,11 +62,13 @@ def order_files(
     firsts = [(_first_values(handles, meta, spec.variable, agg), meta.path.name) for meta in metas]
     if any(v is None for v, _ in firsts):
         return metas
-    kinds = {type(v) for v, _ in firsts}
+    # A file with no records yet (a month created, not yet written) holds nothing to order: it goes last.
+    held = [i for i, (v, _) in enumerate(firsts) if v is not _EMPTY]
+    kinds = {type(firsts[i][0]) for i in held}
     if len(kinds) > 1:  # times in some files, numbers in others: _coordinate_column says why
         return metas
-    order = sorted(range(len(metas)), key=lambda i: (firsts[i][0], firsts[i][1]))
-    return [metas[i] for i in order]
+    order = sorted(held, key=lambda i: (firsts[i][0], firsts[i][1]))
+    return [metas[i] for i in order] + [m for m, (v, _) in zip(metas, firsts) if v is _EMPTY]
 
 
 def file_decodings(

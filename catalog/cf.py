@@ -3,8 +3,17 @@
 The rules follow xarray's ``decode_cf`` so that a dstp result and
 ``xr.open_dataset(...).to_dataframe()`` agree value for value:
 
+* ``_Unsigned = "true"`` on a signed integer variable (netCDF-3's only way to
+  store unsigned data, NUG) reads its bits as the unsigned type, and
+  ``"false"`` on an unsigned one as the signed type, before anything else —
+  fill values included, as xarray's and netCDF4-python's coders do;
 * ``_FillValue`` and ``missing_value`` become NULL (``valid_range`` is not applied,
-  as in xarray); a variable with no ``_FillValue`` also treats the netCDF default
+  as in xarray): an element is missing when it *equals* one of them, so a value
+  the variable's type cannot hold (a ``missing_value`` of ``-9.99e33`` on
+  ``short`` data, or a double one on ``float`` data that is not a float)
+  masks nothing, as in xarray and netCDF4-python ("cannot be safely cast"),
+  rather than the element it would wrap or round to; a variable with no
+  ``_FillValue`` also treats the netCDF default
   fill of its type as missing (what netCDF-C's tools and netCDF4-python do: it is
   what an unwritten value reads back as), except for 8-bit types, whose default
   fill is an ordinary value;
@@ -12,7 +21,8 @@ The rules follow xarray's ``decode_cf`` so that a dstp result and
   number, so ``humidity > 50`` would otherwise match a missing value;
 * ``scale_factor``/``add_offset`` unpack to the float type of those attributes
   (float32 for 8- and 16-bit packed data with float32 factors, else float64);
-* times (``units = "<unit> since <date>"``) decode by calendar, see below.
+* times (``units = "<unit> since <date>"``) decode by calendar, see below — packed
+  times are unpacked first (CF 8.1 packing applies to any variable).
 
 Calendars. ``standard``, ``gregorian``, ``proleptic_gregorian``, ``noleap`` and
 ``365_day`` decode to Arrow ``timestamp[us]`` holding the calendar's own
@@ -121,6 +131,10 @@ class Decoding:
     chars: bool = False
     #: How the bytes of a char array are encoded (``_Encoding``); None tries UTF-8, then Latin-1.
     encoding: str | None = None
+    #: The integer type the raw values' bits are read as (``_Unsigned``), or None to read them as stored.
+    view: np.dtype | None = None
+    #: Fill values of the file that no raw value can equal (they mask nothing; describe says so).
+    unusable_fills: tuple[Any, ...] = ()
 
     @property
     def packed(self) -> bool:
@@ -160,6 +174,38 @@ def _fill_values(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def _unsigned_view(dtype: np.dtype, attrs: Mapping[str, Any]) -> np.dtype | None:
+    """Return the type ``_Unsigned`` says the raw integers' bits hold, or None when they hold ``dtype``."""
+    flag = str(attrs.get("_Unsigned", "")).strip().lower()
+    if flag == "true" and dtype.kind == "i":
+        return np.dtype(f"u{dtype.itemsize}")
+    if flag == "false" and dtype.kind == "u":
+        return np.dtype(f"i{dtype.itemsize}")
+    return None
+
+
+def _fill_in(value: Any, raw: np.dtype, view: np.dtype | None) -> Any:
+    """Return ``value`` as the raw values hold it (through an ``_Unsigned`` view), or None when none can equal it.
+
+    A fill is stored in the variable's own type (netCDF-C requires it of ``_FillValue``), so under
+    ``_Unsigned`` its bits are the fill: -1 in a byte is 255. Otherwise equality is exact, as numpy
+    compares: -9.99e33 is no short and 1e20 as a double is no float.
+    """
+    if isinstance(value, float) and np.isnan(value):
+        return value if (view or raw).kind == "f" else None
+    if not isinstance(value, (bool, int, float)):
+        return None
+    with np.errstate(all="ignore"):
+        for source in (raw, view) if view is not None else (raw,):
+            try:
+                held = np.array(value).astype(source)
+            except (OverflowError, ValueError):
+                continue
+            if held.item() == value:
+                return (held.view(view) if view is not None else held).item()
+    return None
+
+
 def calendar_of(attrs: Mapping[str, Any]) -> str:
     """Return the CF calendar of a time variable, lower-cased, defaulting to ``standard``."""
     cal = attrs.get("calendar", "standard")
@@ -195,26 +241,28 @@ def decoding_for(
         return Decoding(arrow_type=pa.string(), **common)  # type: ignore[arg-type]
     if dtype.kind not in "iufb":
         return None
-    fills = _fill_values(attrs)
+    view = _unsigned_view(dtype, attrs)
+    given = _fill_values(attrs)
     if default_fill is not None and "_FillValue" not in attrs and dtype.itemsize > 1:
-        fills = tuple(dict.fromkeys([*fills, *np.atleast_1d(np.asarray(default_fill)).tolist()]))
+        given = tuple(dict.fromkeys([*given, *np.atleast_1d(np.asarray(default_fill)).tolist()]))
+    held = [_fill_in(v, dtype, view) for v in given]
+    fills = tuple(dict.fromkeys(h for h in held if h is not None))
+    coding: dict[str, Any] = dict(fill_values=fills, view=view,
+                                  unusable_fills=tuple(v for v, h in zip(given, held) if h is None))
+    packed = "scale_factor" in attrs or "add_offset" in attrs
+    if packed:
+        coding.update(scale_factor=attrs.get("scale_factor"), add_offset=attrs.get("add_offset"),
+                      float_dtype=_float_dtype(view or dtype, attrs))
     units = attrs.get("units")
     if is_time_units(units):
         calendar = calendar_of(attrs)
         arrow_type = pa.timestamp("us") if calendar in TIMESTAMP_CALENDARS else pa.string()
-        return Decoding(arrow_type=arrow_type, fill_values=fills, time_units=str(units), calendar=calendar)
-    if "scale_factor" in attrs or "add_offset" in attrs:
-        fdt = _float_dtype(dtype, attrs)
-        return Decoding(
-            arrow_type=pa.from_numpy_dtype(fdt),
-            fill_values=fills,
-            scale_factor=attrs.get("scale_factor"),
-            add_offset=attrs.get("add_offset"),
-            float_dtype=fdt,
-        )
+        return Decoding(arrow_type=arrow_type, time_units=str(units), calendar=calendar, **coding)
+    if packed:
+        return Decoding(arrow_type=pa.from_numpy_dtype(coding["float_dtype"]), **coding)
     if dtype.kind == "b":
-        return Decoding(arrow_type=pa.bool_(), fill_values=fills)
-    return Decoding(arrow_type=pa.from_numpy_dtype(dtype), fill_values=fills)
+        return Decoding(arrow_type=pa.bool_(), **coding)
+    return Decoding(arrow_type=pa.from_numpy_dtype(view or dtype), **coding)
 
 
 def coordinate_axis(name: str, attrs: Mapping[str, Any], *, geographic_only: bool = False) -> str | None:
@@ -301,6 +349,8 @@ def decode_values(
         if dec.text_time:
             return parse_iso_times(texts, text_mask)
         return texts, text_mask
+    if dec.view is not None:
+        raw = np.asarray(raw).view(dec.view)
     mask: np.ndarray | None = None
     for fill in dec.fill_values:
         if isinstance(fill, float) and np.isnan(fill):
@@ -310,7 +360,7 @@ def decode_values(
         if hit is not None:
             mask = hit if mask is None else (mask | hit)
     if dec.time_units is not None:
-        values = decode_times(raw, dec.time_units, dec.calendar or "standard", mask)
+        values = decode_times(_unpack(raw, dec), dec.time_units, dec.calendar or "standard", mask)
         return values, mask
     values = _unpack(raw, dec)
     if values.dtype.kind == "f":

@@ -433,7 +433,23 @@ class GriddedDataset:
                 layout.representation = ("incomplete" if incomplete else "orthogonal") + " multidimensional array"
         for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
             check_text_times(ds, column, metas)
+        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas))
         return ds
+
+
+def _unusable_fills(ds: GriddedDataset, metas: list[FileMeta]) -> list[str]:
+    """Return a warning per column whose fill values its files' types cannot hold (they mask nothing)."""
+    out = []
+    for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
+        hits = [(m.path.name, d) for m, d in zip(metas, column.file_decodings) if d is not None and d.unusable_fills]
+        if hits:
+            name, dec = hits[0]
+            more = f" (and {len(hits) - 1} more files)" if len(hits) > 1 else ""
+            values = ", ".join(repr(v) for v in dec.unusable_fills)
+            out.append(f"{column.name}: {name}{more}: fill value {values} cannot be held by the variable's type, so "
+                       "it marks nothing missing (as in xarray and netCDF4-python); if elements were meant to be "
+                       "missing, set _FillValue/missing_value in the variable's own type")
+    return out
 
 
 def _in_group(descriptor: Descriptor, metas: list[FileMeta]) -> Descriptor:

@@ -2,11 +2,14 @@
 
 Hypothesis generates small archives of 1–4 netCDF files that vary what real
 monthly files vary: each file's own packing (int16 with float32 or float64
-factors, float32, float64), its own fill values (``_FillValue``,
-``missing_value``, NaN, or none at all with unwritten elements reading back as
-netCDF's default fill), its own time units and epoch, the calendar's alias
+factors, float32, float64, and netCDF-3's unsigned bytes and shorts: signed
+types with ``_Unsigned = "true"``), its own fill values (``_FillValue``,
+``missing_value``, NaN, a ``missing_value`` the type cannot hold, or none at
+all with unwritten elements reading back as netCDF's default fill), its own
+time units and epoch, packed times, the calendar's alias
 (``gregorian``/``standard``, ``noleap``/``365_day``), ascending or descending
-latitudes, a variable missing from one file, and gaps between files.
+latitudes, a variable missing from one file, gaps between files, file names
+out of time order and a file with no records yet.
 
 The oracle is independent of dstp's reader: xarray opens each file by itself
 (``mask_and_scale``, cftime times), a variable a file lacks becomes NaN, the
@@ -14,7 +17,8 @@ parts are concatenated along time with ``xarray.concat``, and DuckDB runs the
 same SQL over the oracle's records. Time bounds carry no units of their own
 (CF 7.1): each file's are read with that file's time units, as xarray does. The one convention added to xarray's is
 netCDF4-python's: an element equal to the default fill of its type, in a
-variable with no ``_FillValue``, is missing (docs/query-language.md).
+variable with no ``_FillValue``, is missing, and so is one equal to the
+``missing_value`` of an ``_Unsigned`` variable (docs/query-language.md).
 """
 
 from __future__ import annotations
@@ -53,8 +57,10 @@ CALENDARS = {
 }
 EPOCHS = ["1970-01-01", "2000-01-01", "1999-11-20", "2001-03-01 06:00:00"]
 UNITS = ["days", "hours", "minutes"]
-ENCODINGS = ["int16_f32", "int16_f64", "int16_offset_only", "float32", "float64", "int32"]
-FILLS = ["fill_attr", "missing_value", "nan", "default_fill"]
+ENCODINGS = ["int16_f32", "int16_f64", "int16_offset_only", "float32", "float64", "int32", "uint8_unsigned",
+             "uint16_unsigned"]
+#: wide_missing_value: a missing_value the variable's type cannot hold (-9.99e33 on integers, a double on floats)
+FILLS = ["fill_attr", "missing_value", "nan", "default_fill", "wide_missing_value"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ class FileSpec:
     seed: int
     #: 0 stored plain, 1 deflate, 2 shuffle + deflate (read by the chunk reader when direct_chunks is on)
     deflate: int = 0
+    #: time stored as int32 with its own scale_factor and add_offset
+    packed_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,10 @@ class ArchiveSpec:
     gaps: tuple[int, ...]
     files: tuple[FileSpec, ...]
     direct_chunks: bool = False
+    #: file k is named arch_{names[k]}: name order is not time order
+    names: tuple[int, ...] = ()
+    #: one more file, created with no time records yet, named at this place among the others (-1: none)
+    empty_at: int = -1
 
 
 @st.composite
@@ -103,6 +115,7 @@ def archives(draw: st.DrawFn) -> ArchiveSpec:
             has_humid=k != missing,
             seed=draw(st.integers(0, 2**16)),
             deflate=draw(st.integers(0, 2)),
+            packed_time=draw(st.booleans()),
         ))
     return ArchiveSpec(
         calendar=calendar,
@@ -112,11 +125,13 @@ def archives(draw: st.DrawFn) -> ArchiveSpec:
         gaps=tuple(draw(st.integers(0, 3)) for _ in range(n)),
         files=tuple(files),
         direct_chunks=draw(st.booleans()),
+        names=tuple(draw(st.permutations(range(n)))),
+        empty_at=draw(st.integers(-1, n)),
     )
 
 
 def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
-    """Write the archive's files; return their paths (named so that name order is time order)."""
+    """Write the archive's files; return their paths in time order (their names need not be)."""
     lat = np.linspace(-45.0, 45.0, spec.nlat) if spec.nlat > 1 else np.array([10.0])
     if spec.lat_descending:
         lat = lat[::-1]
@@ -131,20 +146,27 @@ def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
                  for d in days]
         units = f"{f.units} since {f.epoch}"
         numbers = cftime.date2num(dates, units, calendar=spec.calendar)
-        path = folder / f"arch_{k:02d}.nc"
+        path = folder / f"arch_{spec.names[k] if spec.names else k:02d}.nc"
         rng = np.random.default_rng(f.seed)
         with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
             nc.createDimension("time", None)
             nc.createDimension("lat", spec.nlat)
             nc.createDimension("lon", spec.nlon)
-            t = nc.createVariable("time", "f8" if f.float_time or f.units == "days" and ":" in f.epoch else "i4",
-                                  ("time",))
+            if f.packed_time:  # CF 8.1: any variable may be packed; this file's own factor and offset
+                t = nc.createVariable("time", "i4", ("time",))
+                t.set_auto_maskandscale(False)
+                t.scale_factor, t.add_offset = 0.25, float(np.floor(numbers.min())) - 8.0
+                packed = (numbers - t.add_offset) / t.scale_factor
+                assert np.array_equal(np.rint(packed) * 0.25 + t.add_offset, numbers)
+            else:
+                t = nc.createVariable("time", "f8" if f.float_time or f.units == "days" and ":" in f.epoch else "i4",
+                                      ("time",))
             t.units = units
             if f.calendar_name is not None:
                 t.calendar = f.calendar_name
             t.standard_name = "time"
             t.bounds = "time_bnds"  # no units of its own: CF 7.1 gives it this file's time units
-            t[:] = numbers
+            t[:] = np.rint(packed).astype(np.int32) if f.packed_time else numbers
             nc.createDimension("nv", 2)
             ends = [d + pd.Timedelta(hours=18).to_pytimedelta() for d in dates]
             nc.createVariable("time_bnds", "f8", ("time", "nv"))[:] = np.stack(
@@ -169,7 +191,31 @@ def write_archive(spec: ArchiveSpec, folder: Path) -> list[Path]:
                 values[rng.random(shape) < 0.2] = -1.0
                 h[:] = values
         paths.append(path)
+    if spec.empty_at >= 0:
+        _write_empty(folder / f"arch_{spec.empty_at:02d}a.nc", spec, lat, lon)
     return paths
+
+
+def _write_empty(path: Path, spec: ArchiveSpec, lat: np.ndarray, lon: np.ndarray) -> None:
+    """Write a file of the archive with no time records yet (a month created, not yet filled)."""
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", len(lat))
+        nc.createDimension("lon", len(lon))
+        nc.createDimension("nv", 2)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name, t.bounds = "days since 2000-01-01", "time", "time_bnds"
+        t.calendar = spec.files[0].calendar_name or "standard"
+        nc.createVariable("time_bnds", "f8", ("time", "nv"))
+        for name, values, units in (("lat", lat, "degrees_north"), ("lon", lon, "degrees_east")):
+            v = nc.createVariable(name, "f4" if name == "lat" else "f8", (name,))
+            v.units, v.standard_name = units, "latitude" if name == "lat" else "longitude"
+            v[:] = values
+        gw = nc.createVariable("gw", "f8", ("lat",))
+        gw.units = "1"
+        gw[:] = np.cos(np.deg2rad(lat))
+        nc.createVariable("temp", "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20)).units = "K"
+        nc.createVariable("humid", "f4", ("time", "lat", "lon"), fill_value=np.float32(-1.0)).units = "%"
 
 
 def _compression(f: FileSpec) -> dict[str, Any]:
@@ -180,7 +226,11 @@ def _write_temp(nc: netCDF4.Dataset, f: FileSpec, physical: np.ndarray, rng: np.
     """Write ``temp`` with the file's own encoding and fill convention."""
     holes = rng.random(physical.shape) < 0.15
     dims = ("time", "lat", "lon")
-    if f.encoding.startswith("int16"):
+    unsigned = f.encoding.endswith("_unsigned")
+    if unsigned:  # netCDF-3's unsigned data: a signed type whose bits are unsigned, fill -1 (all bits set)
+        dtype = np.int8 if f.encoding.startswith("uint8") else np.int16
+        fill_raw = dtype(-1)
+    elif f.encoding.startswith("int16"):
         dtype, fill_raw = np.int16, np.int16(-32768)
     elif f.encoding == "int32":
         dtype, fill_raw = np.int32, np.int32(-99)
@@ -194,7 +244,19 @@ def _write_temp(nc: netCDF4.Dataset, f: FileSpec, physical: np.ndarray, rng: np.
     var.set_auto_maskandscale(False)
     if f.fill == "missing_value":
         var.missing_value = fill_raw
-    if f.encoding.startswith("int16"):
+    if f.fill == "wide_missing_value":  # no element can equal it: it masks nothing (xarray, netCDF4-python)
+        var.setncattr("missing_value", np.float64(-9.99e33))  # (attribute assignment would cast it)
+        if np.dtype(dtype).kind == "f":
+            fill_raw = dtype(-9.99e33)  # a float32 hole is not the double; a float64 one is
+    if unsigned:
+        var._Unsigned = "true"
+        top = float(np.iinfo(np.dtype(dtype).str.replace("i", "u")).max) - 1
+        lo, hi = float(physical.min()), float(physical.max())
+        scale, offset = np.float32((hi - lo) / top if hi > lo else 1.0), np.float32(lo)
+        var.scale_factor, var.add_offset = scale, offset
+        codes = np.clip(np.round((physical - offset) / scale), 0, top)
+        raw = codes.astype(np.dtype(dtype).str.replace("i", "u")).view(dtype)
+    elif f.encoding.startswith("int16"):
         lo, hi = float(physical.min()), float(physical.max())
         ftype = np.float64 if f.encoding in ("int16_f64", "int16_offset_only") else np.float32
         if f.encoding == "int16_offset_only":
@@ -238,13 +300,25 @@ def _mask_default_fill(decoded: xr.Dataset, raw: xr.Dataset) -> xr.Dataset:
     return decoded
 
 
+def _mask_unsigned_missing(decoded: xr.Dataset, raw: xr.Dataset) -> xr.Dataset:
+    """Mask elements equal to a ``missing_value`` of an ``_Unsigned`` variable (netCDF4-python's and netCDF-Java's
+    rule: its bits are the unsigned fill, as ``_FillValue``'s are; xarray converts only ``_FillValue``)."""
+    for name in decoded.data_vars:
+        attrs = raw[name].attrs
+        if str(attrs.get("_Unsigned", "")).lower() == "true" and "missing_value" in attrs:
+            hit = np.isin(raw[name].values, np.atleast_1d(attrs["missing_value"]))
+            if hit.any():
+                decoded[name] = decoded[name].where(~hit)
+    return decoded
+
+
 def oracle_dataset(paths: list[Path]) -> xr.Dataset:
     coder = xr.coders.CFDatetimeCoder(use_cftime=True)
     parts = []
     for p in paths:
         with xr.open_dataset(p, decode_times=coder, mask_and_scale=True) as d, \
                 xr.open_dataset(p, decode_times=False, mask_and_scale=False) as raw:
-            part = _mask_default_fill(d.load(), raw.load())
+            part = _mask_unsigned_missing(_mask_default_fill(d.load(), raw.load()), raw)
         if "humid" not in part:
             part["humid"] = xr.full_like(part["temp"], np.nan, dtype=np.float32)
         parts.append(part)
@@ -282,7 +356,7 @@ def test_multi_file_archives_answer_as_xarray_per_file(spec: ArchiveSpec, pick: 
     with tempfile.TemporaryDirectory(prefix="dstp-arch-") as tmp:
         folder = Path(tmp)
         paths = write_archive(spec, folder)
-        publish(paths, "arch")
+        publish(sorted(folder.glob("arch_*.nc")), "arch")  # the empty file too
         catalog = Catalog.scan(folder, direct_chunks=spec.direct_chunks)
         try:
             assert not catalog.problems, catalog.problems
