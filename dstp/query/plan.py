@@ -146,14 +146,13 @@ class QueryPlan:
             sampling = q.sampling
             if sampling is not None and sampling.rows is not None:
                 rows = min(rows, sampling.rows)
-        elif q.aggregated and isinstance(tree, exp.Select) and tree.args.get("group") is None:
-            rows = 1
-        elif self._joins():
+        elif q.matchups:
             rows = 1
             for s in self.scans:
                 rows = min(ROW_BOUND, rows * max(1, self._scan_bound(s)))
         else:
-            rows = min(ROW_BOUND, sum(self._scan_bound(s) for s in self.scans))
+            bound = _rows_bound(tree, {}, {s.table: self._scan_bound(s) for s in self.scans})
+            rows = ROW_BOUND if bound is None else min(ROW_BOUND, bound)
         return rows if q.limit is None else min(rows, q.limit)
 
     def _scan_bound(self, scan: ScanPlan) -> int:
@@ -162,9 +161,6 @@ class QueryPlan:
             return min(scan.size, sampling.rows)
         return scan.size
 
-    def _joins(self) -> bool:
-        tree = self.query.tree
-        return bool(self.query.matchups) or (tree is not None and any(True for _ in tree.find_all(exp.Join)))
 
     def explain(self) -> dict[str, Any]:
         """Return the plan as plain data: the SQL, and per dataset reference its grid, hyperslab and pushdown."""
@@ -298,3 +294,61 @@ def literal(value: Any) -> exp.Expression:
         raise ValueError(f"no literal for {value!r}")
     text = repr(int(number)) if number == int(number) and abs(number) < 2**53 else repr(number)
     return exp.Literal.number(text) if number >= 0 else exp.Neg(this=exp.Literal.number(text.lstrip("-")))
+
+
+#: Functions that can turn one row into many: a query that calls one has no row bound.
+_ROW_MAKERS = {"unnest", "generate_series", "range", "generate_subscripts", "explode"}
+
+
+def _rows_bound(node: Any, ctes: dict[str, int | None], tables: dict[str, int]) -> int | None:
+    """Return the most rows the (bound) query ``node`` can give, or None when that cannot be known.
+
+    ``tables`` holds each scan's bound by the table name DuckDB sees; ``ctes`` each CTE's bound by its
+    name, so a CTE read twice counts twice (a self-join of one is the square of its rows). Joins
+    multiply and UNION adds (INTERSECT and EXCEPT are refused before planning: unknown here); a SELECT
+    gives no more rows than its sources (one when it aggregates without GROUP BY), capped by its LIMIT.
+    """
+    if node is None:
+        return None
+    if any(isinstance(n, (exp.Unnest, exp.Explode, exp.Lateral)) or
+           (isinstance(n, exp.Func) and n.sql_name().lower() in _ROW_MAKERS) for n in node.walk()):
+        return None
+    with_ = node.args.get("with_")
+    if with_ is not None:
+        if with_.args.get("recursive"):
+            return None
+        ctes = dict(ctes)
+        for cte in with_.expressions:
+            ctes[cte.alias_or_name] = _rows_bound(cte.this, ctes, tables)
+    if isinstance(node, exp.Union):
+        left, right = _rows_bound(node.left, ctes, tables), _rows_bound(node.right, ctes, tables)
+        rows = None if left is None or right is None else left + right
+    elif isinstance(node, exp.Subquery):
+        rows = _rows_bound(node.this, ctes, tables)
+    elif isinstance(node, exp.Table):
+        if not isinstance(node.this, exp.Identifier):
+            return None  # a table function
+        name = node.name
+        rows = ctes[name] if name in ctes else tables.get(name)
+    elif isinstance(node, exp.Values):
+        rows = len(node.expressions)
+    elif isinstance(node, exp.Select):
+        from_ = node.args.get("from_")
+        sources = ([from_.this] if from_ is not None else []) + [j.this for j in node.args.get("joins") or []]
+        rows = 1
+        for source in sources:
+            bound = _rows_bound(source, ctes, tables)
+            if bound is None:
+                return None
+            rows = min(ROW_BOUND, rows * bound)
+        if node.args.get("group") is None and any(
+                f.find_ancestor(exp.Window, exp.Select) is node for e in node.expressions for f in e.find_all(exp.AggFunc)):
+            rows = 1  # an aggregate over the whole input: one row, even of no input
+    else:
+        return None
+    if rows is None:
+        return None
+    limit = node.args.get("limit")
+    if limit is not None and isinstance(limit.expression, exp.Literal) and limit.expression.is_int:
+        rows = min(rows, int(limit.expression.this))
+    return rows
