@@ -60,6 +60,15 @@ CASES = [
     ("select salinity, lat from ocean where salinity is not null order by lat, salinity limit 20 offset 5",
      "ocean", ["salinity"], (), True),
     ("select temperature, lat from ccm3 order by 2 desc, 1 limit 10", "ccm3", ["temperature"], (), True),
+    # subqueries in WHERE (docs/query-language.md): scalar, IN, NOT IN, EXISTS
+    ("select temperature, lev from ccm3 where lev > 900 and temperature > (select avg(temperature) from ccm3)",
+     "ccm3", ["temperature"], (), False),
+    ("select lat, temperature from ccm3 where lev > 900 and lat in (select lat from ccm3 where temperature > 300)",
+     "ccm3", ["temperature"], (), False),
+    ("select lat, temperature from ccm3 where lev < 100 and lat not in (select lat from ccm3 where temperature < 200)",
+     "ccm3", ["temperature"], (), False),
+    ("select count(*) as n from ccm3 where exists (select lat from ccm3 where temperature > 1000)",
+     "ccm3", ["temperature"], (), False),
 ]
 
 

@@ -65,6 +65,9 @@ def test_list_flights_is_the_catalog(flight: fl.FlightClient, native: dstp.Clien
 def test_flight_results_equal_the_grpc_clients(flight: fl.FlightClient, native: dstp.Client, sql: str) -> None:
     got, want = fetch(flight, sql), native.query(sql)
     assert got.schema == want.schema
+    if "(select" in sql and "order by" not in sql:  # a subquery's semi-join comes in no set order
+        keys = [(name, "ascending") for name in got.column_names]
+        got, want = got.sort_by(keys), want.sort_by(keys)
     assert got.equals(want)
 
 

@@ -238,7 +238,7 @@ class Binder:
         names = [o.alias for o in outputs]
         scope.aliases = tuple(names)
         where = self._clause(checker, node.args.get("where"), "where")
-        if where is not None and where.find(exp.Alias):
+        if where is not None and any(a.find_ancestor(exp.Select) is None for a in where.find_all(exp.Alias)):
             raise error_at(QueryError, "WHERE cannot define names with AS", self.sql, where)
         bound_joins = [self._join(join, source, checker) for join, source, _ in joins]
         group = self._group(node, checker, names)
