@@ -25,8 +25,12 @@ with a message: the query language has no regular expressions or aggregates.
 **Times.** On the standard, proleptic Gregorian and noleap calendars (whose
 values are timestamps in dstp) a time is written ``2000-01-16T00:00:00Z`` or
 as seconds since 1970-01-01T00:00:00Z, ERDDAP's convention (erddapy sends
-those). On 360_day and the other calendars dstp keeps as ISO text, numbers
-are in the axis's own units and calendar, and the text form always works.
+those): the seconds of the date's label counted on the proleptic Gregorian
+calendar, leap days included, whatever the file's calendar — a noleap
+2000-03-01 is 951868800 here, in ``.das``, in tabledap ``.nc`` and in
+constraints alike. On 360_day and the other calendars dstp keeps as ISO text,
+numbers are in the axis's own units and calendar, and the text form always
+works. :meth:`ErddapDataset.time_number_units` says which.
 """
 
 from __future__ import annotations
@@ -45,9 +49,12 @@ from dstp.hyperslabs import Axis, quote_name, slab_query, Slab, sql_literal
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 
 __all__ = ["ErddapDataset", "GridRequest", "TableRequest", "parse_griddap", "parse_tabledap", "epoch_seconds",
-           "griddap_slab", "erddap_type", "ERDDAP_TIME_UNITS", "ALL_DATASETS"]
+           "griddap_slab", "erddap_type", "ERDDAP_TIME_UNITS", "ERDDAP_CALENDAR", "ALL_DATASETS"]
 
 ERDDAP_TIME_UNITS = "seconds since 1970-01-01T00:00:00Z"
+#: The calendar ERDDAP's seconds are counted on (where dstp's times are timestamps): the one pandas, erddapy and
+#: numpy count on, so a date's label, not the file's calendar, fixes its number.
+ERDDAP_CALENDAR = "proleptic_gregorian"
 #: The tabledap dataset that lists the catalog (ERDDAP's allDatasets).
 ALL_DATASETS = "allDatasets"
 _TIMESTAMP_CALENDARS = ("", "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day")
@@ -102,6 +109,18 @@ class ErddapDataset:
                 return d.calendar
         return ""
 
+    def time_number_units(self, column: str) -> tuple[str, str]:
+        """Return the units and calendar of a time column's numbers (constraints, ``.das``, tabledap ``.nc``).
+
+        ERDDAP's seconds since 1970 of the date's label, where dstp's times are timestamps (noleap too: its
+        2000-03-01 is the same number as a Gregorian one, which is what erddapy sends and pandas reads); the
+        axis's own units and calendar on 360_day and the other calendars dstp keeps as ISO text.
+        """
+        for d in self.details.dimensions:
+            if d.coordinate == column and d.calendar not in _TIMESTAMP_CALENDARS:
+                return d.units, d.calendar
+        return ERDDAP_TIME_UNITS, ERDDAP_CALENDAR
+
     def is_time(self, column: str) -> bool:
         info = self.columns.get(column)
         return info is not None and (info.arrow_type.startswith("timestamp") or " since " in info.units)
@@ -137,14 +156,18 @@ def _cftime(text: str, calendar: str) -> Any:
                            calendar=calendar or "standard")
 
 
-def time_literal(value: str, calendar: str, iso_text: bool) -> str:
-    """Return the SQL literal of an ERDDAP time (ISO text or seconds since 1970) for a time column."""
+def time_literal(value: str, calendar: str, iso_text: bool, units: str = ERDDAP_TIME_UNITS) -> str:
+    """Return the SQL literal of an ERDDAP time for a time column: ISO text, or a number in ``units``.
+
+    On timestamps a number is always ERDDAP's seconds since 1970 (proleptic Gregorian, whatever the
+    calendar); on ISO text it is counted in ``units`` on ``calendar`` (the axis's own, as ``.das`` says).
+    """
     text = value.strip().strip('"')
     if iso_text:
         import cftime
 
         moment = _cftime(text, calendar) if _ISO.fullmatch(text) else \
-            cftime.num2date(_number(text), ERDDAP_TIME_UNITS, calendar or "standard")
+            cftime.num2date(_number(text), units, calendar or "standard")
         return sql_literal(moment.strftime("%Y-%m-%dT%H:%M:%S"))
     if _ISO.fullmatch(text):
         moment = np.datetime64(_ISO.fullmatch(text)[0].rstrip("Z").split("+")[0].replace(" ", "T"), "us")  # type: ignore[index]
@@ -364,8 +387,9 @@ def _value_literal(ds: ErddapDataset, name: str, text: str, now: dt.datetime) ->
                 unit = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 30 * 86400,
                         "year": 365 * 86400}[rel[3].lower()]
                 seconds = (1 if rel[1] == "+" else -1) * float(rel[2]) * unit
-            text = repr(now.timestamp() + seconds)
-        return time_literal(text, ds.calendar_of(name), info.arrow_type == "string")
+            # now is an instant, so it is counted in ERDDAP's seconds, not the axis's units.
+            return time_literal(repr(now.timestamp() + seconds), ds.calendar_of(name), info.arrow_type == "string")
+        return time_literal(text, ds.calendar_of(name), info.arrow_type == "string", ds.time_number_units(name)[0])
     if info.arrow_type == "string":
         if not (text.startswith('"') and text.endswith('"') and len(text) >= 2):
             raise QueryError(f"{name} is text: put the value in double quotes, {name}=\"{text}\"")

@@ -3,13 +3,17 @@
 Every data answer is an :class:`ErddapTable` (names, ERDDAP types, units,
 columns) made from the query's Arrow result, then written as
 
-* ``.csv`` — names, then units, then rows; missing numbers ``NaN``; times ``2000-01-16T00:00:00Z``;
+* ``.csv`` — names, then units, then rows; missing numbers ``NaN``, missing text and times empty (as ERDDAP
+  writes them), a text that would read as missing (``NaN``, empty) or that holds a comma, quote or line
+  break in double quotes; times ``2000-01-16T00:00:00Z``;
 * ``.csvp`` — one header line ``name (units)``, then rows (erddapy's ``to_pandas`` default);
 * ``.json`` — ``{"table": {"columnNames", "columnTypes", "columnUnits", "rows"}}``, missing as ``null``;
-* ``.htmlTable`` — an HTML page with one table;
+* ``.htmlTable`` — an HTML page with one table (texts as they are, missing text empty);
 * ``.nc`` — netCDF-4: griddap on its axes (times in the dataset's own units and calendar, so xarray
-  decodes them as it would the files), tabledap one ``row`` dimension; ``.ncCF`` the same with
-  ``featureType = "point"`` on an ``obs`` dimension (erddapy's ``to_xarray`` for tabledap);
+  decodes them as it would the files), tabledap one ``row`` dimension with times as the facade's numbers
+  (:meth:`ErddapDataset.time_number_units`: ERDDAP's seconds since 1970, proleptic Gregorian, on noleap
+  too); ``.ncCF`` the same with ``featureType = "point"`` on an ``obs`` dimension (erddapy's
+  ``to_xarray`` for tabledap);
 * ``.parquet`` — the Arrow result as Parquet, schema metadata (units, calendars) kept.
 
 Errors are ERDDAP's plain-text body, ``Error {\\n    code=404;\\n    message="Not Found: …";\\n}``.
@@ -32,7 +36,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
-from dstp.http.erddap import ERDDAP_TIME_UNITS, ErddapDataset, epoch_seconds, erddap_type, render_time
+from dstp.http.erddap import (ERDDAP_CALENDAR, ERDDAP_TIME_UNITS, ErddapDataset, epoch_seconds, erddap_type,
+                               render_time)
 
 __all__ = ["ErddapTable", "error_body", "from_arrow", "grid_netcdf", "table_netcdf", "render", "MEDIA_TYPES",
            "das", "dds", "ncml"]
@@ -78,7 +83,13 @@ class ErddapTable:
 
     def texts(self) -> list[list[str]]:
         """Return the columns as ERDDAP's CSV cells, an Arrow column converted in one pass."""
-        return [_csv_column(c) for c in self.columns]
+        return [_csv_column(c, t) for c, t in zip(self.columns, self.types)]
+
+    def cells(self) -> list[list[str]]:
+        """Return the columns as the texts of HTML cells: text as it is, missing text empty, numbers as in CSV."""
+        return [_csv_column(c, t) if not _is_text(c, t) else
+                ["" if v is None else str(v) for v in (c.to_pylist() if isinstance(c, pa.ChunkedArray) else c)]
+                for c, t in zip(self.columns, self.types)]
 
 
 def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
@@ -109,19 +120,46 @@ def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
     return ErddapTable(names, types, units, columns)
 
 
+def _csv_text(value: str | None) -> str:
+    """Return a text as a CSV cell: empty when missing (NULL), as ERDDAP writes a missing String.
+
+    A real text is quoted where bare it would be misread: a comma, quote or line break, or a cell that reads
+    as missing — the empty text and ``NaN`` (the missing number), so ``"NaN"`` is the text and an empty cell
+    its absence (Python's csv and ``pandas.read_csv(keep_default_na=False)`` keep them apart; pandas'
+    defaults read any NaN, quoted or not, as missing).
+    """
+    if value is None:
+        return ""
+    if value == "" or value.lower() == "nan" or any(c in value for c in ',"\n\r'):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
 def _csv_cell(value: Any) -> str:
+    """Return a number (or a text) of a metadata table as a CSV cell; missing numbers are ``NaN``."""
+    if isinstance(value, str):
+        return _csv_text(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "NaN"
-    if isinstance(value, str):
-        return '"' + value.replace('"', '""') + '"' if any(c in value for c in ',"\n') else value
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _csv_column(column: Sequence[Any] | pa.ChunkedArray) -> list[str]:
+def _is_text(column: Sequence[Any] | pa.ChunkedArray, erddap: str) -> bool:
+    """Return True for a column ERDDAP writes as text (String: texts, times), whose missing cells are empty."""
+    if isinstance(column, pa.ChunkedArray):
+        t = column.type
+        return not (pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t))
+    return erddap == "String"
+
+
+def _csv_column(column: Sequence[Any] | pa.ChunkedArray, erddap: str = "") -> list[str]:
     """Return one column as CSV cells; numbers of an Arrow column are formatted by Arrow in one pass."""
     if not isinstance(column, pa.ChunkedArray):
+        if _is_text(column, erddap):
+            # A metadata table's "" is ERDDAP's nothing (no griddap URL, no institution), written bare.
+            return [_csv_text(None if v is None or v == "" else str(v)) for v in column]
         return [_csv_cell(v) for v in column]
     t = column.type
     if pa.types.is_floating(t):
@@ -133,7 +171,7 @@ def _csv_column(column: Sequence[Any] | pa.ChunkedArray) -> list[str]:
         return pc.fill_null(pc.cast(column, pa.string()), "NaN").to_pylist()  # type: ignore[no-any-return]
     if pa.types.is_boolean(t):
         return pc.fill_null(pc.if_else(column, "true", "false"), "NaN").to_pylist()  # type: ignore[no-any-return]
-    return [_csv_cell(v) for v in column.to_pylist()]
+    return [_csv_text(None if v is None else str(v)) for v in column.to_pylist()]
 
 
 def _json_cell(value: Any) -> Any:
@@ -160,7 +198,7 @@ def render(t: ErddapTable, fmt: str, title: str = "") -> bytes:
         head = "".join(f"<th>{html.escape(n)}</th>" for n in t.names)
         unit_row = "".join(f"<th>{html.escape(u)}</th>" for u in t.units)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>\n"
-                       for row in zip(*t.texts()))
+                       for row in zip(*t.cells()))
         page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"UTF-8\"><title>{html.escape(title)}</title></head>"
                 f"<body><table class=\"erd commonBGColor nowrap\">\n<tr>{head}</tr>\n<tr>{unit_row}</tr>\n{body}"
                 "</table></body></html>\n")
@@ -204,6 +242,10 @@ def _time_numbers(column: pa.ChunkedArray, units: str, calendar: str) -> np.ndar
     """Return times in ``units`` on ``calendar`` (NaN where missing)."""
     import cftime
 
+    if pa.types.is_timestamp(column.type) and (units, calendar) == (ERDDAP_TIME_UNITS, ERDDAP_CALENDAR):
+        # ERDDAP's numbers, computed as .das and the constraints compute them (epoch_seconds).
+        micros = pc.cast(pc.cast(column, pa.timestamp("us", column.type.tz), safe=False), pa.int64())
+        return np.asarray(micros.to_numpy(zero_copy_only=False), dtype="float64") / 1e6
     values = column.to_pylist()
     out = np.full(len(values), np.nan)
     present = [(i, v) for i, v in enumerate(values) if v is not None]
@@ -280,9 +322,9 @@ def table_netcdf(table: pa.Table, ds: ErddapDataset, sql: str, *, cf: bool) -> b
             nc.setncattr("cdm_data_type", "Point")
         nc.createDimension(dim, table.num_rows)
         for col in table.column_names:
-            calendar = ds.calendar_of(col)
-            units = ERDDAP_TIME_UNITS if calendar in ("", "standard", "gregorian", "proleptic_gregorian") else \
-                f"seconds since 1970-01-01T00:00:00"
+            # The numbers a constraint takes and .das gives (so a value read here finds its record again),
+            # with the calendar that decodes them to the dates' labels.
+            units, calendar = ds.time_number_units(col)
             _write_column(nc, ds, col, (dim,), table.column(col), (table.num_rows,), units, calendar)
     return _nc_bytes(write)
 
