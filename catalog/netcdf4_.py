@@ -242,6 +242,8 @@ class FileHandles:
                 netCDF4.set_chunk_cache(*previous)
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path.name}: {str(exc).replace(opened, path.name)}") from exc
+        except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
+            raise unmappable(path, exc) from exc
         finally:
             os.close(fd)  # the library holds its own descriptor of the same file
         # dstp decodes CF packing, fill values and char arrays itself, the way xarray does.
@@ -484,6 +486,8 @@ def inspect_file(path: Path, handles: FileHandles | None = None) -> FileMeta:
             ds = netCDF4.Dataset(path, "r")
         except (OSError, RuntimeError) as exc:
             raise DataFileError(f"cannot open {path}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
+            raise unmappable(path, exc) from exc
         try:
             return _inspect(ds, path)
         finally:
@@ -531,6 +535,17 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
         )
     except (OSError, RuntimeError) as exc:
         raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
+        raise unmappable(path, exc) from exc
+
+
+def unmappable(path: Path, exc: Exception) -> DataFileError:
+    """Return the error for a file netCDF4-python failed on with an exception of its own (not a C error)."""
+    return DataFileError(
+        f"cannot read {path.name}: netCDF4-python cannot map its HDF5 layout to netCDF "
+        f"({type(exc).__name__}: {exc}); it fails so on dimension scales kept in another group than the data "
+        "they label, for one — rewrite the file with the scales beside the data (h5py), then publish it again"
+    )
 
 
 def string_length_dimensions(metas: Sequence[FileMeta]) -> set[str]:

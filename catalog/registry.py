@@ -80,6 +80,10 @@ class Catalog:
             except CatalogError as exc:
                 problems.append(Problem(path, str(exc)))
                 log.warning("skipped %s: %s", path, exc)
+            except Exception as exc:  # noqa: BLE001 - one dataset's files must never stop the others being served
+                problems.append(Problem(path, f"this dataset could not be opened ({type(exc).__name__}: {exc}); "
+                                              "the server log has the details — please report it"))
+                log.exception("skipped %s: unexpected failure while opening it", path)
         return cls(root, datasets, problems, remotes, handles)
 
     def __iter__(self) -> Iterator[GriddedDataset]:

@@ -27,7 +27,7 @@ from oracle import assert_same_records, run_sql
 
 from dstp.catalog.publish import draft_descriptor, publish
 from dstp.catalog.registry import Catalog
-from dstp.errors import UnknownColumnError
+from dstp.errors import DataFileError, UnknownColumnError
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 
@@ -250,3 +250,33 @@ def test_plain_hdf5_without_dimension_scales_is_served(catalog: Catalog, root: P
         values = f["Soil/sm"][...]
     assert sorted(table.column("sm").to_pylist()) == sorted(values[values > 4].tolist())
     assert set(table.column_names) >= {"phony_dim_0", "phony_dim_1", "sm"}
+
+
+def test_hdf5_scales_in_another_group_are_refused_naming_the_file_and_others_still_served(tmp_path: Path) -> None:
+    # HDF-EOS5 / NASA L2 layout: /Geolocation/lat is the scale of /Data/precip. h5py reads it; netCDF4-python
+    # fails inside its own code (AttributeError), which must not escape as a traceback or stop a server.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with h5py.File(bad / "swath.h5", "w") as f:
+        lat = f.create_group("Geolocation").create_dataset("lat", data=np.array([10.0, 20.0, 30.0]))
+        lat.make_scale("lat")
+        precip = f.create_group("Data").create_dataset("precip", data=np.arange(3, dtype="f4"))
+        precip.dims[0].attach_scale(lat)
+    with pytest.raises(DataFileError, match=r"cannot read swath\.h5: netCDF4-python cannot map its HDF5 layout"):
+        publish([bad / "swath.h5"], "swath")
+    (bad / "swath.dstp.xml").write_text("""<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="swath" version="1"><title>swath</title>
+  <files glob="swath.h5"/>
+  <coordinates><coordinate name="lat" variable="Geolocation/lat" dimension="lat" axis="Y"/></coordinates>
+  <attributes default-grid="lat"><attribute name="precip" variable="Data/precip" dimensions="lat"/></attributes>
+</dataset>""")
+    (tmp_path / "good").mkdir()
+    _imerg(tmp_path / "good" / "day.nc4", 0)
+    publish([tmp_path / "good" / "day.nc4"], "good")
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert "good" in catalog and "swath" not in catalog
+        assert [p.path.name for p in catalog.problems] == ["swath.dstp.xml"]
+        assert "swath.h5" in catalog.problems[0].message and "Traceback" not in catalog.problems[0].message
+    finally:
+        catalog.close()
