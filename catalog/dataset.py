@@ -417,7 +417,7 @@ class GriddedDataset:
         add_bounds(ds, metas)
         ds.grid_mappings = grid_mappings(
             {**first.variables, **{k: v for m in metas[1:] for k, v in m.variables.items() if k not in first.variables}},
-            [a.attrs for a in attributes.values()],
+            [(a.spec.variable, a.attrs) for a in attributes.values()],
         )
         add_geographic(ds)
         add_weights(ds, metas)

@@ -17,6 +17,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dstp.catalog.netcdf4_ import resolve_in_group
+
 __all__ = ["GridMapping", "cell_areas", "geographic", "grid_mapping_names", "grid_mappings"]
 
 _LENGTH_TO_METRES = {"m": 1.0, "metre": 1.0, "meter": 1.0, "metres": 1.0, "meters": 1.0,
@@ -67,13 +69,19 @@ def _text(value: Any) -> str:
     return str(value.item() if isinstance(value, np.generic) else value)
 
 
-def grid_mappings(variables: Mapping[str, Any], used_by: list[Mapping[str, Any]]) -> dict[str, GridMapping]:
-    """Return the grid mappings named by ``used_by`` (variables' attributes), read from ``variables``."""
+def grid_mappings(variables: Mapping[str, Any], used_by: list[tuple[str, Mapping[str, Any]]]
+                  ) -> dict[str, GridMapping]:
+    """Return the grid mappings named by ``used_by`` ((variable, its attributes) pairs), read from ``variables``.
+
+    A name is looked up from the naming variable's group upward (CF 1.8 §2.7): ``/Grid/tas``'s
+    ``grid_mapping = "crs"`` is ``Grid/crs``.
+    """
     import pyproj
 
     out: dict[str, GridMapping] = {}
-    for attrs in used_by:
-        for name in grid_mapping_names(attrs.get("grid_mapping")):
+    for owner, attrs in used_by:
+        group = owner.rsplit("/", 1)[0] if "/" in owner else ""
+        for name in (resolve_in_group(variables, group, n) for n in grid_mapping_names(attrs.get("grid_mapping"))):
             var = variables.get(name)
             if var is None or name in out:
                 continue

@@ -280,3 +280,37 @@ def test_hdf5_scales_in_another_group_are_refused_naming_the_file_and_others_sti
         assert "swath.h5" in catalog.problems[0].message and "Traceback" not in catalog.problems[0].message
     finally:
         catalog.close()
+
+
+def test_a_grid_mapping_in_a_group_is_found_from_its_variable(tmp_path: Path) -> None:
+    lcc = {"grid_mapping_name": "lambert_conformal_conic", "standard_parallel": [30.0, 60.0],
+           "longitude_of_central_meridian": 10.0, "latitude_of_projection_origin": 50.0}
+    path = tmp_path / "grid.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        g = nc.createGroup("Grid")
+        g.createDimension("y", 3)
+        g.createDimension("x", 4)
+        for name, values in (("x", [0.0, 50.0, 100.0, 150.0]), ("y", [0.0, 50.0, 100.0])):
+            v = g.createVariable(name, "f8", (name,))
+            v.standard_name, v.units, v.axis = f"projection_{name}_coordinate", "km", name.upper()
+            v[:] = values
+        crs = g.createVariable("crs", "i4", ())
+        for k, v in lcc.items():
+            crs.setncattr(k, v)
+        tas = g.createVariable("tas", "f4", ("y", "x"))
+        tas.units, tas.grid_mapping = "K", "crs"  # CF 1.8 §2.7: found in tas's own group
+        tas[:] = np.arange(12, dtype="f4").reshape(3, 4)
+    publish([path], "grid")
+    catalog = Catalog.scan(tmp_path)
+    try:
+        ds = catalog.get("grid")
+        assert list(ds.grid_mappings) == ["Grid/crs"] and ds.grid_mappings["Grid/crs"].wkt
+        import pyproj
+
+        gx, gy = np.meshgrid(np.array([0.0, 50.0, 100.0, 150.0]) * 1000, np.array([0.0, 50.0, 100.0]) * 1000)
+        lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_cf(lcc), "EPSG:4326", always_xy=True).transform(gx, gy)
+        table = answer(catalog, "select y, x, lat, lon from grid")
+        np.testing.assert_allclose(table.column("lat").to_numpy(), lat.reshape(-1), rtol=1e-12)
+        np.testing.assert_allclose(table.column("lon").to_numpy(), lon.reshape(-1), rtol=1e-12)
+    finally:
+        catalog.close()
