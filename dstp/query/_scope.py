@@ -272,6 +272,12 @@ class MatchupSource(Source):
     def star(self) -> list[str]:
         return [*(f"l.{c}" for c in self.left.star()), *(f"r.{c}" for c in self.right.star())]
 
+    def use_all(self) -> None:
+        # count(*) counts the matchup's records: each left record once per point of the right grid's other
+        # dimensions, as select * gives them — so both sides' whole grids are read.
+        self.left.use_all()
+        self.right.use_all()
+
     def describe(self) -> str:
         return f"matchup({self.left_name}, {self.right_name})"
 

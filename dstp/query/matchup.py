@@ -169,6 +169,15 @@ def right_axes(ref: DatasetRef) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _key_off_axes(ref: DatasetRef, kind: str) -> str | None:
+    """Return the right grid's column that carries key ``kind`` on more than one dimension, if any."""
+    ds = ref.dataset
+    for name in ds.column_names():
+        if len(ds.column_dimensions(name)) >= 2 and column_meta(ds, name, None).key == kind:
+            return str(name)
+    return None
+
+
 def choose_keys(spec: MatchupSpec, left_metas: dict[str, ColumnMeta], sql: str) -> None:
     """Decide which keys the matchup matches on, with the left column and right coordinate of each."""
     axes = right_axes(spec.right)
@@ -184,6 +193,14 @@ def choose_keys(spec: MatchupSpec, left_metas: dict[str, ColumnMeta], sql: str) 
             continue
         option = "position" if kind in ("latitude", "longitude") else kind
         left = by_kind.get(kind, [])
+        if kind not in axes and left and kind in ("latitude", "longitude"):
+            off_axis = _key_off_axes(spec.right, kind)
+            if off_axis is not None and option not in spec.explicit:
+                # Dropping the key would pair each record with every cell at its time: refuse instead.
+                raise error_at(QueryError, f"matchup on position: {spec.right_name}'s {kind} is {off_axis}, a 2-D "
+                               "coordinate of a curvilinear grid, and dstp matches positions on 1-D grid axes only; "
+                               "write position => 'none' to pair each record with every cell at its time, or "
+                               "match on the grid's own axes (e.g. its rlat/rlon) in a CTE", sql, spec.node)
         if kind not in axes or not left:
             if option in spec.explicit:
                 side = spec.right_name if kind not in axes else spec.left_name

@@ -221,3 +221,36 @@ def test_noleap_and_standard_times_join_by_their_labels(catalog) -> None:
     east = open_grid(root / "grid_e")
     assert list(got["time"]) == list(east["time"].to_index())
     assert set(got["n"]) == {3 * 6 * 8}
+
+
+def test_a_matchup_with_a_curvilinear_grid_refuses_rather_than_dropping_position(tmp_path: Path) -> None:
+    # The grid's latitude/longitude are 2-D (a rotated pole): matching on time alone would pair every buoy
+    # record with every cell at its time. The default position => 'nearest' must say so, not do that.
+    publish(builders.buoys(tmp_path / "buoys", start="2001-01-01", days=20), "buoys")
+    (tmp_path / "cordex").mkdir()
+    path = builders.rotated_pole(tmp_path / "cordex" / "tas.nc", "tas", lambda lat, lon: np.stack([lat] * 3),
+                                 rlat=np.linspace(-10, 10, 11), rlon=np.linspace(-12, 12, 13), times=[0, 1, 2])
+    publish([path], "cordex")
+    cat = Catalog.scan(tmp_path)
+    try:
+        with pytest.raises(QueryError, match=r"matchup on position: m's latitude is lat, a 2-D coordinate.*"
+                                             r"position => 'none'"):
+            answer(cat, "select b.sst, m.tas from matchup(buoys as b, cordex as m)")
+        # Said outright, pairing on time alone is what the user asked for: every cell at each record's time.
+        got = answer(cat, "select b.time, m.tas from matchup(buoys as b, cordex as m, position => 'none') "
+                          "where b.time < '2001-01-04'")
+        buoys = open_buoys(tmp_path)
+        assert len(got) == int((buoys["time"] < pd.Timestamp("2001-01-04")).sum()) * 11 * 13
+    finally:
+        cat.close()
+
+
+def test_count_star_of_a_matchup_counts_its_records(catalog) -> None:
+    # Each buoy record appears once per level of the grid (its other dimension): count(*) must say so,
+    # as count(m.ta) and select * do.
+    cat, root = catalog
+    levels = open_grid(root / "grid_e").sizes["lev"]
+    records = len(open_buoys(root))
+    n = answer(cat, "select count(*) as n from matchup(buoys as b, grid_e as m)")["n"][0]
+    everything = answer(cat, "select * from matchup(buoys as b, grid_e as m)")
+    assert int(n) == len(everything) == records * levels
