@@ -45,7 +45,10 @@ def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str)
     if dec is None:
         return None
     raw = handles.read(meta.path, variable, [slice(0, 1)])
-    value, mask = decode_values(raw, dec)
+    try:
+        value, mask = decode_values(raw, dec)
+    except ValueError as exc:
+        raise DataFileError(f"{meta.path.name}: coordinate {variable!r}: {exc}") from None
     if mask is not None and mask.any():
         raise DataFileError(f"{meta.path.name}: the first value of coordinate {variable!r} is missing")
     return value[0]

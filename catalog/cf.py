@@ -502,14 +502,51 @@ def decode_times(
         out[:] = np.datetime64("NaT")
     if valid.any():
         nums = flat[valid]
+        nums, units = _nanoseconds_as_microseconds(nums, units)
         fast = None if iso else _gregorian_instants(nums, units, calendar)
         if fast is not None:
             out[valid] = fast
         else:
-            dates = cftime.num2date(nums, units, calendar=calendar, only_use_cftime_datetimes=True)
+            try:
+                dates = cftime.num2date(nums, units, calendar=calendar, only_use_cftime_datetimes=True)
+            except ValueError as exc:
+                raise ValueError(f"times in {units!r} on the {calendar} calendar cannot be decoded: {exc}") from None
             texts = [_iso(d) for d in np.atleast_1d(dates)]
-            out[valid] = texts if iso else np.array(texts, dtype="datetime64[us]")
+            out[valid] = texts if iso else _labels(texts, calendar)
     return out.reshape(np.shape(raw))
+
+
+def _nanoseconds_as_microseconds(nums: np.ndarray, units: str) -> tuple[np.ndarray, str]:
+    """Return times in nanoseconds (which cftime does not take) as microseconds, exactly, with their units."""
+    word, _, rest = units.strip().partition(" ")
+    if word.lower() not in ("nanosecond", "nanoseconds", "ns", "nsec", "nsecs"):
+        return nums, units
+    values = np.asarray(nums)
+    whole = values % 1000 == 0 if values.dtype.kind in "iu" else np.isfinite(values) & (np.fmod(values, 1000) == 0)
+    if not np.all(whole):
+        first = values[~whole].reshape(-1)[0]
+        raise ValueError(f"time {first} in {units!r} is not a whole number of microseconds; dstp keeps times "
+                         "to the microsecond")
+    return values // 1000 if values.dtype.kind in "iu" else values / 1000, f"microseconds {rest}"
+
+
+def _labels(texts: list[str], calendar: str) -> np.ndarray:
+    """Return date-time labels as timestamps; a label no Gregorian date has is refused, saying which."""
+    try:
+        return np.array(texts, dtype="datetime64[us]")
+    except ValueError:
+        bad = next(t for t in texts if not _is_gregorian_label(t))
+        raise ValueError(f"{bad} is a date of the {calendar} calendar (Julian before 1582-10-15) that no Gregorian "
+                         f"calendar has; dstp shows {calendar} times as timestamps of their labels, so it cannot "
+                         "show this one") from None
+
+
+def _is_gregorian_label(text: str) -> bool:
+    try:
+        np.datetime64(text, "us")
+    except ValueError:
+        return False
+    return True
 
 
 #: Microseconds per CF time unit (the units cftime accepts).

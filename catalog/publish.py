@@ -53,7 +53,7 @@ from dstp.catalog.netcdf4_ import (
     resolve_in_group,
     string_length_dimensions,
 )
-from dstp.errors import CatalogError, DescriptorError
+from dstp.errors import CatalogError, DataFileError, DescriptorError
 
 __all__ = ["draft_descriptor", "publish", "coordinate_axis"]
 
@@ -355,7 +355,10 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
         dec = decoding_for(var.dtype, var.attrs, var.default_fill)
         if dec is None:
             return False
-        _, mask = decode_values(handles.read(meta.path, variable, ()), dec)
+        try:
+            _, mask = decode_values(handles.read(meta.path, variable, ()), dec)
+        except ValueError as exc:
+            raise DataFileError(f"{meta.path.name}: variable {variable!r}: {exc}") from None
         if mask is not None and mask.any():
             return False
     return True

@@ -540,3 +540,48 @@ def test_catalog_validate_prints_refusals_gaps_and_missing_variables(
     assert "'humid' is NULL on the records of arch_01.nc" in out
     assert "warning arch" in out and "1 gap(s) along 'time'" in out
     assert "ERROR" in out and "part_1.nc: variable 'temp' has units 'degC' but part_0.nc has 'K'" in out
+
+
+def test_times_in_nanoseconds_decode_as_xarray_decodes_them(tmp_path: Path) -> None:
+    # cftime takes no nanoseconds; xarray (numpy datetime64[ns]) does, and so must dstp, to the microsecond.
+    for k, (units, values) in enumerate((("nanoseconds since 1970-01-01", [946_684_800_000_000_000,
+                                                                            946_771_200_123_456_000]),
+                                         ("days since 2000-01-03", [0.0, 1.5]))):
+        with netCDF4.Dataset(tmp_path / f"part_{k}.nc", "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 2)
+            t = nc.createVariable("time", "i8" if k == 0 else "f8", ("time",))
+            t.units, t.calendar = units, "standard"
+            t[:] = values
+            nc.createVariable("lat", "f4", ("lat",))[:] = [0.0, 1.0]
+            nc.createVariable("temp", "f4", ("time", "lat"))[:] = np.full((2, 2), float(k))
+    (tmp_path / "pair.dstp.xml").write_bytes(_descriptor())
+    catalog = Catalog.scan(tmp_path)
+    try:
+        got = dstp_answer(catalog, "select time from pair where lat = 0 order by time")
+        want = np.concatenate([xr.open_dataset(p)["time"].values for p in sorted(tmp_path.glob("part_*.nc"))])
+        assert got.column("time").to_numpy().tolist() == want.astype("datetime64[us]").tolist()
+    finally:
+        catalog.close()
+
+
+@pytest.mark.parametrize("units, calendar, values, words", [
+    ("nanoseconds since 1970-01-01", "standard", [1, 2], ["part_0.nc", "'time'", "not a whole number of microseconds"]),
+    ("days since 1500-02-28", "standard", [0, 1], ["part_0.nc", "'time'", "1500-02-29", "Julian"]),
+    ("months since 2000-01-01", "noleap", [0, 1], ["part_0.nc", "'time'", "months since", "noleap"]),
+], ids=["sub-microsecond", "julian-only-date", "months-on-noleap"])
+def test_times_dstp_cannot_show_are_refused_naming_file_variable_and_value(
+    tmp_path: Path, units: str, calendar: str, values: list[float], words: list[str]
+) -> None:
+    with netCDF4.Dataset(tmp_path / "part_0.nc", "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 2)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar = units, calendar
+        t[:] = values
+        nc.createVariable("lat", "f4", ("lat",))[:] = [0.0, 1.0]
+        nc.createVariable("temp", "f4", ("time", "lat"))[:] = np.ones((2, 2))
+    with pytest.raises(DataFileError) as info:
+        publish([tmp_path / "part_0.nc"], "pair")
+    for word in words:
+        assert word in str(info.value), str(info.value)
