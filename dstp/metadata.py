@@ -282,7 +282,28 @@ def _auxiliary_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> Column
     )
 
 
-def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> ColumnInfo:
+def _declares_missing(a: AttributeColumn, missing_from: tuple[str, ...], table: bool) -> bool:
+    """Return whether a data column is ``nullable``: whether it holds NULL where xarray's CF decoding masks.
+
+    True for floats (NaN), text, times, packed and derived columns, a variable some file lacks,
+    station/profile/trajectory tables (padding), and integers whose files give ``_FillValue`` or
+    ``missing_value``: xarray turns those integers into floats. False for integers without them, whose
+    type xarray keeps; there only an element equal to netCDF's default fill (never written) reads as
+    NULL (``catalog/cf.py``).
+    """
+    import pyarrow as pa
+
+    if table or missing_from or not a.file_decodings or not pa.types.is_integer(a.arrow_type):
+        return True
+    if "_FillValue" in a.attrs or "missing_value" in a.attrs:
+        return True
+    # ``attrs`` are the first file's: a file that decodes the variable otherwise may declare a fill.
+    first = a.decoding
+    return any(d is None or d.arrow_type != first.arrow_type or d.view != first.view
+               or d.fill_values != first.fill_values for d in a.file_decodings)
+
+
+def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...], table: bool) -> ColumnInfo:
     return ColumnInfo(
         name=a.name,
         variable=a.spec.variable,
@@ -292,7 +313,7 @@ def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> Column
         arrow_type=str(a.arrow_type),
         cf=tuple((k, render_value(v)) for k, v in a.spec.cf),
         packed=a.decoding.packed,
-        nullable=True,
+        nullable=_declares_missing(a, missing_from, table),
         coordinate=False,
         missing_from=missing_from,
         role="data",
@@ -322,7 +343,8 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
         dimensions=tuple(dims),
         coordinates=(*(_coordinate_info(c) for c in ds.coordinates.values()),
                      *(_auxiliary_info(a, ds.missing_from(a)) for a in ds.auxiliaries.values())),
-        attributes=tuple(_attribute_info(a, ds.missing_from(a)) for a in ds.attributes.values()),
+        attributes=tuple(_attribute_info(a, ds.missing_from(a), table=ds.layout is not None)
+                         for a in ds.attributes.values()),
         files=tuple(_file_info(ds, f) for f in ds.files),
         correlation_keys=tuple(
             KeyInfo(k.name, k.column, k.standard_name or "", k.units or "") for k in d.correlation_keys

@@ -14,7 +14,8 @@ with the coordinate's ``units`` and ``calendar``), so xarray's own CF decoding
 turns them into what opening the files would give: ``datetime64`` on the
 standard calendar, cftime objects on ``noleap`` or ``360_day`` — and
 ``decode_times=False`` gives the numbers. Data values arrive decoded (the
-server applies each file's packing and fill values): NULL is NaN.
+server applies each file's packing and fill values): NULL is NaN, and integers
+stay integers where xarray keeps them (no ``_FillValue``/``missing_value``).
 
 Indexing a variable (``ds.temperature[0, :, 10:20]``, ``.sel``, ``.isel``,
 every dask chunk) runs one query for exactly that hyperslab
@@ -211,7 +212,12 @@ def _cftime(value: Any, calendar: str) -> Any:
 
 
 def _dtype(info: ColumnInfo, time: TimeEncoding | None) -> np.dtype:
-    """Return the numpy dtype the backend gives a column (masked integers widen to float, as xarray does)."""
+    """Return the numpy dtype the backend gives a column: xarray's, had it opened the files.
+
+    An integer column the server calls ``nullable`` (its files give ``_FillValue`` or ``missing_value``,
+    or some file lacks it) widens to float as xarray masks it (float32 up to 16 bits, else float64);
+    any other integer keeps its type and every value exactly (int64 beyond 2**53 included).
+    """
     if time is not None:
         return np.dtype("float64")
     arrow = info.arrow_type
@@ -226,8 +232,20 @@ def _dtype(info: ColumnInfo, time: TimeEncoding | None) -> np.dtype:
     return dtype
 
 
-def _numpy(column: Any, dtype: np.dtype, time: TimeEncoding | None) -> np.ndarray:
-    """Return an Arrow column as numpy values of ``dtype`` (NULL as NaN, NaT or None)."""
+def _numpy(column: Any, dtype: np.dtype, time: TimeEncoding | None, name: str = "") -> np.ndarray:
+    """Return an Arrow column as numpy values of ``dtype`` (NULL as NaN, NaT or None).
+
+    An integer ``dtype`` holds no NULL: one arriving there is refused (ValueError) rather than guessed.
+    """
+    if dtype.kind in "iu" and column.null_count:
+        # The server said the column is not nullable (docs/xarray.md, "Integers"): an element equal to
+        # netCDF's default fill, which xarray keeps as a number, is what gets here.
+        raise ValueError(
+            f"{name or 'an integer variable'}: the server sent {column.null_count} missing value(s) for a variable "
+            "that declares no _FillValue or missing_value, so xarray keeps it an integer; these elements equal "
+            "netCDF's default fill value (never written), which dstp reads as missing. Open the files with xarray "
+            "to get that number, or query the column (backend_kwargs={'query': 'select …'}) to get them as NaN"
+        )
     if time is not None:
         return time.encode(column)
     if dtype == object:
@@ -280,7 +298,7 @@ class DstpBackendArray(BackendArray):
         if not self.dims:  # a scalar: no grid, one record
             table = _run(self.target, f"select {quote_name(columns[0])} from {quote_name(self.dataset)} limit 1",
                          self.transport)
-            return _numpy(table.column(0), self.dtype, self.time).reshape(())
+            return _numpy(table.column(0), self.dtype, self.time, columns[0]).reshape(())
         slab = slab_query(self.dataset, columns, self.dims, grid_key, self.axes, self.dimension_order)
         table = _run(self.target, slab.sql, self.transport)
         expected = math.prod(slab.read_shape)
@@ -290,7 +308,7 @@ class DstpBackendArray(BackendArray):
                              "data): open a query instead, backend_kwargs={'query': 'select …'}")
         parts = []
         for name in columns:
-            values = _numpy(table.column(name), self.dtype, self.time).reshape(slab.read_shape)[slab.keep]
+            values = _numpy(table.column(name), self.dtype, self.time, name).reshape(slab.read_shape)[slab.keep]
             # Records come in the dataset's dimension order: put them in the variable's.
             values = values.transpose([slab.grid.index(d) for d in self.dims])
             squeeze = tuple(i for i, k in enumerate(grid_key) if not isinstance(k, slice))
@@ -362,7 +380,7 @@ class DstpDataStore(AbstractDataStore):
                 compared = compared.astype("datetime64[us]")
             axes[dim.name] = Axis(dim.name, dim.size, info.name, compared, dim.order)
             time = _time_encoding(info, dim.calendar)
-            values = _numpy(raw, _dtype(info, time), time)
+            values = _numpy(raw, _dtype(info, time), time, info.name)
             variables[info.name] = self._variable((dim.name,), values, info, time)
         source = f"dstp://{self.target.target}/{self.dataset}"
         bounds: dict[str, list[ColumnInfo]] = {}

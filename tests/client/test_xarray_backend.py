@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
@@ -28,7 +29,9 @@ from dstp.server import DstpServer
 from dstp.settings import Settings
 
 ROTATED = ROTATED_POLE
-NAMES = {**oracle.DATASETS, "rotpole": {"folder": "rotpole", "glob": "rotpole.nc", "agg": None, "rename": {}}}
+NAMES = {**oracle.DATASETS, "rotpole": {"folder": "rotpole", "glob": "rotpole.nc", "agg": None, "rename": {}},
+         "ints": {"folder": "ints", "glob": "ints_*.nc", "agg": "time", "rename": {}},
+         "unwritten": {"folder": "unwritten", "glob": "unwritten.nc", "agg": None, "rename": {}}}
 
 
 def _rotpole(folder: Path) -> None:
@@ -45,12 +48,94 @@ def _rotpole(folder: Path) -> None:
     publish([folder / "rotpole.nc"], "rotpole")
 
 
+def _ints(folder: Path) -> None:
+    """Two files of integer variables, each kind xarray decodes differently: kept integers, masked, packed."""
+    folder.mkdir()
+    files = []
+    for k in range(2):
+        path = folder / f"ints_{k}.nc"
+        with netCDF4.Dataset(path, "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", 3)
+            nc.createDimension("lon", 4)
+            time = nc.createVariable("time", "f8", ("time",))
+            time.units, time.calendar, time.standard_name = "days since 2000-01-01", "standard", "time"
+            time[:] = [10.0 * k, 10.0 * k + 5]
+            lat = nc.createVariable("lat", "f4", ("lat",))
+            lat.units, lat.standard_name = "degrees_north", "latitude"
+            lat[:] = [10.0, 20.0, 30.0]
+            lon = nc.createVariable("lon", "f4", ("lon",))
+            lon.units, lon.standard_name = "degrees_east", "longitude"
+            lon[:] = [0.0, 90.0, 180.0, 270.0]
+            base = np.arange(24).reshape(2, 3, 4) + 24 * k
+
+            def var(name: str, kind: str, values: np.ndarray, **attrs: object) -> None:
+                fill = attrs.pop("_FillValue", None)
+                v = nc.createVariable(name, kind, ("time", "lat", "lon"), fill_value=fill)
+                v.set_auto_maskandscale(False)  # the raw values below are what the file holds
+                v.units = "1"
+                for key, value in attrs.items():
+                    v.setncattr(key, value)
+                v[:] = values
+
+            # kept integers by xarray: no _FillValue, no missing_value, no packing
+            var("i64", "i8", np.int64(2**53) + 1 + base)                      # beyond float64's integers
+            var("u8", "u1", (base * 37 % 256).astype(np.uint8))
+            var("i8", "i1", (base - 20).astype(np.int8))
+            var("u32", "u4", np.uint32(4_000_000_000) + base.astype(np.uint32))
+            var("su", "i2", (-(base + 1)).astype(np.int16), _Unsigned="true")  # uint16 65535-base
+            # masked by xarray (floats): a _FillValue, a missing_value, the netCDF default as _FillValue
+            masked = base.astype(np.int16)
+            masked[0, 1, 1] = -999
+            var("i16f", "i2", masked, _FillValue=np.int16(-999))
+            missing = base.astype(np.int32)
+            missing[1, 2, 3] = -1
+            var("i32m", "i4", missing, missing_value=np.int32(-1))
+            ushort = base.astype(np.uint16)
+            ushort[0, 0, 0] = 65535
+            var("u16f", "u2", ushort, _FillValue=np.uint16(65535))
+            # a _FillValue in the second file only: xarray's concat makes the whole variable float64
+            later = (base * 1000).astype(np.int32)
+            if k:
+                later[0, 0, 2] = -5
+                var("i32late", "i4", later, _FillValue=np.int32(-5))
+            else:
+                var("i32late", "i4", later)
+            # packed: floats
+            var("pk", "i2", (base * 7 - 100).astype(np.int16), scale_factor=np.float32(0.01),
+                add_offset=np.float32(10.0))
+        files.append(path)
+    publish(files, "ints")
+
+
+def _unwritten(folder: Path) -> None:
+    """An int32 variable without _FillValue holding netCDF's default fill (an unwritten element)."""
+    folder.mkdir()
+    path = folder / "unwritten.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("lat", 3)
+        nc.createDimension("lon", 2)
+        lat = nc.createVariable("lat", "f4", ("lat",))
+        lat.units, lat.standard_name = "degrees_north", "latitude"
+        lat[:] = [10.0, 20.0, 30.0]
+        lon = nc.createVariable("lon", "f4", ("lon",))
+        lon.units, lon.standard_name = "degrees_east", "longitude"
+        lon[:] = [0.0, 90.0]
+        count = nc.createVariable("count", "i4", ("lat", "lon"))
+        count.units = "1"
+        count[0, :] = [7, 8]
+        count[1, :] = [9, 10]  # row 2 is never written: it reads back as the default fill
+    publish([path], "unwritten")
+
+
 @pytest.fixture(scope="module")
 def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     here = tmp_path_factory.mktemp("backend")
     for name in ("ccm3", "ocean", "station", "axes"):
         shutil.copytree(catalog_root / name, here / name)
     _rotpole(here / "rotpole")
+    _ints(here / "ints")
+    _unwritten(here / "unwritten")
     return here
 
 
@@ -86,7 +171,7 @@ def same(got: xr.DataArray | xr.Variable, want: xr.DataArray | xr.Variable, what
         assert g.tolist() == w.tolist(), what
 
 
-@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "station", "rotpole"])
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "station", "rotpole", "ints"])
 def test_the_dataset_opens_as_the_files_do(url: str, root: Path, dataset: str) -> None:
     want = local(root, dataset)
     got = xr.open_dataset(f"{url}/{dataset}", engine="dstp")
@@ -113,6 +198,37 @@ def test_the_dataset_opens_as_the_files_do(url: str, root: Path, dataset: str) -
         assert got[time].dtype == want[time].dtype  # datetime64 on the standard calendar, cftime otherwise
     for key, value in want.attrs.items():
         assert str(got.attrs[key]) == str(value), key
+
+
+def test_integers_stay_integers_where_xarray_keeps_them(url: str, root: Path) -> None:
+    want = local(root, "ints")
+    got = xr.open_dataset(f"{url}/ints", engine="dstp")
+    kept = {"i64": "int64", "u8": "uint8", "i8": "int8", "u32": "uint32", "su": "uint16"}
+    floats = {"i16f": "float32", "i32m": "float64", "u16f": "float32", "i32late": "float64", "pk": "float32"}
+    assert {n: str(want[n].dtype) for n in {**kept, **floats}} == {**kept, **floats}  # the oracle's own types
+    with dstp.connect(url.removeprefix("dstp://")) as c:  # what the backend decides from
+        nullable = {a.name: a.nullable for a in c.describe("ints").attributes}
+    assert nullable == {**dict.fromkeys(kept, False), **dict.fromkeys(floats, True)}
+    for name in kept:
+        assert got[name].dtype == want[name].dtype, name
+        assert got[name].values.tolist() == want[name].values.tolist(), name  # every value, exactly
+    assert int(got.i64[0, 0, 0]) == int(want.i64[0, 0, 0]) == 2**53 + 1  # float64 would give 2**53
+    for name in floats:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+        assert np.isnan(got[name].values).any() or name == "pk", name
+    same(got.i64.isel(time=slice(1, 3), lon=slice(1, None, 2)), want.i64.isel(time=slice(1, 3), lon=slice(1, None, 2)),
+         "i64 slab")
+
+
+def test_an_unwritten_integer_element_is_refused_not_guessed(url: str, root: Path) -> None:
+    want = local(root, "unwritten")
+    assert want["count"].dtype == np.int32 and int(want["count"][2, 0]) == netCDF4.default_fillvals["i4"]
+    got = xr.open_dataset(f"{url}/unwritten", engine="dstp")
+    assert got["count"].dtype == np.int32
+    same(got["count"].isel(lat=slice(0, 2)), want["count"].isel(lat=slice(0, 2)), "written rows")
+    with pytest.raises(ValueError, match=r"count: the server sent 2 missing value\(s\).*default fill value"):
+        got["count"].load()
 
 
 def test_auxiliary_coordinates_and_the_grid_mapping_travel(url: str, root: Path) -> None:
