@@ -49,8 +49,9 @@ exit status:
 
 With -o, the records are written to .FILE.dstp-partial-<pid> beside FILE and renamed to FILE only when
 the last batch and the server's summary have arrived, so a FILE that exists is complete. An accepted
-truncated result is marked in Parquet file metadata (dstp:truncated) and the netCDF global attribute
-dstp_truncated.
+truncated result is marked in every format: a last line '# dstp-truncated: {...}' in CSV (on stdout
+too), an empty last record batch with dstp:truncated metadata in Arrow, dstp:truncated file metadata in
+Parquet, the global attribute dstp_truncated in netCDF.
 """
 
 

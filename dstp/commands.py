@@ -186,12 +186,16 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
         if out is not None:
             status = save(args, c, stream, out, finish)
         elif args.format == "csv":
-            from dstp.client._output import csv_header, csv_rows
+            from dstp.client._output import csv_header, csv_rows, csv_truncation_line
 
             sink = sys.stdout.buffer
             sink.write(csv_header(stream.schema))
+            rows = 0
             for b in stream:
                 sink.write(csv_rows(b))
+                rows += b.num_rows
+            if stream.truncated_reason is not None:  # the same last line as a saved CSV and the HTTP API's
+                sink.write(csv_truncation_line(stream.truncated_reason, rows))
             sink.flush()
             finish()
             status = truncation_status(args, stream)

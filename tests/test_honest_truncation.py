@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import dstp
+import oracle
 from dstp.server import DstpServer
 from dstp.settings import Settings
 from dstp.transport.tuning import AutoTuner
@@ -126,6 +129,67 @@ def test_cli_exits_3_and_writes_nothing_unless_allowed(capped: DstpServer, tmp_p
     assert len(complete.stdout.splitlines()) == 5001
 
 
+def _arrow_file_batches(path: Path) -> list[pa.RecordBatchWithMetadata]:
+    with pa.ipc.open_file(path) as reader:
+        return [reader.get_batch_with_custom_metadata(i) for i in range(reader.num_record_batches)]
+
+
+def _arrow_stream_batches(body: bytes) -> list[pa.RecordBatchWithMetadata]:
+    with pa.ipc.open_stream(body) as reader:
+        return list(reader.iter_batches_with_custom_metadata())
+
+
+@pytest.mark.parametrize("sql, reason", [(ROWS_CUT, "result cut at max_result_rows=5000"),
+                                         (BYTES_CUT, "result cut at max_result_bytes=30000")])
+def test_cli_csv_and_arrow_files_carry_the_http_truncation_marks(capped: DstpServer, capped_http: httpx.Client,
+                                                                 catalog_root: Path, tmp_path: Path, sql: str,
+                                                                 reason: str) -> None:
+    """An accepted cut result saved as CSV or Arrow says so in the file, with the HTTP API's own marks."""
+    csv_out, arrow_out = tmp_path / "cut.csv", tmp_path / "cut.arrow"
+    for out in (csv_out, arrow_out):
+        kept = _cli("query", sql, "--server", capped.endpoints.grpc, "-o", str(out), "--allow-truncated")
+        assert kept.returncode == 0, kept.stderr
+        assert reason in kept.stderr
+
+    # CSV: the last line is the HTTP body's trailer, byte for byte; a reader skipping comments gets the records.
+    http_csv = _body(capped_http, sql, "csv").content
+    trailer = http_csv[http_csv.rindex(b"\n# dstp-truncated: ") + 1:]
+    saved = csv_out.read_bytes()
+    assert saved.endswith(trailer), saved[-200:]
+    rows = json.loads(trailer[len(b"# dstp-truncated: "):])["truncated"]["rows"]
+    assert saved.count(b"dstp-truncated") == 1
+    frame = pd.read_csv(csv_out, comment="#")
+
+    # Arrow: a last, empty batch with the custom metadata of the HTTP stream's last batch.
+    batches = _arrow_file_batches(arrow_out)
+    http_last = _arrow_stream_batches(_body(capped_http, sql, "arrow").content)[-1]
+    last = batches[-1]
+    assert last.batch.num_rows == 0 and http_last.batch.num_rows == 0
+    assert last.custom_metadata is not None, "the Arrow file does not say it was cut"
+    assert dict(last.custom_metadata) == dict(http_last.custom_metadata)
+    assert last.custom_metadata[b"dstp:truncated_reason"] == reason.encode()
+    assert int(last.custom_metadata[b"dstp:truncated_rows"]) == rows
+    assert all(b.custom_metadata is None for b in batches[:-1])
+    table = pa.Table.from_batches([b.batch for b in batches])
+
+    # The records that did arrive are the first of the grid, as xarray reads them from the files.
+    want = oracle.open_dataset(catalog_root, "ccm3").temperature.values.ravel()[:rows]
+    assert len(frame) == table.num_rows == rows > 0
+    np.testing.assert_array_equal(table.column("temperature").to_numpy(), want)
+    np.testing.assert_array_equal(frame["temperature"].to_numpy(np.float32), want)
+
+
+def test_cli_complete_csv_and_arrow_files_carry_no_mark(capped: DstpServer, tmp_path: Path) -> None:
+    for out in (tmp_path / "whole.csv", tmp_path / "whole.arrow"):
+        done = _cli("query", UNDER, "--server", capped.endpoints.grpc, "-o", str(out), "--allow-truncated")
+        assert done.returncode == 0 and "warning" not in done.stderr, done.stderr
+    assert b"dstp-truncated" not in (tmp_path / "whole.csv").read_bytes()
+    assert len((tmp_path / "whole.csv").read_bytes().splitlines()) == 5001
+    batches = _arrow_file_batches(tmp_path / "whole.arrow")
+    assert sum(b.batch.num_rows for b in batches) == 5000
+    assert all(b.custom_metadata is None for b in batches)
+
+
 # -- HTTP -----------------------------------------------------------------------------------
 
 
@@ -203,3 +267,11 @@ def test_http_complete_results_have_no_trailer(capped_http: httpx.Client, sql: s
         assert "truncated" not in _last_line(r)
     arrow = _body(capped_http, sql, "arrow", **params)
     assert arrow.content.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+
+
+def test_cli_csv_on_stdout_ends_with_the_truncation_line(capped: DstpServer, capped_http: httpx.Client) -> None:
+    shown = _cli("query", ROWS_CUT, "--server", capped.endpoints.grpc, "--format", "csv")
+    assert shown.returncode == 3, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 1 + 5000 + 1
+    assert lines[-1] == _last_line(_body(capped_http, ROWS_CUT, "csv"))  # the HTTP API's trailer, byte for byte

@@ -13,6 +13,10 @@ it was asked for.
   (times keep their calendar and units in ``encoding``) and writes CF-1.8.
 * :func:`save_result` writes a query stream to a temporary name beside the
   target and renames it only when the result is complete.
+* A result the server cut at its ``max_result_rows``/``max_result_bytes``
+  carries the same marks whichever door wrote it (docs/web.md, "Truncated
+  results"): CSV ends with the line :func:`csv_truncation_line`, Arrow with
+  an empty record batch whose custom metadata is :func:`truncation_metadata`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -32,8 +37,8 @@ if TYPE_CHECKING:
 
     from dstp.client._stream import QueryStream
 
-__all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "partial_name", "save_result",
-           "preview_text", "write_netcdf"]
+__all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "csv_truncation_line", "partial_name",
+           "save_result", "preview_text", "truncation_metadata", "write_netcdf"]
 
 #: What ``save_result`` writes, by file extension.
 FILE_FORMATS = {".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".parquet": "parquet", ".csv": "csv",
@@ -122,6 +127,24 @@ def csv_rows(batch: pa.RecordBatch) -> bytes:
     return b"".join(out)
 
 
+def csv_truncation_line(reason: str, rows: int) -> bytes:
+    """Return the line that ends a CSV result the server cut: ``# dstp-truncated: {"truncated": {…}}``.
+
+    Byte for byte the HTTP API's trailer (``dstp.http.formats.CsvEncoder.truncated``): a comment line no
+    record can be, so one reader convention serves a saved file and an HTTP body alike.
+    """
+    notice = {"truncated": {"reason": reason, "rows": rows}}
+    return b"# dstp-truncated: " + json.dumps(notice, separators=(",", ":")).encode() + b"\n"
+
+
+def truncation_metadata(reason: str, rows: int) -> dict[str, str]:
+    """Return the custom metadata of the empty record batch that ends an Arrow result the server cut.
+
+    The HTTP API's Arrow stream ends with the same batch (``dstp.http.formats.ArrowEncoder.truncated``).
+    """
+    return {"dstp:truncated": "true", "dstp:truncated_reason": reason, "dstp:truncated_rows": str(rows)}
+
+
 # -- netCDF -----------------------------------------------------------------------------
 
 
@@ -179,7 +202,10 @@ def _write(stream: QueryStream, path: Path, kind: str, check: Callable[[], str |
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for b in counted():
                 writer.write_batch(b)
-            check()
+            reason = check()
+            if reason is not None:  # the footer's schema was fixed at the start: a last, marked batch says it
+                empty = pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)
+                writer.write_batch(empty, custom_metadata=truncation_metadata(reason, rows))
     elif kind == "parquet":
         import pyarrow.parquet as pq
 
@@ -194,7 +220,9 @@ def _write(stream: QueryStream, path: Path, kind: str, check: Callable[[], str |
             f.write(csv_header(schema))
             for b in counted():
                 f.write(csv_rows(b))
-            check()
+            reason = check()
+            if reason is not None:
+                f.write(csv_truncation_line(reason, rows))
     else:
         table = pa.Table.from_batches(list(counted()), schema=schema)
         write_netcdf(_marked(table, check()), path, time_units)
@@ -239,9 +267,12 @@ def save_result(stream: QueryStream, out: str | os.PathLike[str], *, allow_trunc
     summary arrived). On any failure — the transfer breaking, Ctrl-C, a result
     cut at a server limit without ``allow_truncated`` (TruncatedResultError,
     whose message suggests ``accept``) — the temporary file is removed and
-    ``out`` is left as it was. An accepted cut result is marked where the
-    format has room: Parquet file metadata and a netCDF global attribute
-    ``dstp_truncated``.
+    ``out`` is left as it was. An accepted cut result is marked in every
+    format: CSV ends with a ``# dstp-truncated: {…}`` line, Arrow with an
+    empty record batch whose custom metadata holds ``dstp:truncated``,
+    ``dstp:truncated_reason`` and ``dstp:truncated_rows`` (the HTTP API's
+    marks), Parquet has ``dstp:truncated`` and ``dstp:truncated_reason`` in its
+    file metadata, netCDF the global attribute ``dstp_truncated``.
     """
     from dstp.client._stream import truncation_message
 
