@@ -104,7 +104,8 @@ drop_tail <- function(path, bytes) {
 # Whether the server cut the result at max_result_rows/max_result_bytes (docs/web.md, "Truncated results"):
 # list(reason, rows, trailer_bytes) or NULL. Assembled formats say it in the X-Dstp-Truncated header; streamed
 # ones in their last line (CSV `# dstp-truncated: {...}`, JSON and NDJSON `{"truncated": {...}}`) or, for
-# Arrow, in the custom metadata of the last record batch of a stream without end-of-stream marker.
+# Arrow, in the custom metadata of the last record batch of a stream without end-of-stream marker. The body
+# is read whatever the header forecast (it is sent before the result is run): a trailer is the last word.
 truncation_of <- function(path, format, headers) {
   if (format %in% c("parquet", "nc")) {
     if (!identical(headers[[TRUNCATED_HEADER]], "true")) return(NULL)
@@ -112,7 +113,6 @@ truncation_of <- function(path, format, headers) {
     return(list(reason = headers[["x-dstp-truncated-reason"]] %||% "cut at a server limit",
                 rows = if (is.null(rows)) NULL else as.numeric(rows), trailer_bytes = 0))
   }
-  if (identical(headers[[TRUNCATED_HEADER]], "false")) return(NULL)
   if (format == "arrow") return(arrow_truncation(path))
   line <- last_line(path)
   body <- NULL

@@ -68,8 +68,15 @@ oracle <- function(sql) {
 
 # Every column equal: same class, same values bit for bit (NA and NaN apart), POSIXct in UTC and
 # equal to the microsecond.
-expect_same_records <- function(df, expected, label = "") {
+# Records in the same order, or (ordered = FALSE: a join's or a subquery's records come in no set order)
+# the same records in any order.
+expect_same_records <- function(df, expected, label = "", ordered = TRUE) {
   expect_s3_class(df, "data.frame")
+  if (!ordered && nrow(df) > 1L && length(expected)) {
+    df <- df[do.call(order, unname(as.list(df))), , drop = FALSE]
+    expected <- as.data.frame(expected, stringsAsFactors = FALSE, optional = TRUE)
+    expected <- expected[do.call(order, unname(as.list(expected))), , drop = FALSE]
+  }
   expect_identical(names(df), names(expected), label = label)
   n <- if (length(expected)) length(expected[[1L]]) else 0L
   expect_identical(nrow(df), n, label = label)

@@ -56,3 +56,31 @@ test_that("the trailer check reads only the last line", {
   expect_null(dstp:::trailer_error(f, "csv", "http://x/query"))
   expect_null(dstp:::trailer_error(f, "parquet", "http://x/query"))
 })
+
+test_that("a truncation trailer raises dstp_truncated even when the header said the result was whole", {
+  # X-Dstp-Truncated is a forecast sent before the result runs; the body's end is what happened.
+  con <- fake()
+  sql <- "select forecast from ccm3"
+  for (format in c("csv", "json", "arrow")) {
+    e <- tryCatch(dstp_query(con, sql, format = format), error = identity)
+    expect_s3_class(e, "dstp_truncated")
+    expect_s3_class(e, "dstp_limit_exceeded")
+    expect_match(conditionMessage(e), "after 2 records (result cut at max_result_rows=2)", fixed = TRUE)
+    seen <- NULL
+    df <- withCallingHandlers(dstp_query(con, sql, format = format, allow_truncated = TRUE),
+                              dstp_truncated = function(w) {
+                                seen <<- w
+                                invokeRestart("muffleWarning")
+                              })
+    expect_s3_class(seen, "dstp_warning")
+    expect_identical(df$temperature, c(201.5, 202.25), label = format)  # the trailer is not a record
+    expect_identical(attr(df, "dstp_info")$truncated, "result cut at max_result_rows=2")
+  }
+  dir <- tempfile("dl-")
+  dir.create(dir)
+  for (format in c("csv", "ndjson", "arrow")) {
+    expect_error(dstp_download(con, sql, file.path(dir, paste0("cut.", format)), format = format),
+                 class = "dstp_truncated")
+  }
+  expect_identical(list.files(dir), character())
+})
