@@ -470,28 +470,25 @@ def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
             ds.auxiliaries[WEIGHT_COLUMN] = in_memory(ds, column, metas, sizes)
             return
     latitude = _geographic_latitude(ds)
-    if isinstance(latitude, str):
-        ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {latitude}")
+    areas = _mapped_cell_areas(ds) if latitude is None else None
+    reason = latitude if isinstance(latitude, str) else areas if isinstance(areas, str) else None
+    if reason is not None:
+        ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {reason}")
         return
-    if latitude is not None:
-        dims, values, name = latitude
-        weights = np.cos(np.deg2rad(np.asarray(values, dtype=np.float64)))
-        spec = AttributeSpec(WEIGHT_COLUMN, "", dims, "1", f"cos({name}), proportional to the area of a "
-                             "latitude-longitude cell")
-        ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
-            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=weights,
-            note=f"cos({name}) in radians: proportional to the area of a cell of a regular latitude-longitude grid")
-        return
-    areas = _mapped_cell_areas(ds)
-    if isinstance(areas, str):
-        ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {areas}")
-        return
-    if areas is not None:
+    cf: tuple[tuple[str, str], ...] = ()
+    if isinstance(latitude, tuple):
+        dims, lat, name = latitude
+        values = np.cos(np.deg2rad(np.asarray(lat, dtype=np.float64)))
+        units, how = "1", f"cos({name}) in radians, proportional to the area of a latitude-longitude cell"
+    elif isinstance(areas, tuple):
         dims, values, units, how = areas
-        spec = AttributeSpec(WEIGHT_COLUMN, "", dims, units, f"cell area: {how}", (("standard_name", "cell_area"),))
-        ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
-            spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=values,
-            note=f"the cell area: {how}")
+        cf = (("standard_name", "cell_area"),)
+    else:
+        return
+    spec = AttributeSpec(WEIGHT_COLUMN, "", dims, units, f"cell area: {how}", cf)
+    ds.auxiliaries[WEIGHT_COLUMN] = AttributeColumn(
+        spec, Decoding(arrow_type=pa.float64()), pa.float64(), {}, (), role="weight", values=values,
+        note=f"the cell area: {how}")
 
 
 def _mapped_cell_areas(ds: GriddedDataset) -> tuple[tuple[str, ...], np.ndarray, str, str] | str | None:
