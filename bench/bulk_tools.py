@@ -342,11 +342,18 @@ def gridftp(place: Place, tool: str, parallel: int, source: BulkFile, out: Path,
         done = run_capped(place.client(argv), cap_s=cap_s)
     finally:
         server_cpu = reap(server)
+    return _file_run(tool, source, out, done, server_cpu, compare_bytes)
+
+
+def _file_run(tool: str, source: BulkFile, out: Path, done: Finished, server_cpu: float, compare_bytes: bool,
+              transfer_s: float | None = None) -> Run:
+    """Return the Run of a peer that wrote ``out`` (checked against ``source``), then remove ``out``; a run cut at
+    its cap counts the bytes that arrived."""
     try:
         if done.returncode == 0 and not done.interrupted:
             how, same = check_output(out, source, compare_bytes)
             return Run(tool, source.size, done.wall_s, done.cpu_s, server_cpu, True, ok=same, verified=how,
-                       identical=same)
+                       identical=same, transfer_s=transfer_s)
         got = allocated_bytes(out)
         return Run(tool, got, done.wall_s, done.cpu_s, server_cpu, False, ok=done.interrupted and got > 0,
                    detail={"error": done.stderr.strip()[-300:]} if not done.interrupted else {})
@@ -370,15 +377,8 @@ def splice_floor(place: Place, tool: str, streams: int, source: BulkFile, out: P
                                         str(out)]), cap_s=cap_s)
     finally:
         server_cpu = reap(server)
-    try:
-        if done.returncode == 0 and not done.interrupted:
-            how, same = check_output(out, source, compare_bytes)
-            return Run(tool, source.size, done.wall_s, done.cpu_s, server_cpu, True, ok=same, verified=how,
-                       identical=same, transfer_s=float(json.loads(done.stdout)["seconds"]))
-        return Run(tool, allocated_bytes(out), done.wall_s, done.cpu_s, server_cpu, False, ok=False,
-                   detail={"error": done.stderr.strip()[-300:]})
-    finally:
-        remove_output(out)
+    seconds = json.loads(done.stdout)["seconds"] if done.returncode == 0 and done.stdout.strip() else None
+    return _file_run(tool, source, out, done, server_cpu, compare_bytes, seconds)
 
 
 _GET_LINE = re.compile(r"([\d,]+) bytes → .* in ([\d.]+) s \(.* over (\w+) × (\d+)")
