@@ -152,6 +152,29 @@ class FileIdentity:
     mtime_ns: int
 
 
+def _replaced(path: Path) -> DataFileError:
+    return DataFileError(
+        f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
+        "it is not served — restart the server to publish what is there now"
+    )
+
+
+def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None:
+    """Raise DataFileError unless ``st`` is the file ``first`` saw: the same file, size and modification time.
+
+    Every read checks it — a query's and a bulk download's alike — so a file rewritten or cut short after the
+    scan is never served as the version the catalog (and a download's size and checksum) describe.
+    """
+    if (st.st_dev, st.st_ino) != (first.device, first.inode):
+        raise _replaced(path)
+    if (st.st_size, st.st_mtime_ns) != (first.size, first.mtime_ns):
+        what = "cut short" if st.st_size < first.size else "changed"
+        raise DataFileError(
+            f"{path.name} was {what} on disk after the catalog was scanned ({first.size} → {st.st_size} bytes); "
+            "restart the server to publish the new version"
+        )
+
+
 _FD_PATHS = Path("/proc/self/fd")
 
 
@@ -210,11 +233,9 @@ class FileHandles:
             seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             with self._identity_lock:
                 first = self._identity.setdefault(path, seen)
-            if (first.real, first.device, first.inode) != (seen.real, seen.device, seen.inode):
-                raise DataFileError(
-                    f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
-                    "it is not served — restart the server to publish what is there now"
-                )
+            if first.real != seen.real:
+                raise _replaced(path)
+            _refuse_changed(path, first, st)
         except BaseException:
             os.close(fd)
             raise
@@ -306,20 +327,12 @@ class FileHandles:
             self._drop(path)
             raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
         first = self.identity(path)
-        if first is not None and (st.st_dev, st.st_ino) != (first.device, first.inode):
-            self._drop(path)
-            raise DataFileError(
-                f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
-                "it is not served — restart the server to publish what is there now"
-            )
-        size, mtime = (st.st_size, st.st_mtime_ns) if first is None else (first.size, first.mtime_ns)
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
-            self._drop(path)
-            what = "cut short" if st.st_size < size else "changed"
-            raise DataFileError(
-                f"{path.name} was {what} on disk after the catalog was scanned ({size} → {st.st_size} bytes); "
-                "restart the server to publish the new version"
-            )
+        if first is not None:
+            try:
+                _refuse_changed(path, first, st)
+            except DataFileError:
+                self._drop(path)
+                raise
 
     def _drop(self, path: Path) -> None:
         if self.chunks is not None:

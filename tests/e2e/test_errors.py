@@ -166,6 +166,16 @@ def test_a_file_cut_short_while_serving_fails_loudly(tmp_path: Path) -> None:
         victim.write_bytes(data[: int(len(data) * 0.95)])  # netCDF3: the library would invent fill values
         with pytest.raises(dstp.DataFileError, match="cut short"):
             c.query("select salinity from ocean")
+        # A bulk download of it is refused too, rather than delivered short and "verified" against its own bytes.
+        copy = tmp_path / "copy.nc"
+        with pytest.raises(dstp.DataFileError, match="cut short"):
+            c.get("ocean", victim.name, copy)
+        # Rewritten in place at its old size (cp over it): another version than the catalog describes.
+        other = tmp_path / "ocean" / "ocean_2000-01.nc"
+        other.write_bytes(bytes(reversed(other.read_bytes())))
+        with pytest.raises(dstp.DataFileError, match="changed on disk"):
+            c.get("ocean", other.name, copy)
+        assert not copy.exists() and not list(tmp_path.glob("copy.nc*"))
         assert c.query("select temperature from ccm3 limit 2").num_rows == 2  # everyone else is served
     shutil.rmtree(tmp_path)
 
