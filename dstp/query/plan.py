@@ -253,6 +253,9 @@ def remote_sql(ref: DatasetRef, conditions: list[exp.Expression], columns: tuple
     names = columns if columns is not None else ref.columns()
     if not names:
         names = tuple(ds.star_columns())
+    if ref.whole:  # count(*): one record per point of the default grid, so ask for its coordinates too
+        grid = _remote_default_grid(ref)
+        names = tuple(dict.fromkeys([*names, *(c for c, d in ds.dimension_coordinates().items() if d in grid)]))
     table: exp.Expression = exp.to_identifier(ds.remote_id, quoted=True)
     if ref.strides:
         table = exp.Anonymous(this="stride", expressions=[exp.column(ds.remote_id, quoted=True), *[

@@ -96,6 +96,10 @@ def test_the_remote_dataset_answers_queries(clients) -> None:
     + " where e.lev = 500 group by w.lon",
     "select b.station_name, b.time, m.ta, m.time as mt, m.lat as mlat, m.lon as mlon from "
     "matchup(buoys as b, {grid} as m, time => interval '10 days') as mu where m.lev = 850",
+    # count(*) counts the default grid's points, whichever server holds the files
+    "select count(*) as n from {grid}",
+    "select time, count(*) as n from {grid} where lat > 0 group by time",
+    "select count(*) as n from stride({grid}, lat = 2)",
 ])
 def test_federated_query_equals_the_single_server_query(clients, sql) -> None:
     a, _ = clients
