@@ -190,7 +190,7 @@ _MACRO = re.compile(r"__dstp_\w+", re.IGNORECASE)
 
 
 def _query_error_from_duckdb(exc: Exception, q: ValidatedQuery) -> DstpError:
-    text = str(exc).split("\n")[0]
+    text = str(exc).split("\n")[0].split(". Detail: Python exception")[0]  # never a Python traceback
     text = _DUCK_PREFIX.sub("", text)
     by_index = {r.index: r.dataset.id for r in q.references}
     text = _INTERNAL.sub(lambda m: by_index.get(int(m[2]), "a dataset") if m[1] == "scan" else "the matchup", text)

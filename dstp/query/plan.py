@@ -237,6 +237,9 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
     if matchup is not None:
         columns += [index_column(d) for d in key_dims]
     if ref.remote:
+        # The other server rewrites its own calendar functions: a condition already rewritten into dstp's
+        # macros (month(time) on 360_day) is not sent; the WHERE here still applies it to what arrives.
+        conditions = [c for c in conditions if not _uses_macros(c)]
         whole = Hyperslab(grid, tuple(range(0, ds.dimensions[d].size) for d in grid))
         if matchup is not None:
             return ScanPlan(ref, grid, whole, tuple(columns), remote_sql="(decided at run time)", pushed=pushed)
@@ -245,6 +248,12 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
                         pushed=tuple(c.sql(dialect=DIALECT) for c in conditions))
     hyperslab = hyperslab_of(ds, grid, conditions, ref.strides, frozen=key_dims)
     return ScanPlan(ref, grid, hyperslab, tuple(columns), pushed=pushed)
+
+
+def _uses_macros(condition: exp.Expression) -> bool:
+    """Return whether a bound condition calls one of dstp's DuckDB macros (``__dstp_…``), which no server takes."""
+    return any(f.sql_name().lower().startswith("__dstp_") or str(f.name).lower().startswith("__dstp_")
+               for f in condition.find_all(exp.Func))
 
 
 def remote_sql(ref: DatasetRef, conditions: list[exp.Expression], columns: tuple[str, ...] | None = None) -> str:

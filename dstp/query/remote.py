@@ -71,7 +71,12 @@ class RemoteScan:
         if source is None:
             raise QueryError(f"{self.dataset.id} is served by {self.dataset.server}, which this server cannot reach")
         self.counter.queries.append(self.sql)
-        stream = source.stream(self.dataset.server, self.sql, self.dataset.token, self.cancel)
+        try:
+            stream = source.stream(self.dataset.server, self.sql, self.dataset.token, self.cancel)
+        except BaseException as exc:  # refused before any record: kept, so the query reports the server's words
+            if self.error is None:
+                self.error = exc
+            raise
         rows = 0
         try:
             for batch in stream:

@@ -47,16 +47,21 @@ def _settings(root: Path) -> Settings:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DstpServer, DstpServer, Path, Path]]:
     root_b = tmp_path_factory.mktemp("server_b")
     publish(builders.model_grid(root_b / "grid_e", years=(2000, 2001), nlat=12, nlon=16), "grid_e")
+    publish(builders.model_grid(root_b / "grid360", calendar="360_day", years=(2000,), nlat=4, nlon=4), "grid360")
     server_b = DstpServer(_settings(root_b))
     server_b.start()
     assert server_b.endpoints is not None
     root_a = tmp_path_factory.mktemp("server_a")
     shutil.copytree(root_b / "grid_e", root_a / "grid_e")
+    shutil.copytree(root_b / "grid360", root_a / "grid360")
     publish(builders.model_grid(root_a / "grid_w", calendar="standard", years=(2000, 2001), nlat=12, nlon=16,
                                 lon_west=True, time_unit="hours", lev_units="Pa", seed=8), "grid_w")
     publish(builders.buoys(root_a / "buoys", start="2000-01-01", days=700, stations=20), "buoys")
     (root_a / "grid_far").mkdir()
     (root_a / "grid_far" / "grid_far.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc))
+    (root_a / "far360").mkdir()
+    (root_a / "far360" / "far360.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc).replace(
+        'id="grid_far"', 'id="far360"').replace('dataset="grid_e"', 'dataset="grid360"'))
     server_a = DstpServer(_settings(root_a))
     try:
         server_a.start()
@@ -107,6 +112,17 @@ def test_federated_query_equals_the_single_server_query(clients, sql) -> None:
     local = a.query(sql.format(grid="grid_e"))
     assert local.num_rows > 0
     same_records(federated, local)
+
+
+@pytest.mark.parametrize("sql", [
+    "select time, lat, lon, ta from {grid} where month(time) = 2 and day(time) > 10 and lev = 500",
+    "select month(time) as m, count(*) as n from {grid} where dayofyear(time) > 300 group by m",
+])
+def test_calendar_functions_on_a_remote_360_day_grid_equal_the_local_ones(clients, sql) -> None:
+    a, _ = clients
+    local = a.query(sql.format(grid="grid360"))
+    assert local.num_rows > 0
+    same_records(a.query(sql.format(grid="far360")), local)
 
 
 def _run(root: Path, sql: str) -> tuple[pa.Table, QueryExecution]:
@@ -170,3 +186,30 @@ def test_a_matchup_pulls_only_the_box_its_records_need(servers, clients) -> None
     b.query(sent)
     assert b.last_summary["elements_read"] < whole / 10
     assert table.num_rows > 0
+
+
+class _RefusingSource(ClientRemoteSource):
+    """The real source, whose other server refuses every query at once (a fault through the RemoteSource seam)."""
+
+    def stream(self, server: str, sql: str, token: str | None, cancel: object) -> object:
+        from dstp.errors import LimitExceededError
+
+        raise LimitExceededError(f"{server} answered: the server is running its maximum of 8 queries")
+
+
+def test_a_remote_refusal_reaches_the_user_in_the_other_servers_words(servers) -> None:
+    _, _, root_a, _ = servers
+    catalog = Catalog.scan(root_a)
+    source = _RefusingSource()
+    catalog.attach_remote_source(source)
+    try:
+        from dstp.errors import LimitExceededError
+
+        with pytest.raises(LimitExceededError) as info:
+            prepared = prepare_query("select lat, ta from grid_far where lat > 50", catalog, Settings())
+            list(QueryExecution(prepared, Settings()).batches())
+        assert "answered: the server is running its maximum of 8 queries" in str(info.value)
+        assert "registered" not in str(info.value) and "Traceback" not in str(info.value)
+    finally:
+        source.close()
+        catalog.close()
