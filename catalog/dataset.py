@@ -169,6 +169,10 @@ class GriddedDataset:
         """Return {coordinate column: dimension} of the monotonic 1-D coordinates (what nearest matching needs)."""
         return {c.name: c.dimension for c in self.coordinates.values() if c.dimension and c.monotonic != 0}
 
+    def declared_keys(self) -> dict[str, str]:
+        """Return {column: correlation key} as the descriptor declares them."""
+        return {k.column: k.name for k in self.descriptor.correlation_keys}
+
     def key_info(self, name: str) -> ColumnTraits:
         """Return the units, CF attributes, axis, calendar and value range of column ``name``."""
         coord = self.coordinates.get(name)

@@ -182,6 +182,10 @@ class RemoteDataset:
         return {c.name: c.dimensions[0] for c in self.schema().columns
                 if c.role == "dimension" and len(c.dimensions) == 1}
 
+    def declared_keys(self) -> dict[str, str]:
+        """Return {column: correlation key} as the other server's descriptor declares them."""
+        return {column: key for key, column in self.schema().keys}
+
     def key_info(self, name: str) -> ColumnTraits:
         column = self._column(name)
         is_time = column.calendar is not None

@@ -90,7 +90,7 @@ def _key_of(name: str, units: str | None, cf: dict[str, Any], axis: str | None, 
 
 def column_meta(dataset: "GriddedDataset | RemoteDataset", name: str, ref: "DatasetRef | None") -> ColumnMeta:
     """Return the meta of one column of a dataset (local or remote) as a source offers it."""
-    declared = {k.column: k.name for k in dataset.descriptor.correlation_keys}
+    declared = dataset.declared_keys()
     info = dataset.key_info(name)
     key = _key_of(name, info.units, info.cf, info.axis, declared.get(name), info.calendar is not None)
     return ColumnMeta(name, info.calendar, info.iso, key, info.units, info.value_range,

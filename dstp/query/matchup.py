@@ -209,8 +209,8 @@ def choose_keys(spec: MatchupSpec, left_metas: dict[str, ColumnMeta], sql: str) 
                                + f"; leave {option} => out, or write {option} => 'none'", sql, spec.node)
             continue
         if len(left) > 1:
-            declared = [m for m in left if m.origin is not None and any(
-                k.column == m.origin[1] and k.name == kind for k in m.origin[0].dataset.descriptor.correlation_keys)]
+            declared = [m for m in left if m.origin is not None
+                        and m.origin[0].dataset.declared_keys().get(m.origin[1]) == kind]
             left = declared[:1] if len(declared) == 1 else left
         if len(left) > 1:
             names = ", ".join(m.name for m in left)

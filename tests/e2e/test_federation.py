@@ -43,22 +43,50 @@ def _settings(root: Path) -> Settings:
     return Settings(catalog_root=root, port=0, http_port=-1, data_port=-1, udt_port=-1, batch_rows=2000)
 
 
+def _pressure_obs(folder: Path) -> Path:
+    """Write CF point records whose vertical key, pres (hPa, axis Z), only the descriptor names as a key."""
+    import netCDF4
+
+    folder.mkdir()
+    path = folder / "obs.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.featureType = "point"
+        nc.createDimension("obs", 4)
+        for name, units, std, values in (("time", "days since 2000-01-01", "time", [20.0, 75.0, 300.0, 500.0]),
+                                         ("lat", "degrees_north", "latitude", [-40.0, 5.0, 25.0, 60.0]),
+                                         ("lon", "degrees_east", "longitude", [10.0, 100.0, 170.0, 300.0]),
+                                         ("pres", "hPa", "air_pressure", [950.0, 550.0, 700.0, 300.0])):
+            v = nc.createVariable(name, "f8", ("obs",))
+            v.units, v.standard_name = units, std
+            v[:] = values
+        nc["pres"].axis, nc["pres"].positive = "Z", "down"
+        val = nc.createVariable("val", "f4", ("obs",))
+        val.coordinates = "time lat lon pres"
+        val[:] = [1.0, 2.0, 3.0, 4.0]
+    return path
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DstpServer, DstpServer, Path, Path]]:
     root_b = tmp_path_factory.mktemp("server_b")
     publish(builders.model_grid(root_b / "grid_e", years=(2000, 2001), nlat=12, nlon=16), "grid_e")
     publish(builders.model_grid(root_b / "grid360", calendar="360_day", years=(2000,), nlat=4, nlon=4), "grid360")
+    publish([_pressure_obs(root_b / "obs")], "obs")
     server_b = DstpServer(_settings(root_b))
     server_b.start()
     assert server_b.endpoints is not None
     root_a = tmp_path_factory.mktemp("server_a")
     shutil.copytree(root_b / "grid_e", root_a / "grid_e")
     shutil.copytree(root_b / "grid360", root_a / "grid360")
+    shutil.copytree(root_b / "obs", root_a / "obs")
     publish(builders.model_grid(root_a / "grid_w", calendar="standard", years=(2000, 2001), nlat=12, nlon=16,
                                 lon_west=True, time_unit="hours", lev_units="Pa", seed=8), "grid_w")
     publish(builders.buoys(root_a / "buoys", start="2000-01-01", days=700, stations=20), "buoys")
     (root_a / "grid_far").mkdir()
     (root_a / "grid_far" / "grid_far.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc))
+    (root_a / "obs_far").mkdir()
+    (root_a / "obs_far" / "obs_far.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc).replace(
+        'id="grid_far"', 'id="obs_far"').replace('dataset="grid_e"', 'dataset="obs"'))
     (root_a / "far360").mkdir()
     (root_a / "far360" / "far360.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc).replace(
         'id="grid_far"', 'id="far360"').replace('dataset="grid_e"', 'dataset="grid360"'))
@@ -186,6 +214,16 @@ def test_a_matchup_pulls_only_the_box_its_records_need(servers, clients) -> None
     b.query(sent)
     assert b.last_summary["elements_read"] < whole / 10
     assert table.num_rows > 0
+
+
+def test_a_remote_records_dataset_keeps_the_correlation_keys_its_server_declares(clients) -> None:
+    # pres is the vertical key because B's descriptor says so; through A it must stay one: a matchup gives each
+    # record its nearest level, as with the same records served locally, not one row per level.
+    a, _ = clients
+    sql = "select b.val, m.lev, m.ta from matchup({obs} as b, grid_e as m) as mu order by b.val"
+    local = a.query(sql.format(obs="obs"))
+    assert local.num_rows == 4
+    same_records(a.query(sql.format(obs="obs_far")), local)
 
 
 class _RefusingSource(ClientRemoteSource):
