@@ -198,6 +198,7 @@ HOSTILE = [
     ("select temperature from ccm3 order by 1e300", "QueryError", "position from 1 to 1"),
     ("select temperature from ccm3 tablesample 5 rows repeatable (1e300)", "QueryError", "seed"),
     ("select temperature from stride(ccm3, lat = 99999999999999999999999)", "QueryError", "too large"),
+    ("select temperature from ccm3 where temperature > " + "7" * 5000, "QueryError", "e4999"),  # beyond Python's int()
     ("select temperature + 170141183460469231731687303715884105727 from ccm3", "QueryError", "1.7e38"),
     ("select cast(temperature as decimal(50, 2)) from ccm3", "QueryError", "38"),
     ("select temperature::hugeint from ccm3", "ForbiddenQueryError", "cast"),

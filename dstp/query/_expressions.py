@@ -111,12 +111,16 @@ def check_integers(tree: exp.Expression, sql: str) -> None:
         text = literal.this.replace("_", "") if isinstance(literal.this, str) else ""
         if literal.is_string or not text.isdigit():
             continue
-        if int(text) > INT64_MAX:
+        digits = text.lstrip("0") or "0"
+        # By length first: Python refuses int() of more than 4,300 digits, and the answer is plain anyway.
+        if len(digits) > len(str(INT64_MAX)) or int(digits) > INT64_MAX:
             shown = text if len(text) <= 24 else text[:20] + "…"
+            exponent = f"{float(digits):.3g}".replace("e+", "e") if len(digits) < 300 else \
+                f"{digits[0]}.{digits[1:3]}".rstrip("0").rstrip(".") + f"e{len(digits) - 1}"
             raise error_at(
                 QueryError,
                 f"the whole number {shown} is too large (at most {INT64_MAX}); "
-                f"for a real number write it with an exponent, e.g. {float(text):.3g}".replace("e+", "e"),
+                f"for a real number write it with an exponent, e.g. {exponent}",
                 sql,
                 literal,
             )
