@@ -20,6 +20,9 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from dstp.errors import ProtocolError
 
 __all__ = ["CATALOG", "SCHEMA", "MESSAGES", "pack", "sql_info_table", "tables_table", "unpack"]
 
@@ -80,7 +83,11 @@ def pack(name: str, **fields: Any) -> bytes:
 
 
 def unpack(data: bytes) -> tuple[str, Any] | None:
-    """Return (message name, message) of a Flight SQL ``Any``, or None when ``data`` is not one of them."""
+    """Return (message name, message) of a Flight SQL ``Any``, or None when ``data`` is not one of them.
+
+    The message is None for a Flight SQL message dstp does not know; a known one whose fields do not
+    decode raises :class:`~dstp.errors.ProtocolError` saying which.
+    """
     holder = any_pb2.Any()
     try:
         holder.ParseFromString(data)
@@ -94,7 +101,13 @@ def unpack(data: bytes) -> tuple[str, Any] | None:
     if cls is None:
         return name, None
     message = cls()
-    holder.Unpack(message)
+    try:
+        holder.Unpack(message)
+    except DecodeError:
+        # protobuf's own words name field types and encodings, not what the sender can change
+        raise ProtocolError(f"the Flight SQL {name} is malformed: its fields do not decode (a string that is "
+                            "not UTF-8, or bytes cut short); send it as a Flight SQL client (ADBC) encodes it, "
+                            "or put the query in the descriptor's command as plain UTF-8 text") from None
     return name, message
 
 

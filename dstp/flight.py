@@ -10,6 +10,8 @@ service API and back.
     GetFlightInfo(path = [id])         the same for ``select * from id``
     GetSchema(cmd | path)              service.prepare(sql).schema, no ticket issued
     DoGet(ticket)                      service.open_source(ticket): the records as they are produced
+    DoAction / ListActions             Flight SQL prepared statements (the handle is the SQL text)
+    DoPut, DoExchange                  refused: dstp serves published datasets read-only
 
 A command is the SQL text, or a Flight SQL ``Any`` (:mod:`dstp._flight_sql`):
 ``CommandStatementQuery`` and prepared statements (whose handle is the SQL),
@@ -26,12 +28,19 @@ Flight server middleware (``authorization: Bearer <token>``), never parsed
 below. Errors become Flight errors carrying the dstp code
 (``[dstp:unknown_column] …``); a result cut at a server limit ends with
 an error after its last batch, as the gRPC client raises TruncatedResultError.
+
+No method lets out anything but what :func:`flight_error` gives: pyarrow
+sends any other exception to the client as a Python traceback with this
+server's file paths. GetSchema is the exception pyarrow makes (its callback
+does not catch Flight errors, pyarrow/_flight.pyx ``_get_schema``);
+:func:`_schema_refusal` works around it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import traceback
 import uuid
 from typing import Any, Callable, Iterator
 
@@ -42,7 +51,7 @@ from dstp import __version__
 from dstp import _flight_sql as sql_
 from dstp.auth import ANONYMOUS, Principal
 from dstp.auth.tls import TlsMaterial
-from dstp.errors import DstpError, QueryError, ServerError, TicketError
+from dstp.errors import DstpError, MethodNotAllowedError, ProtocolError, QueryError, ServerError, TicketError
 from dstp.service import DstpService
 from dstp.transport.sources import QuerySource
 from dstp.transport.tickets import TICKET_LENGTH, check_proof, fetch_proof
@@ -56,12 +65,18 @@ META_TICKET = b"dstp-flight-sql-meta:"
 AUTH_MIDDLEWARE = "dstp-auth"
 
 
+def _dstp_error(exc: BaseException) -> DstpError:
+    """Return ``exc`` when it is a dstp error, else a ServerError naming an incident logged with its traceback."""
+    if isinstance(exc, DstpError):
+        return exc
+    incident = uuid.uuid4().hex[:12]
+    log.error("incident %s: unexpected error", incident, exc_info=exc)
+    return ServerError(f"unexpected server error (incident {incident}); the server log has the details")
+
+
 def flight_error(exc: BaseException) -> Exception:
     """Return the Flight error a dstp error (or a surprise) becomes; the message starts with its code."""
-    if not isinstance(exc, DstpError):
-        incident = uuid.uuid4().hex[:12]
-        log.error("incident %s: unexpected error", incident, exc_info=exc)
-        exc = ServerError(f"unexpected server error (incident {incident}); the server log has the details")
+    exc = _dstp_error(exc)
     message = f"[dstp:{exc.code}] {exc.message}"
     status = exc.grpc_status
     if status == "UNAUTHENTICATED":
@@ -76,9 +91,75 @@ def flight_error(exc: BaseException) -> Exception:
         return fl.FlightCancelledError(message)
     if status == "INTERNAL":
         return fl.FlightInternalError(message)
-    # Flight has no error class for INVALID_ARGUMENT or NOT_FOUND (pyarrow's ArrowInvalid would carry the
-    # server's Python traceback to the client): the code travels in the message instead.
+    # Flight has no error class for INVALID_ARGUMENT, NOT_FOUND or UNIMPLEMENTED (pyarrow's ArrowInvalid would
+    # carry the server's Python traceback to the client): the code travels in the message instead.
     return fl.FlightServerError(message)
+
+
+# -- GetSchema's errors ------------------------------------------------------------------------------
+#
+# pyarrow's GetSchema callback (unlike every other Flight callback) does not catch Flight errors: whatever
+# get_schema raises becomes a status whose detail is ``"Python exception: " + traceback.format_exception(...)``
+# of it (arrow/python/common.cc, PythonErrorDetail), and that detail is sent to the client. dstp raises a
+# _SchemaRefusal there instead: its message is the dstp message, its Python base picks the status pyarrow
+# maps it to (ValueError: INVALID_ARGUMENT, KeyError: NOT_FOUND, NotImplementedError: UNIMPLEMENTED,
+# others UNKNOWN), and traceback.format_exception renders it as its dstp code alone, so the detail reads
+# "Python exception: [dstp:syntax_error]". Every other exception formats exactly as before.
+
+
+class _SchemaRefusal(Exception):
+    """A GetSchema error as the client sees it; ``str()`` is the dstp message."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0])
+
+
+class _InvalidSchemaRequest(_SchemaRefusal, ValueError):
+    pass
+
+
+class _SchemaNotFound(_SchemaRefusal, KeyError):
+    pass
+
+
+class _SchemaNotImplemented(_SchemaRefusal, NotImplementedError):
+    pass
+
+
+_SCHEMA_REFUSALS: dict[str, type[_SchemaRefusal]] = {
+    "INVALID_ARGUMENT": _InvalidSchemaRequest,
+    "NOT_FOUND": _SchemaNotFound,
+    "UNIMPLEMENTED": _SchemaNotImplemented,
+}
+_format_lock = threading.Lock()
+
+
+def _schema_refusal(exc: BaseException) -> _SchemaRefusal:
+    """Return the exception get_schema raises for ``exc``: the dstp message, no traceback on the wire."""
+    with _format_lock:
+        if not getattr(traceback.format_exception, "_dstp_schema_refusal", False):
+            traceback.format_exception = _refusal_format(traceback.format_exception)  # type: ignore[assignment]
+    err = _dstp_error(exc)
+    return _SCHEMA_REFUSALS.get(err.grpc_status, _SchemaRefusal)(f"[dstp:{err.code}] {err.message}", err.code)
+
+
+def _refusal_format(format_exception: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    """Return ``traceback.format_exception`` that renders a _SchemaRefusal as its code and the rest as before."""
+
+    def formatted(exc: Any, /, *args: Any, **kwargs: Any) -> list[str]:
+        value = args[0] if args else kwargs.get("value", exc)
+        if isinstance(value, _SchemaRefusal):
+            return [f"[dstp:{value.code}]"]
+        return format_exception(exc, *args, **kwargs)
+
+    formatted._dstp_schema_refusal = True  # type: ignore[attr-defined]
+    formatted.__wrapped__ = format_exception  # type: ignore[attr-defined]
+    formatted.__doc__ = format_exception.__doc__
+    return formatted
 
 
 class _Identity(fl.ServerMiddleware):  # type: ignore[misc]
@@ -96,7 +177,7 @@ class _IdentityFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
         values = headers.get("authorization") or headers.get("Authorization") or []
         try:
             return _Identity(self.authenticate(values[0] if values else None))
-        except DstpError as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure leaves as a Flight error
             raise flight_error(exc) from None
 
 
@@ -151,7 +232,12 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         if name == "CommandStatementQuery":
             return "sql", message.query
         if name == "CommandPreparedStatementQuery":
-            return "sql", message.prepared_statement_handle.decode("utf-8")
+            try:
+                return "sql", message.prepared_statement_handle.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ProtocolError("this prepared statement handle is not one dstp issued (dstp's handle is the "
+                                    "query's UTF-8 text); send the handle CreatePreparedStatement returned, "
+                                    "unchanged") from None
         if name in ("CommandGetCatalogs", "CommandGetDbSchemas", "CommandGetTables", "CommandGetTableTypes",
                     "CommandGetSqlInfo"):
             return "meta", (name, message)
@@ -200,7 +286,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 return fl.SchemaResult(self._meta_table(name, message, principal).schema)
             return fl.SchemaResult(self.service.prepare(payload, principal).schema)
         except Exception as exc:  # noqa: BLE001
-            raise flight_error(exc) from None
+            raise _schema_refusal(exc) from None  # not flight_error(exc): see _SchemaRefusal
 
     # -- data -------------------------------------------------------------------------------------
 
@@ -209,9 +295,13 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             principal = self._principal(context)
             data = ticket.ticket
             if data.startswith(META_TICKET):
-                found = sql_.unpack(data[len(META_TICKET):])
+                damaged = TicketError("this Flight ticket is damaged; ask GetFlightInfo for a new one")
+                try:
+                    found = sql_.unpack(data[len(META_TICKET):])
+                except ProtocolError:
+                    raise damaged from None
                 if found is None or found[1] is None:
-                    raise TicketError("this Flight ticket is damaged; ask GetFlightInfo for a new one")
+                    raise damaged
                 return fl.RecordBatchStream(self._meta_table(found[0], found[1], principal))
             token, proof = data[:TICKET_LENGTH], data[TICKET_LENGTH:]
             cancel = threading.Event()
@@ -225,27 +315,59 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         except Exception as exc:  # noqa: BLE001
             raise flight_error(exc) from None
 
+    def do_put(self, context: fl.ServerCallContext, descriptor: fl.FlightDescriptor,
+               reader: fl.MetadataRecordBatchReader, writer: fl.FlightMetadataWriter) -> None:
+        raise flight_error(MethodNotAllowedError(
+            "dstp does not accept uploads: DoPut is not supported (dstp serves published datasets read-only; "
+            "Flight SQL updates and bulk ingest are refused too). Ask with GetFlightInfo and fetch with DoGet; "
+            "to add data, publish its files on the server (`dstp publish`)"))
+
+    def do_exchange(self, context: fl.ServerCallContext, descriptor: fl.FlightDescriptor,
+                    reader: fl.MetadataRecordBatchReader, writer: fl.MetadataRecordBatchWriter) -> None:
+        raise flight_error(MethodNotAllowedError(
+            "dstp does not accept uploads: DoExchange is not supported. Ask with GetFlightInfo (the SQL text, "
+            "or a dataset path) and fetch the records with DoGet"))
+
     # -- Flight SQL prepared statements (the handle is the SQL text) ------------------------------
 
+    ACTIONS = (("CreatePreparedStatement", "Validate a query; the handle is its text (Flight SQL)"),
+               ("ClosePreparedStatement", "Forget a prepared statement (nothing is held)"))
+
     def list_actions(self, context: fl.ServerCallContext) -> list[tuple[str, str]]:
-        return [("CreatePreparedStatement", "Validate a query; the handle is its text (Flight SQL)"),
-                ("ClosePreparedStatement", "Forget a prepared statement (nothing is held)")]
+        return list(self.ACTIONS)  # nothing here can fail
 
     def do_action(self, context: fl.ServerCallContext, action: fl.Action) -> Iterator[bytes]:
         try:
-            found = sql_.unpack(action.body.to_pybytes())
-            if action.type == "CreatePreparedStatement" and found and found[0] == "ActionCreatePreparedStatementRequest":
-                query = found[1].query
+            if action.type == "CreatePreparedStatement":
+                body = action.body.to_pybytes() if action.body is not None else b""
+                query = _prepared_statement_query(body)
                 schema = self.service.prepare(query, self._principal(context)).schema
                 yield sql_.pack("ActionCreatePreparedStatementResult", prepared_statement_handle=query.encode(),
                                 dataset_schema=schema.serialize().to_pybytes())
                 return
             if action.type == "ClosePreparedStatement":
                 return
-            raise QueryError(f"the Flight action {action.type!r} is not supported by dstp; "
-                             "actions are CreatePreparedStatement and ClosePreparedStatement")
+            names = " and ".join(name for name, _ in self.ACTIONS)
+            raise QueryError(f"the Flight action {action.type!r} is not supported by dstp; actions are {names}")
         except Exception as exc:  # noqa: BLE001
             raise flight_error(exc) from None
+
+
+def _prepared_statement_query(body: bytes) -> str:
+    """Return the query of a CreatePreparedStatement body, or raise ProtocolError saying what is wrong with it."""
+    request = "ActionCreatePreparedStatementRequest"
+    found = sql_.unpack(body)
+    if found is not None and found[0] == request:
+        return str(found[1].query)
+    if not body:
+        what = "it is empty"
+    elif found is None:
+        what = "it is not a Flight SQL message (a protobuf Any of arrow.flight.protocol.sql)"
+    else:
+        what = f"it holds a Flight SQL {found[0]}"
+    raise ProtocolError(f"the body of the Flight action CreatePreparedStatement is malformed: {what}. It must be "
+                        f"a protobuf Any holding a Flight SQL {request} whose query is the SQL (Flight SQL clients "
+                        "such as ADBC send that); or skip preparing: GetFlightInfo with the SQL text as the command")
 
 
 def _batches(source: QuerySource, context: fl.ServerCallContext, cancel: threading.Event) -> Iterator[pa.RecordBatch]:
@@ -266,7 +388,7 @@ def _batches(source: QuerySource, context: fl.ServerCallContext, cancel: threadi
             raise flight_error(TruncatedResultError(
                 f"the result is incomplete: the server stopped it after {summary.rows:,} records "
                 f"({summary.truncated_reason}); narrow the query (WHERE on coordinates, stride(), LIMIT)"))
-    except (fl.FlightError, pa.ArrowException):
+    except fl.FlightError:
         raise
     except Exception as exc:  # noqa: BLE001
         raise flight_error(exc) from None
