@@ -60,6 +60,21 @@ GRPC_CHUNK = 2 * 2**20  # file bytes per FileChunk message
 fetch_response_bytes = codec.fetch_response_bytes
 
 
+#: UTF-8 bytes of an error message sent in a status: gRPC percent-encodes it into a header (up to 3× as long)
+#: that clients refuse past 8 KiB of metadata (a soft limit; 16 KiB hard), so a message quoting a long literal is cut.
+STATUS_MESSAGE_BYTES = 2048
+
+
+def status_message(message: str) -> str:
+    """Return ``message`` short enough for a gRPC status: its start and end, the middle cut and said so."""
+    raw = message.encode()
+    if len(raw) <= STATUS_MESSAGE_BYTES:
+        return message
+    head = raw[: STATUS_MESSAGE_BYTES * 3 // 4].decode(errors="ignore")
+    tail = raw[-(STATUS_MESSAGE_BYTES // 5):].decode(errors="ignore")
+    return f"{head} … [{len(raw) - len(head.encode()) - len(tail.encode()):,} bytes of this message cut] … {tail}"
+
+
 @contextlib.contextmanager
 def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
     """Translate dstp errors (and surprises) into gRPC statuses with metadata."""
@@ -73,7 +88,7 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         if retry is not None:  # back-pressure: when trying again may succeed (whole seconds, as HTTP's header)
             metadata.append(("retry-after", str(max(1, math.ceil(retry)))))
         context.set_trailing_metadata(tuple(metadata))
-        context.abort(getattr(grpc.StatusCode, exc.grpc_status), exc.message)
+        context.abort(getattr(grpc.StatusCode, exc.grpc_status), status_message(exc.message))
     except grpc.RpcError:
         raise
     except Exception:  # noqa: BLE001 - the last line of defence for clients

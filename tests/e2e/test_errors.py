@@ -201,3 +201,15 @@ def test_run_sends_the_plan_then_what_fetch_sends(server) -> None:
             list(stub.Run(pb.QueryRequest(sql="select nosuch from ccm3")))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert dict(info.value.trailing_metadata())["dstp-error-code"] == "unknown_column"
+
+
+@pytest.mark.parametrize("filler", ["x", "é"], ids=["ascii", "non-ascii"])
+def test_an_error_quoting_a_long_literal_arrives_as_dstps_error(client, filler: str) -> None:
+    # The message quotes the literal; whole, it would pass gRPC's 16 KiB metadata limit and the client would get
+    # gRPC's own "metadata size exceeds hard limit" instead of the error.
+    sql = "select lat from ccm3 where time = '" + filler * 16000 + "'"
+    with pytest.raises(dstp.QueryError) as info:
+        client.query(sql)
+    text = str(info.value)
+    assert "bytes of this message cut" in text and "metadata size" not in text
+    assert "is not a date" in text  # the validator's own words, start and end kept
