@@ -169,6 +169,7 @@ class DstpServer:
             handler = open_audit_file(s.audit_log)
             self._undo.append(lambda: close_audit_file(handler))
         self.authenticator = Authenticator.from_settings(s, (ds.descriptor for ds in catalog), self.clock)
+        self.service.revalidate = self.authenticator.revalidate
         if not self.authenticator.allow_anonymous:
             log.info("requests need a token (allow_anonymous=%s); tokens: %s%s", s.allow_anonymous,
                      self.authenticator.tokens.path if self.authenticator.tokens else "none",

@@ -36,10 +36,11 @@ class Authenticator:
     """Turns the credential of a request into a :class:`Principal`."""
 
     def __init__(self, *, allow_anonymous: bool, tokens: TokenStore | None = None,
-                 oidc: OidcVerifier | None = None) -> None:
+                 oidc: OidcVerifier | None = None, clock: Callable[[], float] = time.time) -> None:
         self.allow_anonymous = allow_anonymous
         self.tokens = tokens
         self.oidc = oidc
+        self.clock = clock
 
     @classmethod
     def from_settings(cls, settings: Settings, descriptors: Iterable[AccessRule],
@@ -55,7 +56,7 @@ class Authenticator:
                                 jwks_url=settings.oidc_jwks_url, user_claim=settings.oidc_user_claim,
                                 groups_claim=settings.oidc_groups_claim, clock=clock)
         store = TokenStore(settings.token_store or default_token_store(), clock)
-        return cls(allow_anonymous=anonymous, tokens=store, oidc=oidc)
+        return cls(allow_anonymous=anonymous, tokens=store, oidc=oidc, clock=clock)
 
     def authenticate(self, authorization: str | None) -> Principal:
         """Return the principal of an ``Authorization`` value (``Bearer <token>``; None when absent)."""
@@ -68,12 +69,25 @@ class Authenticator:
             raise AuthenticationError("the Authorization header must read 'Bearer <token>'")
         return self.verify(credential.strip())
 
+    def revalidate(self, principal: Principal) -> None:
+        """Raise AuthenticationError if the credential ``principal`` was verified from is no longer valid.
+
+        For what outlives the request that presented it: a ticket redeemed on a data channel, which carries
+        no credential of its own, must stop working when its token is revoked or its credential expires.
+        """
+        if not principal.authenticated:
+            return
+        if principal.via == "token" and self.tokens is not None:
+            self.tokens.active(principal.credential)
+        if principal.expires is not None and self.clock() >= principal.expires:
+            raise AuthenticationError(f"the credential of {principal.name} expired; authenticate again")
+
     def verify(self, token: str) -> Principal:
         """Return the principal of a bearer token (API token or JWT); AuthenticationError if not valid."""
         if token.startswith(TOKEN_PREFIX) and self.tokens is not None:
             record = self.tokens.verify(token)
             return Principal(record.user, frozenset(record.groups), authenticated=True, via="token",
-                             credential=record.id)
+                             credential=record.id, expires=record.expires)
         if token.count(".") == 2:
             if self.oidc is None:
                 raise AuthenticationError("this server does not accept JWTs (it has no oidc_issuer); "

@@ -114,4 +114,4 @@ class OidcVerifier:
             groups = ()
         user = str(claims[self.user_claim])
         return Principal(user, frozenset(str(g) for g in groups), authenticated=True, via="oidc",
-                         credential=f"{self.issuer}#{claims.get('sub', user)}")
+                         credential=f"{self.issuer}#{claims.get('sub', user)}", expires=float(claims["exp"]) + LEEWAY_S)

@@ -26,6 +26,8 @@ class Principal:
     via: str = ""
     #: Which credential: the token id, or the JWT's issuer and subject; "" when anonymous.
     credential: str = ""
+    #: When the credential stops being valid (a JWT's ``exp``, a token's expiry; seconds since 1970), or None.
+    expires: float | None = None
 
     @property
     def key(self) -> str:

@@ -168,6 +168,18 @@ class TokenStore:
             raise AuthenticationError(
                 "the token was not accepted: it is not one this server issued (a typo, or another server's?); "
                 "ask the server's operator for one (dstp token create)")
+        return self._active(record)
+
+    def active(self, token_id: str) -> TokenRecord:
+        """Return the record of token ``token_id`` if it is still active (not revoked, not expired, still in the
+        store); AuthenticationError saying why otherwise. For what a credential already verified still may do."""
+        record = self._load().get(token_id)
+        if record is None:
+            raise AuthenticationError(f"token {token_id} is no longer in the server's token store; "
+                                      "ask the server's operator for a new one")
+        return self._active(record)
+
+    def _active(self, record: TokenRecord) -> TokenRecord:
         now = self.clock()
         if record.revoked is not None:
             raise AuthenticationError(f"token {record.id} was revoked on {_when(record.revoked)}; "

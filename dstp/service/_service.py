@@ -54,6 +54,9 @@ class DstpService:
         self.access = Access(catalog, clock)
         self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: Checks that the credential a principal was verified from still holds (revoked, expired): set by the
+        #: server assembly to the authenticator's, so a ticket stops working with its token (AuthenticationError).
+        self.revalidate: Callable[[Principal], None] = lambda principal: None
 
     # -- channels -----------------------------------------------------------------------
 
@@ -160,6 +163,8 @@ class DstpService:
                                   "ticket can redeem it (it proves so with the offer's key; proto/README.md)")
 
         ticket, grant = self.offers.claim(token, kind, check)
+        # A data channel carries no credential: the one the ticket was issued for must still be valid now.
+        self.revalidate(grant.principal)
         subject = grant.subject
         # Checked again where the data leaves, for the principal the ticket was issued to.
         dataset_ids = subject.prepared.query.dataset_ids if isinstance(subject, QueryHandle) \

@@ -14,6 +14,10 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
+import dstp
+from authcase import BEFORE
+from dstp.auth import TokenStore
+
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
@@ -78,3 +82,21 @@ def test_offers_of_a_tls_server_seal_the_data_channels(stub: pb_grpc.DstpStub, t
     ciphers = {o.kind: o.cipher for o in reply.offers}
     assert ciphers == {pb.CHANNEL_KIND_GRPC_STREAM: "", pb.CHANNEL_KIND_STRIPED_TCP: "aes-256-gcm"}
     assert len({o.key for o in reply.offers}) == 2  # one key per ticket
+
+
+def test_a_ticket_stops_working_when_its_token_is_revoked(auth_server: DstpServer, tokens: Any, tls: Any) -> None:
+    # A data channel carries no credential: the ticket must check the one it was issued for when redeemed.
+    # (Over gRPC the records come in the call that presented the token: nothing is left to redeem later.)
+    store = TokenStore(tokens.path, clock=lambda: BEFORE - 86400)
+    erin = store.create("erin", ["polar"])
+    with dstp.Client(auth_server.endpoints.grpc, token=erin.secret, tls=True, ca_file=str(tls.cert_path)) as c:
+        planned = c.plan
+
+        def plan_then_revoke(*args: Any, **kwargs: Any) -> Any:
+            info = planned(*args, **kwargs)  # the ticket is issued; the operator revokes the token now
+            store.revoke(erin.record.id)
+            return info
+
+        c.plan = plan_then_revoke  # type: ignore[method-assign]
+        with pytest.raises(dstp.AuthenticationError, match=f"token {erin.record.id} was revoked"):
+            c.query("select salinity from polar where lat > 60", transport="striped")
