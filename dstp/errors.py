@@ -342,7 +342,7 @@ class DataFileError(CatalogError):
 
 
 class MethodNotAllowedError(DstpError):
-    """HTTP: the path does not take that method (``PUT /query``)."""
+    """The endpoint does not take that method: HTTP (``PUT /query``), Flight (DoPut, DoExchange)."""
 
     grpc_status = "UNIMPLEMENTED"
     http_status = 405
