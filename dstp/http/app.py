@@ -23,7 +23,6 @@ the datasets it may read. ``docs/security-auth.md`` describes logging in.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
 import socket
@@ -60,7 +59,15 @@ from dstp.http.error_responses import (
     openapi_errors,
     validation_error,
 )
-from dstp.http.formats import FORMATS, assemble, check_gridded, encoder_for, result_filename
+from dstp.http.formats import (
+    FORMATS,
+    SCHEMA_OMITTED_HEADER,
+    assemble,
+    check_gridded,
+    encoder_for,
+    result_filename,
+    schema_header,
+)
 from dstp.http.identity import Identify, header, session_id
 from dstp.http.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
 from dstp.http.quicklook import map_selection, render_map, render_series, series_selection
@@ -68,7 +75,7 @@ from dstp.http.search import CatalogFilter
 from dstp.http.shapes import summary_json
 from dstp.http.snippets import Endpoints
 from dstp.transport.codec import reachable_endpoint
-from dstp.http.limits import Guard, HttpLimits, guarded_protocol
+from dstp.http.limits import MAX_RESPONSE_HEADER_BYTES, Guard, HttpLimits, guarded_protocol
 from dstp.http.streaming import ResultStream, StreamAborted, limited, truncation_forecast
 
 __all__ = ["HttpServer", "create_app", "current_principal", "error_response", "start_http_server"]
@@ -199,10 +206,15 @@ PRINCIPAL = Depends(current_principal)
 MAX_LOGIN_BODY = 16_384
 
 
+#: Longest ``next`` a login redirects to (it becomes a Location header, bounded like every response header).
+MAX_NEXT_LENGTH = 2_048
+
+
 def _safe_next(target: str) -> str:
-    """Return ``target`` if it is a path on this server (no open redirect), else "/"."""
+    """Return ``target`` if it is a short path on this server (no open redirect), else "/"."""
     parts = urlsplit(target)
-    if not target.startswith("/") or target.startswith("//") or parts.scheme or parts.netloc or "\\" in target:
+    if len(target) > MAX_NEXT_LENGTH or not target.startswith("/") or target.startswith("//") or parts.scheme \
+            or parts.netloc or "\\" in target:
         return "/"
     return target
 
@@ -270,11 +282,12 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
 
     app.add_middleware(Identify, authenticator=authenticator, sessions=sessions, refuse=refuse)
     app.add_middleware(Boundary)
-    # Outermost: a foreign Host or an oversized body is refused before anything else runs; security headers.
+    # Outermost: a foreign Host, an oversized head or body is refused before anything else runs; security headers,
+    # and no response header longer than every client reads.
     app.add_middleware(Guard, limits=HttpLimits.from_settings(settings))
     if settings.cors_origins:
-        exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", "X-Dstp-Truncated",
-                   "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
+        exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", SCHEMA_OMITTED_HEADER,
+                   "X-Dstp-Truncated", "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=exposed)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -412,11 +425,13 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
         execution = await anyio.to_thread.run_sync(
             functools.partial(service.run, sql, cancel, principal, channel="http"), limiter=admission_threads())
         kind = FORMATS[fmt]
+        # The typed schema (units, calendars) for formats that cannot carry it, e.g. CSV: within the size every
+        # client reads a header at, so without the SQL and plan (the Arrow body has them), or left out, saying so.
+        schema_name, schema_value = schema_header(execution.schema, MAX_RESPONSE_HEADER_BYTES)
         headers = {
             "Content-Disposition": f'attachment; filename="{result_filename(execution.schema, sql, kind.extension)}"',
             "X-Dstp-Query-Id": execution.query_id,
-            # The typed schema (units, calendars) for formats that cannot carry it, e.g. CSV.
-            "X-Dstp-Arrow-Schema": base64.b64encode(execution.schema.serialize().to_pybytes()).decode(),
+            schema_name: schema_value,
         }
         if kind.streamed:
             # Whether max_result_rows/max_result_bytes can cut this result, decided before the status line;
@@ -568,18 +583,20 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
 class HttpServer:
     """uvicorn serving an app on a background thread; ``endpoint`` is the "host:port" actually bound."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket, endpoint: str, max_request_line: int = 16384,
-                 tls: TlsMaterial | None = None, limits: HttpLimits | None = None) -> None:
+    def __init__(self, app: FastAPI, sock: socket.socket, endpoint: str, tls: TlsMaterial | None = None,
+                 limits: HttpLimits | None = None) -> None:
         self.endpoint = endpoint
         self._sock = sock
         ssl: dict[str, Any] = {"ssl_certfile": str(tls.cert_path), "ssl_keyfile": str(tls.key_path)} if tls else {}
-        # Request deadlines and the connection cap (dstp/http/limits.py): uvicorn has neither.
-        protocol, self.connections = guarded_protocol(limits or HttpLimits())
+        limits = limits or HttpLimits()
+        # Request deadlines, the connection cap, answers to requests too long (dstp/http/limits.py): uvicorn has none.
+        protocol, self.connections = guarded_protocol(limits)
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", http=protocol,
                                 loop="asyncio", ws="none", timeout_graceful_shutdown=1,
                                 # a backstop for tasks only: the protocol keeps connections at the cap itself
-                                limit_concurrency=2 * (limits or HttpLimits()).max_connections,
-                                h11_max_incomplete_event_size=max_request_line, **ssl)
+                                limit_concurrency=2 * limits.max_connections,
+                                # the request line and headers: a GET URL holds a query of max_sql_length characters
+                                h11_max_incomplete_event_size=limits.max_head_bytes, **ssl)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name=f"dstp-http-{endpoint}", daemon=True)
@@ -635,9 +652,7 @@ def start_http_server(service: DstpService, settings: Settings, *, authenticator
     endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     sessions = SessionStore(settings.session_ttl_s, clock or service.clock)
     app = create_app(service, settings, authenticator=authenticator, sessions=sessions)
-    # A query of max_sql_length characters must fit in a URL, percent-encoded.
-    server = HttpServer(app, sock, endpoint, 3 * settings.max_sql_length + 16384, tls=tls,
-                        limits=HttpLimits.from_settings(settings, timer))
+    server = HttpServer(app, sock, endpoint, tls=tls, limits=HttpLimits.from_settings(settings, timer))
     server.start()
     log.info("dstp serving HTTP on %s://%s", "https" if tls else "http", endpoint)
     return server

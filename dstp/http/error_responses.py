@@ -137,8 +137,9 @@ class Boundary:
 
         async def tracking_send(message: Any) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
             await send(message)
+            # Only once it went: a start refused on the way out (a header too long) still leaves room for the 500.
+            started = started or message["type"] == "http.response.start"
 
         try:
             await self.app(scope, receive, tracking_send)

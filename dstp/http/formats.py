@@ -25,6 +25,7 @@ CLI's (:mod:`dstp.client._output`).
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import hashlib
@@ -55,6 +56,7 @@ __all__ = [
     "check_gridded",
     "encoder_for",
     "result_filename",
+    "schema_header",
     "truncation_notice",
     "write_netcdf",
     "write_parquet",
@@ -361,6 +363,30 @@ def assemble(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, tim
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+#: The response header carrying a result's schema, and the one saying why it was left out.
+SCHEMA_HEADER = "X-Dstp-Arrow-Schema"
+SCHEMA_OMITTED_HEADER = "X-Dstp-Arrow-Schema-Omitted"
+#: Schema metadata the header leaves out: the query's text and its plan grow with the SQL (300 chained CTEs made
+#: a 120 kB header no client reads) and no reader of CSV or JSON needs them; the Arrow body's schema keeps both.
+HEADER_OMITS = (b"dstp:sql", b"dstp:plan")
+
+
+def schema_header(schema: pa.Schema, limit: int) -> tuple[str, str]:
+    """Return the response header describing ``schema``: its name and value, the whole line within ``limit`` bytes.
+
+    ``X-Dstp-Arrow-Schema``: the Arrow IPC schema message, base64, with every field and its metadata (types,
+    units, calendars, CF names) and the schema's metadata but :data:`HEADER_OMITS`. When even that is over
+    ``limit`` (a result of dozens of columns), ``X-Dstp-Arrow-Schema-Omitted`` instead, saying where the schema is.
+    """
+    kept = {k: v for k, v in (schema.metadata or {}).items() if k not in HEADER_OMITS}
+    value = base64.b64encode(schema.with_metadata(kept).serialize().to_pybytes()).decode()
+    if len(SCHEMA_HEADER) + 2 + len(value) <= limit:
+        return SCHEMA_HEADER, value
+    return SCHEMA_OMITTED_HEADER, (f"the schema takes {len(value):,} bytes of base64, more than a response header "
+                                   f"may ({limit:,}); format=arrow has it whole in the body (limit=0: the schema "
+                                   "alone)")
 
 
 def result_filename(schema: pa.Schema, sql: str, extension: str) -> str:
