@@ -177,16 +177,6 @@ def test_a_large_body_is_refused_from_its_length_before_it_is_read(web_server) -
     assert b"100,000,000 bytes" in reply and b"http_max_body_bytes" in reply
 
 
-def test_a_large_chunked_body_is_refused_as_it_arrives(http) -> None:
-    def chunks() -> Iterator[bytes]:
-        yield b'{"sql": "select temperature from ccm3 where ' + b" " * 2**16
-        for _ in range(1000):  # 64 MB if it were all read
-            yield b" " * 2**16
-
-    r = http.post("/query", content=chunks(), headers={"content-type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_query"
-
-
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "127.0.0.1.evil.example"])
 def test_a_foreign_host_header_is_refused(http, host: str) -> None:
     r = http.get("/datasets.json", headers={"Host": host})

@@ -173,7 +173,7 @@ def test_request_headers_over_the_cap_are_431_naming_the_limit(web_server, lengt
     assert "headers" in body["error"]["message"] and headers["x-frame-options"] == "DENY"
 
 
-def test_a_chunked_body_over_the_limit_names_the_limit(web_server, http, grpc) -> None:
+def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives_naming_the_limit(web_server, http, grpc) -> None:
     def chunks() -> Iterator[bytes]:
         yield b'{"sql": "select temperature from ccm3 where ' + b" " * 2**16
         for _ in range(1000):  # 64 MB if it were all read
