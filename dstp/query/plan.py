@@ -151,7 +151,8 @@ class QueryPlan:
             for s in self.scans:
                 rows = min(ROW_BOUND, rows * max(1, self._scan_bound(s)))
         else:
-            bound = _rows_bound(tree, {}, {s.table: self._scan_bound(s) for s in self.scans})
+            bound = None if _makes_rows(tree) else _rows_bound(tree, {}, {s.table: self._scan_bound(s)
+                                                                            for s in self.scans})
             rows = ROW_BOUND if bound is None else min(ROW_BOUND, bound)
         return rows if q.limit is None else min(rows, q.limit)
 
@@ -312,6 +313,12 @@ def literal(value: Any) -> exp.Expression:
 _ROW_MAKERS = {"unnest", "generate_series", "range", "generate_subscripts", "explode"}
 
 
+def _makes_rows(tree: Any) -> bool:
+    """Return whether a query can turn one row into many (unnest, generate_series, LATERAL): then it has no bound."""
+    return tree is None or any(isinstance(n, (exp.Unnest, exp.Explode, exp.Lateral)) or
+                               (isinstance(n, exp.Func) and n.sql_name().lower() in _ROW_MAKERS) for n in tree.walk())
+
+
 def _rows_bound(node: Any, ctes: dict[str, int | None], tables: dict[str, int]) -> int | None:
     """Return the most rows the (bound) query ``node`` can give, or None when that cannot be known.
 
@@ -321,9 +328,6 @@ def _rows_bound(node: Any, ctes: dict[str, int | None], tables: dict[str, int]) 
     gives no more rows than its sources (one when it aggregates without GROUP BY), capped by its LIMIT.
     """
     if node is None:
-        return None
-    if any(isinstance(n, (exp.Unnest, exp.Explode, exp.Lateral)) or
-           (isinstance(n, exp.Func) and n.sql_name().lower() in _ROW_MAKERS) for n in node.walk()):
         return None
     with_ = node.args.get("with_")
     if with_ is not None:
