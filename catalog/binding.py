@@ -47,6 +47,7 @@ __all__ = [
     "coordinate_column",
     "in_memory",
     "on_samples",
+    "refuse_unserved",
     "same_in_every_file",
 ]
 
@@ -152,6 +153,14 @@ def check_text_times(ds: GriddedDataset, column: AttributeColumn | CoordinateCol
             ) from None
 
 
+def refuse_unserved(metas: list[FileMeta], variable: str, column: str, where: str) -> None:
+    """Refuse a column on a variable that its file's convention keeps dstp from decoding (see FileMeta.refused)."""
+    for meta in metas:
+        why = meta.refused.get(variable)
+        if why is not None:
+            raise DescriptorError(f"column {column!r}: {meta.path.name}: {why}", path=where)
+
+
 def attribute_columns(
     descriptor: Descriptor, metas: list[FileMeta], dim_sizes: dict[str, int], where: str,
     layout: FeatureLayout | None,
@@ -163,6 +172,7 @@ def attribute_columns(
             raise DescriptorError(
                 f"attribute {spec.name!r}: variable {spec.variable!r} is in none of the files", path=where
             )
+        refuse_unserved(metas, spec.variable, spec.name, where)
         var = holder.variables[spec.variable]
         if var.value_dimensions != spec.dimensions:
             raise DescriptorError(
@@ -210,6 +220,7 @@ def coordinate_column(
         values = np.arange(dim_sizes[spec.dimension], dtype=np.int64)
         dec = Decoding(arrow_type=pa.int64())
         return CoordinateColumn(spec, values, pa.int64(), dec, 1, (dec,) * len(metas))
+    refuse_unserved(metas, spec.variable, spec.name, where)
     expected = (spec.dimension,) if spec.dimension else ()
     if var.value_dimensions != expected:
         raise DescriptorError(
@@ -304,6 +315,7 @@ def auxiliary_column(
     if holder is None:
         raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is in none of the files",
                               path=where)
+    refuse_unserved(metas, spec.variable, spec.name, where)
     var = holder.variables[spec.variable]
     decodings = file_decodings(metas, spec.variable, spec.dimensions, "coordinate",
                                text_time=spec.time_format == ISO8601)

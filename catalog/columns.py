@@ -146,6 +146,9 @@ class Dimension:
     name: str
     size: int
     coordinate: CoordinateColumn | None
+    #: Where the dimension lives when netCDF does not share it by name: a swath or grid of an HDF-EOS5 file,
+    #: a group of an HDF5 file without dimension scales. A record never pairs dimensions of two homes.
+    home: str | None = None
 
 
 def monotonic(values: np.ndarray) -> int:

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -164,6 +164,31 @@ class GriddedDataset:
                        if a.role in ("auxiliary", "derived") and a.dimensions and set(a.dimensions) <= set(grid)]
         attrs = [a.name for a in self.attributes.values() if a.dimensions == grid]
         return [*index_dims, *coords, *auxiliaries, *scalars, *attrs]
+
+    def untied(self, grid: tuple[str, ...], names: Iterable[str]) -> str | None:
+        """Return why no record can hold the grid ``grid`` of the columns ``names``, or None when one can.
+
+        Dimensions of different homes (two swaths of an HDF-EOS5 file, the data and geolocation groups of an
+        HDF5 file without dimension scales or StructMetadata.0, a geolocation dimension mapped onto a data
+        dimension at another resolution) are tied to nothing: pairing them would be the cross product of
+        unrelated points, not records. Dimensions without a home are netCDF's, shared by name.
+        """
+        homes: dict[str, str] = {}
+        for d in grid:
+            home = self.dimensions[d].home
+            if home is not None:
+                homes.setdefault(home, d)
+        if len(homes) < 2:
+            return None
+        (h1, d1), (h2, d2) = list(homes.items())[:2]
+        by_dim = {d: n for n in reversed(list(names)) for d in self.column_dimensions(n)}
+
+        def who(d: str) -> str:
+            return f"column {by_dim[d]}" if d in by_dim else "select * (the default grid)"
+
+        return (f"{who(d1)} is on dimension {d1!r} of {h1} and {who(d2)} on dimension {d2!r} of {h2}; these "
+                f"dimensions are not tied to each other in {self.id}, so no record pairs their values (it would be "
+                "a cross product of unrelated points) — query the columns of each in a query of its own")
 
     def dimension_coordinates(self) -> dict[str, str]:
         """Return {coordinate column: dimension} of the monotonic 1-D coordinates (what nearest matching needs)."""
@@ -393,7 +418,12 @@ class GriddedDataset:
         check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
         attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout)
         used_dims = [d for a in attributes.values() for d in a.dimensions]
-        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims]))
+        # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares)
+        # (auxiliaries of station data are on instance dimensions, which are not dimensions of records)
+        coord_dims = [d for c in descriptor.coordinates
+                      for d in ((c.dimension,) if c.dimension else c.dimensions if layout is None else ())
+                      if d in dim_sizes]
+        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims, *coord_dims]))
         ds = cls(
             descriptor=descriptor,
             files=tuple(files),
@@ -410,7 +440,11 @@ class GriddedDataset:
                 continue
             coords[spec.name] = coordinate_column(ds, spec, metas, dim_sizes, where)
         by_dim = {c.dimension: c for c in coords.values() if c.dimension}
-        ds.dimensions = {d: Dimension(d, dim_sizes[d], by_dim.get(d)) for d in order}
+        homes: dict[str, str] = {}
+        for meta in metas:
+            for d, home in meta.homes.items():
+                homes.setdefault(d, home)
+        ds.dimensions = {d: Dimension(d, dim_sizes[d], by_dim.get(d), homes.get(d)) for d in order}
         ds.coordinates = coords
         for d in ds.dimensions:
             if d not in by_dim and d in attributes:
@@ -437,7 +471,7 @@ class GriddedDataset:
                 layout.representation = ("incomplete" if incomplete else "orthogonal") + " multidimensional array"
         for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
             check_text_times(ds, column, metas)
-        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas))
+        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas), *dict.fromkeys(n for m in metas for n in m.notes))
         return ds
 
 

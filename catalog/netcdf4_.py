@@ -20,17 +20,19 @@ netCDF-C then opens ``/proc/self/fd/N``, the very file checked.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import netCDF4
 import numpy as np
 
+from dstp.catalog import hdfeos
 from dstp.catalog.chunks import INFLATE, ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
@@ -124,6 +126,19 @@ class FileMeta:
     unlimited: tuple[str, ...]
     variables: dict[str, VariableMeta]
     attrs: dict[str, Any]
+    #: Where each dimension that netCDF does not share lives: a swath or grid of an HDF-EOS5 file, an HDF5 group
+    #: without dimension scales (``phony_dim_N``). Dimensions of different homes are never paired in a record;
+    #: a dimension without a home is a netCDF dimension, shared by name (see :meth:`GriddedDataset.untied`).
+    homes: dict[str, str] = field(default_factory=dict)
+    #: Variables the file's own convention makes coordinates (HDF-EOS5 geolocation fields).
+    coordinates: frozenset[str] = frozenset()
+    #: Variables dstp does not serve, with the reason (an HDF-EOS field with an Offset of unstated sign).
+    refused: dict[str, str] = field(default_factory=dict)
+    #: What a curator should know about the file (an HDF-EOS grid projection that is not read).
+    notes: tuple[str, ...] = ()
+
+
+_PHONY = re.compile(r"phony_dim_\d+")
 
 
 def _attrs(obj: Any) -> dict[str, Any]:
@@ -207,6 +222,8 @@ class FileHandles:
         # loudly, not be served (netCDF-C reads a truncated classic file as fill values).
         self._identity: dict[Path, FileIdentity] = {}
         self._identity_lock = threading.Lock()
+        #: Coordinates HDF-EOS5 grids define by formula, by (file, variable); None: the file holds it.
+        self._computed: dict[tuple[Path, str], np.ndarray | None] = {}
 
     def describe(self) -> str:
         """Return how this cache reads files, for the server's log (what is in effect, not what was asked)."""
@@ -281,6 +298,13 @@ class FileHandles:
         self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None
     ) -> np.ndarray:
         """Return the raw (still packed) values of ``variable[index]`` from ``path``."""
+        if hdfeos.is_computed(variable):
+            computed = self._computed_values(path, variable)
+            if computed is not None:
+                array = computed[tuple(index)] if index else computed
+                if stats is not None:
+                    stats.add(array)
+                return array
         if self.chunks is not None and index:
             self._check_unchanged(path)
             try:
@@ -304,6 +328,16 @@ class FileHandles:
         if stats is not None:
             stats.add(array)
         return array
+
+    def _computed_values(self, path: Path, variable: str) -> np.ndarray | None:
+        """Return (and keep) a coordinate an HDF-EOS5 grid defines by formula (:func:`computed_values`)."""
+        with NETCDF_LOCK:
+            hit = self._computed.get((path, variable))
+            if hit is None and (path, variable) not in self._computed:
+                ds = self._get(path)
+                self._check_unchanged(path)
+                hit = self._computed[(path, variable)] = computed_values(ds, path, variable)
+            return hit
 
     def inspect(self, path: Path) -> FileMeta:
         """Return a file's metadata, opening it through the cache (where it then stays open).
@@ -514,12 +548,15 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
         variables: dict[str, VariableMeta] = {}
         dimensions: dict[str, int] = {}
         unlimited: list[str] = []
+        homes: dict[str, str] = {}
 
         def seen(gpath: str, dim: Any) -> str:
             name = key(gpath, dim)
             dimensions.setdefault(name, len(dim))
             if dim.isunlimited() and name not in unlimited:
                 unlimited.append(name)
+            if _PHONY.fullmatch(dim.name):  # netCDF-C's name for an HDF5 axis without a dimension scale
+                homes.setdefault(name, f"group /{str(dim.group().path).strip('/')}")
             return name
 
         for gpath, group in _groups(ds):
@@ -538,18 +575,85 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                 )
         if ds.data_model.startswith("NETCDF3"):
             _check_classic_length(path)
-        return FileMeta(
-            path=path,
-            format=ds.data_model,
-            dimensions=dimensions,
-            unlimited=tuple(unlimited),
-            variables=variables,
-            attrs=_attrs(ds),
-        )
+        meta = FileMeta(path=path, format=ds.data_model, dimensions=dimensions, unlimited=tuple(unlimited),
+                        variables=variables, attrs=_attrs(ds), homes=homes)
+        structures = _eos_structures(ds, path)
+        return _with_eos_dimensions(meta, structures) if structures else meta
     except (OSError, RuntimeError) as exc:
         raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
         raise unmappable(path, exc) from exc
+
+
+def _eos_structures(ds: Any, path: Path) -> tuple[hdfeos.EosStructure, ...]:
+    """Return the swaths and grids of an HDF-EOS5 file's ``StructMetadata.0`` (``()`` for other files)."""
+    group = ds.groups.get(hdfeos.METADATA_GROUP)
+    if group is None or "StructMetadata.0" not in group.variables:
+        return ()
+    parts = []
+    for k in range(100):  # StructMetadata.0, .1, …: one text cut in pieces of 32,000 characters
+        var = group.variables.get(f"StructMetadata.{k}")
+        if var is None:
+            break
+        value = var[...]
+        value = value.tobytes() if isinstance(value, np.ndarray) and value.dtype.kind == "S" else \
+            (value.reshape(-1)[0] if isinstance(value, np.ndarray) else value)
+        parts.append(value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+    try:
+        return hdfeos.read_structures("".join(parts).replace("\0", ""))
+    except ValueError as exc:
+        raise DataFileError(f"{path.name}: its HDF-EOS5 StructMetadata.0 cannot be read ({exc}); without it the "
+                            "dimensions of its swaths are unknown — it is not published") from exc
+
+
+def _with_eos_dimensions(meta: FileMeta, structures: tuple[hdfeos.EosStructure, ...]) -> FileMeta:
+    """Return ``meta`` with the fields of its HDF-EOS5 swaths and grids on the dimensions StructMetadata.0 names."""
+    try:
+        naming = hdfeos.name_dimensions(structures, {k: v.shape for k, v in meta.variables.items()}, meta.dimensions)
+    except ValueError as exc:
+        raise DataFileError(f"{meta.path.name}: {exc}") from exc
+    variables: dict[str, VariableMeta] = {}
+    refused: dict[str, str] = {}
+    for name, var in meta.variables.items():
+        dims = naming.dimensions.get(name)
+        if dims is None:
+            variables[name] = var
+            continue
+        attrs = hdfeos.cf_attributes(var.attrs, naming.fields[name], name in naming.geolocation)
+        variables[name] = replace(var, dimensions=dims, attrs=attrs)
+        why = hdfeos.refusal(var.attrs, name)
+        if why is not None:
+            refused[name] = why
+    for name, axis in naming.computed.items():
+        variables[name] = VariableMeta(name, (axis.dimension,), axis.values.shape, axis.values.dtype, dict(axis.attrs))
+    used = {d for v in variables.values() for d in v.dimensions}
+    dimensions = {d: n for d, n in meta.dimensions.items() if d in used or not _PHONY.fullmatch(d)}
+    for d, n in naming.sizes.items():
+        dimensions.setdefault(d, n)
+    homes = {d: h for d, h in meta.homes.items() if d in dimensions}
+    homes.update(naming.homes)
+    unlimited = tuple(dict.fromkeys([*(d for d in meta.unlimited if d in dimensions), *naming.unlimited]))
+    return replace(meta, dimensions=dimensions, unlimited=unlimited, variables=variables, homes=homes,
+                   coordinates=meta.coordinates | naming.geolocation, refused={**meta.refused, **refused},
+                   notes=(*meta.notes, *naming.notes))
+
+
+def computed_values(ds: Any, path: Path, variable: str) -> np.ndarray | None:
+    """Return the values of a coordinate computed from an HDF-EOS5 grid definition, or None if not one."""
+    if not hdfeos.is_computed(variable):
+        return None
+    try:
+        ds[variable]
+        return None  # the file has a variable of that name: it is read
+    except (KeyError, IndexError):
+        pass
+    for s in _eos_structures(ds, path):
+        if s.kind == "grid" and s.name == variable.split("/")[2]:
+            axes, _ = hdfeos.grid_axes(s)
+            found = axes.get(variable.rsplit("/", 1)[1])
+            if found is not None:
+                return found[1]
+    return None
 
 
 def unmappable(path: Path, exc: Exception) -> DataFileError:

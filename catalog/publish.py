@@ -185,6 +185,7 @@ def draft_descriptor(
     rename = dict(rename or {})
     names = _column_names(first.variables, rename)
     support, auxiliary = _referenced(first.variables)
+    auxiliary |= set(first.coordinates) & set(first.variables)  # HDF-EOS5 geolocation fields
     structure = ragged_structure(metas[0])
     kind = feature_type(first.attrs)
     lengths = string_length_dimensions(metas)
@@ -201,7 +202,7 @@ def draft_descriptor(
         handles.close()
 
     def servable(var: VariableMeta) -> bool:
-        return decoding_for(var.dtype, var.attrs) is not None
+        return decoding_for(var.dtype, var.attrs) is not None and var.name not in first.refused
 
     for var in first.variables.values():
         if var.value_dimensions or var.name in coord_vars or var.name in support:
@@ -252,7 +253,8 @@ def draft_descriptor(
     literal = {v.value_dimensions for v in data_vars}
     default_grid = max((g for g in grids if g in literal), key=lambda g: (grids[g], len(g)), default=None) \
         or max(grids, key=lambda g: (grids[g], len(g)))
-    used_dims = {d for v in data_vars for d in v.value_dimensions} | instance
+    used_dims = {d for v in data_vars for d in v.value_dimensions} | instance | \
+        {d for k in first.coordinates if k in first.variables for d in first.variables[k].value_dimensions}
     coordinates = [c for c in coordinates if (c.dimension is None or c.dimension in used_dims)
                    and set(c.dimensions) <= used_dims]
     coordinates = _unique_index_names(coordinates, first.variables)
@@ -469,7 +471,7 @@ def _union(metas: Sequence[FileMeta]) -> FileMeta:
             variables.setdefault(name, var)
         for name, size in meta.dimensions.items():
             dimensions.setdefault(name, size)
-    return FileMeta(head.path, head.format, dimensions, head.unlimited, variables, head.attrs)
+    return replace(head, dimensions=dimensions, variables=variables)
 
 
 def _within(meta: FileMeta, group: str) -> FileMeta:
@@ -483,7 +485,7 @@ def _within(meta: FileMeta, group: str) -> FileMeta:
         groups = sorted({k.rsplit("/", 1)[0] for k in meta.variables if "/" in k})
         raise CatalogError(f"{meta.path.name} has no variables in group {group!r} "
                            f"(its groups: {', '.join(groups) or 'none, only the root'})")
-    return FileMeta(meta.path, meta.format, meta.dimensions, meta.unlimited, variables, meta.attrs)
+    return replace(meta, variables=variables)
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -222,6 +222,9 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
     ds = ref.dataset
     key_dims = matchup.dimensions if matchup is not None else ()
     grid = _grid(ref, key_dims)
+    untied = None if ref.remote else ds.untied(grid, ref.columns())
+    if untied is not None:
+        raise QueryError(untied)
     for dim in ref.strides:
         if dim not in grid:
             raise QueryError(
