@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 import pyarrow as pa
 
+from dstp.catalog import ugrid
 from dstp.catalog.aggregation import file_decodings
 from dstp.catalog.cf import ISO8601, LAT_UNITS, Decoding, decode_values, decoding_for, merge_decodings, numpy_dtype_of
 from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.dsg import FeatureLayout
 from dstp.catalog.gridmapping import cell_areas, geographic
-from dstp.catalog.netcdf4_ import FileMeta, VariableMeta
+from dstp.catalog.netcdf4_ import FileMeta, VariableMeta, resolve_in_group
 from dstp.errors import DataFileError, DescriptorError
 
 if TYPE_CHECKING:
@@ -246,6 +247,13 @@ def coordinate_column(
     else:
         values, mask = same_in_every_file(ds, spec.variable, arrow_type, list(zip(metas, decodings)), expected,
                                            dim_sizes)
+    if mask is not None and mask.any() and spec.dimension is None:
+        role = str(var.attrs.get("cf_role", ""))
+        what = (f"the {role} of a mesh (UGRID), whose attributes describe the mesh; it is structure, not data"
+                if role == "mesh_topology" else "a container of attributes, left at its fill value")
+        raise DataFileError(
+            f"{first.path.name}: scalar coordinate {spec.name!r} holds no value: variable {spec.variable!r} is {what}; "
+            f"remove <coordinate name=\"{spec.name}\"> from the descriptor (dstp publish leaves such variables out)")
     if mask is not None and mask.any():
         at = int(np.flatnonzero(np.asarray(mask).reshape(-1))[0])
         holder = next((f for f in ds.files if f.start <= at < f.start + f.count), ds.files[0]) \
@@ -444,15 +452,68 @@ def add_geographic(ds: GriddedDataset) -> None:
 WEIGHT_COLUMN = "area_weight"
 
 
-def _cell_area_variable(ds: GriddedDataset, metas: list[FileMeta]) -> str | None:
-    """Return the variable CF ``cell_measures = "area: <variable>"`` names on the data variables, if in the files."""
+def _cell_area_variable(ds: GriddedDataset, metas: list[FileMeta]) -> tuple[str, str] | None:
+    """Return (variable, how it is known) of the files' own cell areas: the variable CF ``cell_measures =
+    "area: <variable>"`` names on the data variables, else MPAS's ``areaCell(nCells)``; None if neither."""
     for column in ds.attributes.values():
         text = str(column.attrs.get("cell_measures", ""))
         words = text.replace(":", ": ").split()
         for key, value in zip(words, words[1:]):
-            if key == "area:" and any(value in m.variables for m in metas):
-                return value
+            if key == "area:":
+                found = resolve_in_group({k: v for m in metas for k, v in m.variables.items()},
+                                         column.spec.variable.rsplit("/", 1)[0] if "/" in column.spec.variable else "",
+                                         value)
+                if any(found in m.variables for m in metas):
+                    return found, "CF cell_measures"
+    mpas = metas[0].variables.get("areaCell")
+    if mpas is not None and mpas.dimensions == ("nCells",) and "nCells" in ds.dimensions:
+        return "areaCell", "MPAS"
     return None
+
+
+def _sphere_radius(ds: GriddedDataset) -> float:
+    """Return the Earth radius (m) the file states: a CF grid mapping's earth_radius, MPAS's sphere_radius."""
+    for mapping in ds.grid_mappings.values():
+        value = dict(mapping.parameters).get("earth_radius")
+        try:
+            return float(str(value).split()[0])
+        except (TypeError, ValueError, IndexError):
+            pass
+    for key in ("sphere_radius", "earth_radius"):
+        value = ds.global_attrs.get(key)
+        if isinstance(value, (int, float, np.number)) and float(value) > 0:
+            return float(value)
+    return ugrid.EARTH_RADIUS
+
+
+def _mesh_areas(ds: GriddedDataset, metas: list[FileMeta]) -> tuple[tuple[str, ...], np.ndarray, str, str] | str | None:
+    """Return (dimensions, areas, units, how) of the faces of a UGRID mesh the records are on; a sentence when they
+    are on a mesh's faces whose areas cannot be had; None when no mesh's faces are in use."""
+    first = metas[0]
+
+    def read(variable: str) -> tuple[np.ndarray, np.ndarray | None]:
+        result: tuple[np.ndarray, np.ndarray | None] | None = None
+        for meta in metas:  # every file of the dataset has the one mesh, or none is weighted
+            var = meta.variables.get(variable)
+            if var is None:
+                continue
+            dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+            if dec is None:
+                raise ValueError(f"{variable!r} is neither numeric nor text")
+            values, mask = decode_values(ds.handles.read(meta.path, variable, ()), dec)
+            if result is None:
+                result = (values, mask)
+            elif values.shape != result[0].shape or not np.array_equal(values, result[0], equal_nan=values.dtype.kind == "f"):
+                raise ValueError(f"{variable!r} differs between {first.path.name} and {meta.path.name}")
+        if result is None:
+            raise ValueError(f"{variable!r} is in none of the files")
+        return result
+
+    found = ugrid.mesh_areas(first.variables, read, set(ds.dimensions), _sphere_radius(ds))
+    if found is None or isinstance(found, str):
+        return found
+    dim, areas, how = found
+    return (dim,), areas, "m2", how
 
 
 def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
@@ -466,8 +527,9 @@ def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
     if WEIGHT_COLUMN in ds.column_names() or ds.layout is not None:  # station data has no cells
         return
     sizes = {d.name: d.size for d in ds.dimensions.values()}
-    variable = _cell_area_variable(ds, metas)
-    if variable is not None:
+    own = _cell_area_variable(ds, metas)
+    if own is not None:
+        variable, known = own
         holder = next(m for m in metas if variable in m.variables)
         var = holder.variables[variable]
         dims = var.value_dimensions
@@ -476,13 +538,16 @@ def add_weights(ds: GriddedDataset, metas: list[FileMeta]) -> None:
             dec = next(d for d in decodings if d is not None)
             units = str(var.attrs.get("units", "")) or None
             spec = AttributeSpec(WEIGHT_COLUMN, variable, dims, units,
-                                 f"cell area ({variable}, CF cell_measures)", (("standard_name", "cell_area"),))
+                                 f"cell area ({variable}, {known})", (("standard_name", "cell_area"),))
             column = AttributeColumn(spec, dec, merge_decodings(decodings), var.attrs, decodings, role="weight",
-                                     note=f"the cell area {variable!r} that CF cell_measures names")
+                                     note=f"the cell area {variable!r} of the files ({known})")
             ds.auxiliaries[WEIGHT_COLUMN] = in_memory(ds, column, metas, sizes)
             return
-    latitude = _geographic_latitude(ds)
-    areas = _mapped_cell_areas(ds) if latitude is None else None
+    # On a mesh, cos(latitude) is not proportional to a face's area: the faces' own areas, or none.
+    areas = _mesh_areas(ds, metas)
+    latitude = _geographic_latitude(ds) if areas is None else None
+    if areas is None and latitude is None:
+        areas = _mapped_cell_areas(ds)
     reason = latitude if isinstance(latitude, str) else areas if isinstance(areas, str) else None
     if reason is not None:
         ds.warnings = (*ds.warnings, f"no {WEIGHT_COLUMN}: {reason}")

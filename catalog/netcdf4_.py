@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import netCDF4
 import numpy as np
 
-from dstp.catalog import hdfeos
+from dstp.catalog import hdfeos, ugrid
 from dstp.catalog.chunks import INFLATE, ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
@@ -575,6 +575,7 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                 )
         if ds.data_model.startswith("NETCDF3"):
             _check_classic_length(path)
+        homes.update(ugrid.location_homes(variables))  # a mesh's nodes, edges and faces are never paired
         meta = FileMeta(path=path, format=ds.data_model, dimensions=dimensions, unlimited=tuple(unlimited),
                         variables=variables, attrs=_attrs(ds), homes=homes)
         structures = _eos_structures(ds, path)

@@ -44,6 +44,7 @@ from dstp.catalog.descriptor import (
     parse_descriptor,
     render_descriptor,
 )
+from dstp.catalog import ugrid
 from dstp.catalog.dsg import feature_type, ragged_structure
 from dstp.catalog.netcdf4_ import (
     FileHandles,
@@ -186,6 +187,8 @@ def draft_descriptor(
     names = _column_names(first.variables, rename)
     support, auxiliary = _referenced(first.variables)
     auxiliary |= set(first.coordinates) & set(first.variables)  # HDF-EOS5 geolocation fields
+    support |= ugrid.structure_variables(first.variables)  # UGRID topology and connectivity: structure
+    auxiliary |= ugrid.location_coordinates(first.variables) - support
     structure = ragged_structure(metas[0])
     kind = feature_type(first.attrs)
     lengths = string_length_dimensions(metas)
@@ -208,7 +211,8 @@ def draft_descriptor(
         if var.value_dimensions or var.name in coord_vars or var.name in support:
             continue
         scalar_axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
-        if (var.name in auxiliary or scalar_axis or "cf_role" in var.attrs) and servable(var):
+        if (var.name in auxiliary or scalar_axis or "cf_role" in var.attrs) and servable(var) \
+                and _holds_value(metas, var.name):
             coord_vars.add(var.name)
             spec = _coordinate_spec(var, None, scalar_axis or "other", names)
             coordinates.append(replace(spec, time_format=ISO8601 if var.name in text_times else None))
@@ -364,6 +368,16 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
         if mask is not None and mask.any():
             return False
     return True
+
+
+def _holds_value(metas: Sequence[FileMeta], variable: str) -> bool:
+    """Return whether a scalar variable holds a value in the files (not a container of attributes, such as a
+    grid mapping or a UGRID topology, left at its fill value): only then is it a scalar coordinate."""
+    handles = FileHandles()
+    try:
+        return _complete(metas, variable, handles)
+    finally:
+        handles.close()
 
 
 def _dsg_axis(var: VariableMeta) -> str | None:
