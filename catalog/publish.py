@@ -489,7 +489,14 @@ def _union(metas: Sequence[FileMeta]) -> FileMeta:
 
 
 def _within(meta: FileMeta, group: str) -> FileMeta:
-    """Return ``meta`` with only the variables of ``group`` and the groups below it (``/`` is the root alone)."""
+    """Return ``meta`` with only the variables of ``group`` and the groups below it (``/`` is the root alone), and
+    the coordinates they find in the groups above (CF 1.8 §2.7, search by proximity).
+
+    ICESat-2 gridded products keep ``x``, ``y`` and 2-D latitude/longitude in the root and their data in groups
+    (``/monthly/mean_fb``): the group's draft takes those root variables that are coordinates of its own — named
+    by their ``coordinates``, ``bounds`` or ``grid_mapping``, or on its dimensions and recognised as an axis —
+    never the root's data variables.
+    """
     prefix = group.strip("/")
     if not prefix:
         variables = {k: v for k, v in meta.variables.items() if "/" not in k}
@@ -499,7 +506,44 @@ def _within(meta: FileMeta, group: str) -> FileMeta:
         groups = sorted({k.rsplit("/", 1)[0] for k in meta.variables if "/" in k})
         raise CatalogError(f"{meta.path.name} has no variables in group {group!r} "
                            f"(its groups: {', '.join(groups) or 'none, only the root'})")
+    if prefix:
+        variables.update(_ancestor_coordinates(meta.variables, prefix, variables))
     return replace(meta, variables=variables)
+
+
+def _ancestor_coordinates(every: Mapping[str, VariableMeta], prefix: str, inside: Mapping[str, VariableMeta]
+                          ) -> dict[str, VariableMeta]:
+    """Return the variables of the groups above ``prefix`` that are coordinates of the variables ``inside`` it."""
+    parts = prefix.split("/")
+    above = {"/".join(parts[:k]) for k in range(len(parts))}  # "", "a", … : the groups above, not prefix itself
+
+    def group_of(key: str) -> str:
+        return key.rsplit("/", 1)[0] if "/" in key else ""
+
+    dims = {d for v in inside.values() for d in v.value_dimensions}
+    wanted: set[str] = set()
+    pending = list(inside.values())
+    while pending:  # what CF attributes name, found by proximity; then what those name in turn
+        var = pending.pop()
+        for key in ("coordinates", "bounds", "climatology", "grid_mapping"):
+            value = var.attrs.get(key)
+            if not isinstance(value, str):
+                continue
+            refs = value.replace(":", " ").split()[:1] if key == "grid_mapping" else value.split()
+            for ref in refs:
+                found = _resolve(every, var.name, ref)
+                if found in every and group_of(found) in above and found not in wanted:
+                    wanted.add(found)
+                    pending.append(every[found])
+    seen = {_basename(k) for k in inside}
+    for key, var in every.items():
+        if group_of(key) not in above or key in wanted or _basename(key) in seen:
+            continue
+        on_dims = bool(var.value_dimensions) and set(var.value_dimensions) <= dims
+        if on_dims and var.dtype.kind in "iuf" and (
+                coordinate_axis(_basename(key), var.attrs) or var.value_dimensions == (_basename(key),)):
+            wanted.add(key)
+    return {k: every[k] for k in every if k in wanted}
 
 
 def _str_or_none(value: Any) -> str | None:

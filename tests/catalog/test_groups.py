@@ -9,7 +9,9 @@
   dimension each, or one dimension of the root labelled by each group's own
   coordinate variable, CF 1.8 §2.7's search by proximity);
 * an HDF5 file written with h5py (no dimension scales: netCDF-C names them
-  ``phony_dim_N``).
+  ``phony_dim_N``);
+* an ICESat-2 gridded file (ATL20/ATL15-like): x, y, 2-D latitude/longitude and the grid mapping in the root,
+  the data in groups, compared with ``xr.open_dataset(path, group=…)`` plus the root's coordinates.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import h5py
 import netCDF4
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 import xarray as xr
@@ -312,5 +315,93 @@ def test_a_grid_mapping_in_a_group_is_found_from_its_variable(tmp_path: Path) ->
         table = answer(catalog, "select y, x, lat, lon from grid")
         np.testing.assert_allclose(table.column("lat").to_numpy(), lat.reshape(-1), rtol=1e-12)
         np.testing.assert_allclose(table.column("lon").to_numpy(), lon.reshape(-1), rtol=1e-12)
+    finally:
+        catalog.close()
+
+
+def _icesat2_gridded(path: Path) -> None:
+    """ATL20-like: x, y, 2-D latitude/longitude and the grid mapping in the root; the data in groups below it.
+
+    Plus an ATL15-like group with a time axis of its own on the root's x and y.
+    """
+    rng = np.random.default_rng(20)
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("x", 5)
+        nc.createDimension("y", 4)
+        crs = nc.createVariable("crs", "i4", ())
+        crs.grid_mapping_name, crs.straight_vertical_longitude_from_pole = "polar_stereographic", -45.0
+        crs.latitude_of_projection_origin, crs.standard_parallel = 90.0, 70.0
+        crs.false_easting = crs.false_northing = 0.0
+        for name, n, axis in (("grid_x", 5, "x"), ("grid_y", 4, "y")):
+            v = nc.createVariable(name, "f8", (axis,))
+            v.units, v.standard_name = "meters", f"projection_{axis}_coordinate"
+            v[:] = -100_000.0 + np.arange(n) * 25_000.0
+        for name, std, units, base in (("grid_lat", "latitude", "degrees_north", 70.0),
+                                       ("grid_lon", "longitude", "degrees_east", -60.0)):
+            v = nc.createVariable(name, "f8", ("y", "x"))
+            v.units, v.standard_name = units, std
+            v[:] = base + np.round(rng.uniform(0, 10, (4, 5)), 3)
+        for group in ("monthly", "daily/day01"):
+            g = nc.createGroup(group.split("/")[0])
+            if "/" in group:
+                g = g.createGroup(group.split("/")[1])
+            fb = g.createVariable("mean_fb", "f4", ("y", "x"), fill_value=np.float32(3.4028235e38))
+            fb.units, fb.coordinates, fb.grid_mapping = "meters", "grid_lat grid_lon", "crs"
+            values = np.round(rng.uniform(0, 0.6, (4, 5)), 3).astype("f4")
+            values[rng.random((4, 5)) < 0.2] = np.float32(3.4028235e38)
+            fb[:] = values
+        g = nc.createGroup("delta_h")
+        g.createDimension("time", 3)
+        t = g.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name = "days since 2018-01-01", "time"
+        t[:] = [0.0, 91.0, 182.0]
+        dh = g.createVariable("delta_h", "f4", ("time", "y", "x"))
+        dh.units = "meters"
+        dh[:] = np.round(rng.uniform(-1, 1, (3, 4, 5)), 3).astype("f4")
+
+
+def _with_root_coordinates(path: Path, group: str, names: list[str]) -> pd.DataFrame:
+    """xarray's records of a group, with the root's coordinate variables beside them (CF 1.8 §2.7)."""
+    with xr.open_dataset(path, group=group) as g, xr.open_dataset(path) as root:
+        merged = xr.merge([g.load(), root[names].load()])
+    frame = merged.drop_vars([v for v in merged.variables if v == "crs"], errors="ignore").to_dataframe().reset_index()
+    if "time" in frame:
+        frame["time"] = frame["time"].astype("datetime64[us]")
+    return frame
+
+
+@pytest.mark.parametrize("group", ["monthly", "daily/day01", "delta_h", None])
+def test_root_coordinates_of_data_in_a_group_are_published_and_answer_as_xarray(tmp_path: Path, group: str | None
+                                                                               ) -> None:
+    path = tmp_path / "ATL20-01_20190101.h5"
+    _icesat2_gridded(path)
+    publish([path], "is2", group=group)
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, catalog.problems
+        cases = {
+            "monthly": ("mean_fb", ["grid_lat", "grid_lon", "grid_x", "grid_y"],
+                        "select grid_x, grid_y, grid_lat, grid_lon, mean_fb from is2 where grid_lat > 73 or "
+                        "mean_fb is null"),
+            "daily/day01": ("mean_fb", ["grid_lat", "grid_lon"],
+                            "select grid_lat, grid_lon, mean_fb from is2 where grid_lon < -55 and mean_fb > 0.1"),
+            "delta_h": ("delta_h", ["grid_x", "grid_y"],
+                        "select time, grid_x, grid_y, delta_h from is2 where grid_x >= -50000 and "
+                        "time > '2018-02-01' and delta_h < 0.5"),
+        }
+        for part, (column, names, sql) in cases.items():
+            if group is not None and part != group:
+                continue
+            if group is None:  # the whole file: the group's column is named by its path
+                column_name = {"monthly": "monthly_mean_fb", "daily/day01": "daily_day01_mean_fb"}.get(part, column)
+                sql = sql.replace(column, column_name)
+            else:
+                column_name = column
+            frame = _with_root_coordinates(path, part, names).rename(columns={column: column_name})
+            want = run_sql(frame, sql, "is2")
+            assert want.num_rows > 0
+            assert_same_records(answer(catalog, sql), want)
+        ds = catalog.get("is2")  # x and y labelled by the root's values, not counted
+        assert ds.coordinates["grid_x"].dimension == "x" and ds.coordinates["grid_y"].dimension == "y"
     finally:
         catalog.close()
