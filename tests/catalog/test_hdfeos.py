@@ -427,3 +427,49 @@ def test_a_grid_in_another_projection_is_served_on_indices_and_says_so(tmp_path:
         assert sorted(table.column("SI").to_pylist()) == [4.0, 5.0]
     finally:
         catalog.close()
+
+
+def omi_swath(n_times: int, n_xtrack: int, seed: int) -> Swath:
+    """A swath as OMI Level 2 files have one: 2-D geolocation over (nTimes, nXtrack), time per scan line."""
+    rng = np.random.default_rng(seed)
+    lat = (np.linspace(-60, 60, n_times)[:, None] + np.linspace(-1, 1, n_xtrack)[None, :]).astype("f4")
+    lon = (np.linspace(-20, 20, n_xtrack)[None, :] + np.linspace(0, 5, n_times)[:, None]).astype("f4")
+    ozone = np.round(rng.uniform(220, 420, (n_times, n_xtrack)), 1).astype("f4")
+    ozone[rng.random(ozone.shape) < 0.2] = np.float32(-1.2676506e30)
+    return Swath("OMI Column Amount O3", {"nTimes": n_times, "nXtrack": n_xtrack}, [
+        Field("Geolocation Fields", "Latitude", ("nTimes", "nXtrack"), lat,
+              {"_FillValue": np.float32(-1.2676506e30), "MissingValue": np.float32(-1.2676506e30),
+               "Units": np.bytes_("deg"), "Title": np.bytes_("Geodetic Latitude")}),
+        Field("Geolocation Fields", "Longitude", ("nTimes", "nXtrack"), lon, {"Units": np.bytes_("deg")}),
+        Field("Geolocation Fields", "Time", ("nTimes",), 4.7e8 + np.arange(n_times) * 2.0, {"Units": np.bytes_("s")}),
+        Field("Data Fields", "ColumnAmountO3", ("nTimes", "nXtrack"), ozone,
+              {"_FillValue": np.float32(-1.2676506e30), "MissingValue": np.float32(-1.2676506e30),
+               "Units": np.bytes_("DU"), "ScaleFactor": np.float64(1.0), "Offset": np.float64(0.0)}),
+    ])
+
+
+@pytest.mark.parametrize("scales", [False, True], ids=["phony-dimensions", "dimension-scales"])
+def test_an_omi_swath_with_2d_geolocation_answers_as_the_oracle(tmp_path: Path, scales: bool) -> None:
+    swath = omi_swath(9, 4, seed=5)
+    path = tmp_path / "OMI-Aura_L2-OMTO3_2010m0101t0000-o29000.he5"
+    write_he5(path, [swath])
+    if scales:  # newer HDF-EOS5 writes dimension scales in the swath group: netCDF-C then sees the names itself
+        with h5py.File(path, "a") as f:
+            g = f[f"HDFEOS/SWATHS/{swath.name}"]
+            made = {}
+            for dim, n in swath.dims.items():
+                made[dim] = g.create_dataset(dim, data=np.arange(n, dtype="i4"))
+                made[dim].make_scale(dim)
+            for fd in swath.fields:
+                for k, dim in enumerate(fd.dims):
+                    g[fd.group][fd.name].dims[k].attach_scale(made[dim])
+    catalog = _catalog(tmp_path, [path], "omi")
+    try:
+        sql = ("select Time, Latitude, Longitude, ColumnAmountO3 from omi where Latitude between -30 and 45 "
+               "and ColumnAmountO3 > 300")
+        frame = oracle_frame(swath, path, ["Time", "Latitude", "Longitude", "ColumnAmountO3"])
+        want = run_sql(frame, sql, "omi")
+        assert want.num_rows > 0
+        assert_same_records(answer(catalog, sql), want)
+    finally:
+        catalog.close()
