@@ -580,6 +580,8 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                         variables=variables, attrs=_attrs(ds), homes=homes)
         structures = _eos_structures(ds, path)
         return _with_eos_dimensions(meta, structures) if structures else meta
+    except DataFileError:
+        raise
     except (OSError, RuntimeError) as exc:
         raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception

@@ -27,7 +27,7 @@ from oracle import assert_same_records, run_sql
 
 from dstp.catalog.publish import draft_descriptor, publish
 from dstp.catalog.registry import Catalog
-from dstp.errors import QueryError
+from dstp.errors import DataFileError, QueryError
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 
@@ -473,3 +473,34 @@ def test_an_omi_swath_with_2d_geolocation_answers_as_the_oracle(tmp_path: Path, 
         assert_same_records(answer(catalog, sql), want)
     finally:
         catalog.close()
+
+
+def test_daily_swath_files_aggregate_along_ntimes_as_their_concatenation(tmp_path: Path) -> None:
+    swaths = {day: mls_swath("O3", n, 3, seed=day) for day, n in ((2, 4), (1, 6), (3, 5))}
+    paths = []
+    for day, swath in swaths.items():
+        paths.append(tmp_path / f"MLS-Aura_L2GP-O3_v05-01-c01_2020d00{day}.he5")
+        write_he5(paths[-1], [swath])
+    catalog = _catalog(tmp_path, paths, "mls")
+    try:
+        assert catalog.get("mls").descriptor.aggregate == "nTimes"
+        names = ["Time", "Latitude", "Pressure", "L2gpValue"]
+        frames = [oracle_frame(swaths[day], tmp_path / f"MLS-Aura_L2GP-O3_v05-01-c01_2020d00{day}.he5", names)
+                  for day in sorted(swaths)]
+        frame = pd.concat(frames, ignore_index=True)
+        sql = "select Time, Latitude, Pressure, L2gpValue from mls where L2gpValue > 5 or Latitude is null"
+        want = run_sql(frame, sql, "mls")
+        assert want.num_rows > 0
+        assert_same_records(answer(catalog, sql), want)
+    finally:
+        catalog.close()
+
+
+def test_a_field_whose_shape_contradicts_structmetadata_refuses_the_file_naming_it(tmp_path: Path) -> None:
+    swath = mls_swath("O3", 5, 3, seed=0)
+    swath.fields[0].values = swath.fields[0].values[:4]  # Latitude holds 4 profiles, StructMetadata says nTimes
+    write_he5(tmp_path / "bad.he5", [swath])
+    with pytest.raises(DataFileError, match=r"^bad\.he5: StructMetadata\.0 puts field 'HDFEOS/SWATHS/O3/Geolocation "
+                                            r"Fields/Longitude' on dimension 'nTimes' of swath 'O3', but it has 5 points "
+                                            r"there where 'HDFEOS/SWATHS/O3/Geolocation Fields/Latitude' has 4"):
+        draft_descriptor([tmp_path / "bad.he5"], "bad")
