@@ -119,7 +119,10 @@ def write_he5(path: Path, swaths: list[Swath] = (), grids: list[Grid] = ()) -> N
         for folder, structures in (("SWATHS", swaths), ("GRIDS", grids)):
             for s in structures:
                 for fd in s.fields:
-                    ds = f.require_group(f"HDFEOS/{folder}/{s.name}/{fd.group}").create_dataset(fd.name, data=fd.values)
+                    # Aura files are chunked and deflated (HE5_HDFE_COMP_SHUF_DEFLATE): read by the chunk reader
+                    packed = {"compression": "gzip", "shuffle": True} if fd.values.size > 1 else {}
+                    ds = f.require_group(f"HDFEOS/{folder}/{s.name}/{fd.group}").create_dataset(
+                        fd.name, data=fd.values, **packed)
                     for k, v in fd.attrs.items():
                         ds.attrs[k] = v
 
