@@ -5,7 +5,8 @@ Installed as ``dstp.catalog``. Reading order for a newcomer: ``descriptor``
 ``cf`` (decoding rules, text and text times), ``netcdf4_`` (file access),
 ``dataset`` (a descriptor bound to its files; ``binding`` checks each column
 against them, ``aggregation`` lines files up), ``dsg`` (station, profile and
-trajectory data as tables of observations), ``registry`` (all datasets under
+trajectory data as tables of observations), ``hdfeos`` (HDF-EOS5 swaths and
+grids), ``ugrid`` (unstructured meshes), ``registry`` (all datasets under
 a root).
 """
 
