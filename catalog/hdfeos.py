@@ -485,6 +485,9 @@ def grid_axes(s: EosStructure) -> tuple[dict[str, tuple[str, np.ndarray, dict[st
     ul, lr = _pair(g.get("UpperLeftPointMtrs")), _pair(g.get("LowerRightMtrs"))
     if not isinstance(nx, int) or not isinstance(ny, int) or ul is None or lr is None or nx < 1 or ny < 1:
         return {}, f"grid {s.name!r}: XDim, YDim, UpperLeftPointMtrs or LowerRightMtrs missing; no lat/lon"
+    if max(abs(v) for v in (*ul, *lr)) < 1000:  # under 1 arc-minute as DMS: plain degrees, written wrongly
+        return {}, (f"grid {s.name!r}: corners {ul} and {lr} look like plain degrees, not the packed "
+                    "degrees-minutes-seconds (DDDMMMSSS.SS) HDF-EOS defines; no lat/lon rather than a guess")
     try:
         west, north, east, south = _degrees(ul[0]), _degrees(ul[1]), _degrees(lr[0]), _degrees(lr[1])
     except ValueError as exc:

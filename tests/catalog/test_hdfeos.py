@@ -507,3 +507,16 @@ def test_a_field_whose_shape_contradicts_structmetadata_refuses_the_file_naming_
                                             r"Fields/Longitude' on dimension 'nTimes' of swath 'O3', but it has 5 points "
                                             r"there where 'HDFEOS/SWATHS/O3/Geolocation Fields/Latitude' has 4"):
         draft_descriptor([tmp_path / "bad.he5"], "bad")
+
+
+def test_grid_corners_written_as_plain_degrees_get_no_lat_lon_rather_than_a_guess(tmp_path: Path) -> None:
+    grid = Grid("Bad", 4, 2, (-10.0, 50.0), (10.0, 40.0), [
+        Field("Data Fields", "V", ("YDim", "XDim"), np.arange(8, dtype="f4").reshape(2, 4), {})])
+    write_he5(tmp_path / "bad.he5", grids=[grid])
+    catalog = _catalog(tmp_path, [tmp_path / "bad.he5"], "bad")
+    try:
+        ds = catalog.get("bad")
+        assert "lat" not in ds.column_names() and "lon" not in ds.column_names()
+        assert any("look like plain degrees, not the packed degrees-minutes-seconds" in w for w in ds.warnings)
+    finally:
+        catalog.close()
