@@ -432,7 +432,16 @@ def name_dimensions(structures: tuple[EosStructure, ...], shapes: Mapping[str, t
             if f.group == "Geolocation Fields":
                 geolocation.add(var)
         if s.kind == "grid":
-            axes, note = grid_axes(s)
+            held = (sizes.get(key(s, "XDim")), sizes.get(key(s, "YDim")))
+            axes: dict[str, tuple[str, np.ndarray, dict[str, Any]]] = {}
+            note: str | None = None
+            if None in held:
+                note = None  # no field on the grid's axes: nothing to locate
+            elif held != (s.grid.get("XDim"), s.grid.get("YDim")):  # the text alone never sizes an array
+                note = (f"grid {s.name!r}: StructMetadata.0 says XDim = {s.grid.get('XDim')}, YDim = "
+                        f"{s.grid.get('YDim')}, but its fields have {held[0]} × {held[1]} points; no lat/lon")
+            else:
+                axes, note = grid_axes(s)
             if note:
                 notes.append(note)
             for name, (dim, values, attrs) in axes.items():

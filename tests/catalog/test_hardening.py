@@ -157,3 +157,38 @@ def test_the_server_log_says_how_files_are_read(private_ccm3: Path, direct_chunk
     assert len(lines) == 1
     assert "up to 5 files open, 3 MiB chunk cache per variable" in lines[0]
     assert ("outside the netCDF lock" in lines[0]) == direct_chunks == (effective.chunks is not None)
+
+
+def test_an_hdf_eos_grid_definition_its_fields_do_not_back_allocates_nothing(tmp_path: Path) -> None:
+    """StructMetadata.0 is text: XDim = 10⁹ over a 4 × 2 field must not make the server build 10⁹ longitudes."""
+    import h5py
+
+    text = ('GROUP=GridStructure\n\tGROUP=GRID_1\n\t\tGridName="G"\n\t\tXDim=1000000000\n\t\tYDim=2\n'
+            "\t\tUpperLeftPointMtrs=(-180000000.000000,90000000.000000)\n"
+            "\t\tLowerRightMtrs=(180000000.000000,-90000000.000000)\n\t\tProjection=HE5_GCTP_GEO\n"
+            '\t\tGROUP=DataField\n\t\t\tOBJECT=DataField_1\n\t\t\t\tDataFieldName="V"\n'
+            '\t\t\t\tDimList=("YDim","XDim")\n\t\t\tEND_OBJECT=DataField_1\n\t\tEND_GROUP=DataField\n'
+            "\tEND_GROUP=GRID_1\nEND_GROUP=GridStructure\nEND\n")
+    folder = tmp_path / "eos"
+    folder.mkdir()
+    with h5py.File(folder / "g.he5", "w") as f:
+        f.create_group("HDFEOS INFORMATION").create_dataset("StructMetadata.0", data=np.array(text.encode(), "S32000"))
+        f.create_group("HDFEOS/GRIDS/G/Data Fields").create_dataset("V", data=np.arange(8, dtype="f4").reshape(2, 4))
+    (folder / "eos.dstp.xml").write_text(DESCRIPTOR.replace('<coordinate name="x" dimension="x"/>',
+                                                            '<coordinate name="XDim" dimension="XDim"/>')
+                                         .replace('default-grid="x"', 'default-grid="YDim XDim"')
+                                         .replace('<attribute name="v" dimensions="x"/>',
+                                                  '<attribute name="v" variable="HDFEOS/GRIDS/G/Data Fields/V" '
+                                                  'dimensions="YDim XDim"/>')
+                                         .format(id="eos", glob="g.he5"))
+    before = _peak_rss()
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert _peak_rss() - before < 2**30  # not the 8 GB of 10⁹ longitudes
+        assert catalog.problems == [], catalog.problems
+        ds = catalog.get("eos")
+        assert ds.dimensions["XDim"].size == 4 and "lon" not in ds.column_names()
+        assert any("XDim = 1000000000, YDim = 2, but its fields have 4 × 2 points; no lat/lon" in w
+                   for w in ds.warnings)
+    finally:
+        catalog.close()
