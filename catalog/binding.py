@@ -509,7 +509,7 @@ def _mesh_areas(ds: GriddedDataset, metas: list[FileMeta]) -> tuple[tuple[str, .
             raise ValueError(f"{variable!r} is in none of the files")
         return result
 
-    found = ugrid.mesh_areas(first.variables, read, set(ds.dimensions), _sphere_radius(ds))
+    found = ugrid.mesh_areas(first.variables, read, set(ds.dimensions), _sphere_radius(ds), IN_MEMORY_ELEMENTS)
     if found is None or isinstance(found, str):
         return found
     dim, areas, how = found

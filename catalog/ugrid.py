@@ -176,10 +176,11 @@ def _geographic(var: Any, which: str) -> bool:
 
 
 def mesh_areas(variables: Mapping[str, Any], read: Callable[[str], tuple[np.ndarray, np.ndarray | None]],
-               in_use: set[str], radius: float) -> tuple[str, np.ndarray, str] | str | None:
+               in_use: set[str], radius: float, limit: int) -> tuple[str, np.ndarray, str] | str | None:
     """Return (face dimension, face areas in m2, how) of the mesh whose faces records are on (``in_use``: the
     dataset's dimensions); a sentence when a mesh's faces are in use but their areas cannot be had; None when no
     mesh's faces are. ``read(variable)`` gives a variable's decoded values and null mask (ValueError: unreadable).
+    Meshes of more than ``limit`` nodes or face-node places are not weighted (their areas are held in memory).
     """
     for mesh in meshes(variables).values():
         face_dim = mesh.dimensions.get("face")
@@ -191,6 +192,11 @@ def mesh_areas(variables: Mapping[str, Any], read: Callable[[str], tuple[np.ndar
         if connectivity is None or len(nodes) < 2:
             return f"mesh {label!r} names no face_node_connectivity or node_coordinates to compute face areas from"
         x, y = nodes[0], nodes[1]
+        places, count = int(np.prod(variables[connectivity].shape)), int(np.prod(variables[x].shape))
+        if max(places, count) > limit:
+            return (f"mesh {label!r} has {count:,} nodes and {places:,} face-node places; dstp computes face areas "
+                    f"of meshes of up to {limit:,} of each — name the face areas with CF cell_measures = "
+                    "\"area: VARIABLE\"")
         if _geographic(variables[x], "latitude") and _geographic(variables[y], "longitude"):
             x, y = y, x
         if not (_geographic(variables[x], "longitude") and _geographic(variables[y], "latitude")):

@@ -192,3 +192,28 @@ def test_an_hdf_eos_grid_definition_its_fields_do_not_back_allocates_nothing(tmp
                    for w in ds.warnings)
     finally:
         catalog.close()
+
+
+def test_a_mesh_declaring_more_nodes_than_it_holds_is_not_read_for_areas(tmp_path: Path) -> None:
+    """A UGRID file of a few kilobytes declaring 10⁹ nodes: area_weight must not read them into memory."""
+    folder = tmp_path / "mesh"
+    folder.mkdir()
+    with netCDF4.Dataset(folder / "mesh.nc", "w") as nc:
+        nc.createDimension("node", HUGE)
+        nc.createDimension("x", 2)  # the faces
+        nc.createDimension("corner", 3)
+        mesh = nc.createVariable("mesh", "i4", ())
+        mesh.cf_role, mesh.node_coordinates, mesh.face_node_connectivity = "mesh_topology", "lon lat", "faces"
+        for name, units in (("lon", "degrees_east"), ("lat", "degrees_north")):
+            nc.createVariable(name, "f8", ("node",), zlib=True, chunksizes=(1024,)).units = units  # never written
+        nc.createVariable("faces", "i4", ("x", "corner"))[:] = [[0, 1, 2], [1, 2, 3]]
+        nc.createVariable("v", "f4", ("x",))[:] = [1.0, 2.0]
+    (folder / "mesh.dstp.xml").write_text(DESCRIPTOR.format(id="mesh", glob="mesh.nc"))
+    before = _peak_rss()
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert _peak_rss() - before < 2**30
+        assert catalog.problems == [], catalog.problems
+        assert any("mesh 'mesh' has 1,000,000,000 nodes" in w for w in catalog.get("mesh").warnings)
+    finally:
+        catalog.close()
