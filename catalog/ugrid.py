@@ -221,4 +221,9 @@ def mesh_areas(variables: Mapping[str, Any], read: Callable[[str], tuple[np.ndar
         how = (f"the area of each face of mesh {label!r} on a sphere of radius {radius:.1f} m, from its nodes "
                f"({x}, {y}) and {connectivity.rsplit('/', 1)[-1]} (pyproj Geod: great-circle edges), in m2")
         return face_dim, areas, how
+    on_mesh = sorted(f"{loc}s" for mesh in meshes(variables).values() for loc, d in mesh.dimensions.items()
+                     if d in in_use and loc != "face")
+    if on_mesh:  # cos(latitude) of a node is not proportional to any area
+        return (f"the records are on a mesh's {' and '.join(dict.fromkeys(on_mesh))}, and UGRID gives only faces an "
+                "area; name the areas with CF cell_measures = \"area: VARIABLE\"")
     return None

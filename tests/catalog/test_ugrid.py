@@ -328,3 +328,33 @@ def test_a_descriptor_naming_the_topology_as_a_coordinate_gets_a_message_without
         assert 'remove <coordinate name="Mesh2d"> from the descriptor' in problem.message
     finally:
         catalog.close()
+
+
+def test_records_only_on_nodes_get_no_cos_latitude_weight(tmp_path: Path) -> None:
+    lon, lat, quads = cubed_sphere(2)
+    path = tmp_path / "nodes.nc"
+    write_mesh(path, lon, lat, quads.tolist(), edges=False)
+    with netCDF4.Dataset(path, "a") as nc:
+        nc.renameVariable("face_value", "unused")  # keep the file valid, but publish only node data below
+    (tmp_path / "nodes.dstp.xml").write_text("""<?xml version="1.0"?>
+<dataset xmlns="urn:dstp:descriptor:1" id="nodes" version="1"><title>nodes</title>
+  <files glob="nodes.nc"/>
+  <coordinates>
+    <coordinate name="time" dimension="time" axis="T"/>
+    <coordinate name="node" variable="nMesh2d_node" dimension="nMesh2d_node"/>
+    <coordinate name="lat" variable="Mesh2d_node_y" dimensions="nMesh2d_node" axis="Y" units="degrees_north">
+      <cf name="standard_name">latitude</cf>
+    </coordinate>
+  </coordinates>
+  <attributes default-grid="time nMesh2d_node">
+    <attribute name="node_value" dimensions="time nMesh2d_node"/>
+  </attributes>
+</dataset>""")
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, catalog.problems
+        with pytest.raises(UnknownColumnError, match=r"area_weight.*the records are on a mesh's nodes, and UGRID gives "
+                                                     r"only faces an area"):
+            answer(catalog, "select weighted_avg(node_value, area_weight) from nodes")
+    finally:
+        catalog.close()
