@@ -39,7 +39,7 @@ def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str)
     var = meta.variables.get(variable)
     if var is None or var.dimensions != (agg,):
         raise DataFileError(f"{meta.path.name}: coordinate {variable!r} along {agg!r} is missing")
-    dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+    dec = decoding_for(var.dtype, var.attrs, var.default_fill, per_character=var.per_character)
     if var.shape[0] == 0:
         return _EMPTY
     if dec is None:
@@ -105,7 +105,8 @@ def file_decodings(
                 f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
             )
         attrs = {**(inherit(meta) if inherit else {}), **var.attrs}
-        dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time)
+        dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time,
+                           per_character=var.per_character)
         if dec is None:
             raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, "
                                 "which is neither numeric nor text")

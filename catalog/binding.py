@@ -174,7 +174,7 @@ def attribute_columns(
             if d not in dim_sizes:
                 raise DescriptorError(f"attribute {spec.name!r}: unknown dimension {d!r}", path=where)
         text_time = spec.time_format == ISO8601
-        if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+        if decoding_for(var.dtype, var.attrs, text_time=text_time, per_character=var.per_character) is None:
             raise DescriptorError(
                 f"attribute {spec.name!r}: variable {spec.variable!r} has type {var.dtype}, "
                 "which is neither numeric nor text",
@@ -218,7 +218,7 @@ def coordinate_column(
             path=where,
         )
     text_time = spec.time_format == ISO8601
-    if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+    if decoding_for(var.dtype, var.attrs, text_time=text_time, per_character=var.per_character) is None:
         raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is neither numeric nor text",
                               path=where)
     decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time)

@@ -222,18 +222,21 @@ def calendar_family(calendar: str) -> str:
 
 
 def decoding_for(
-    dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None, *, text_time: bool = False
+    dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None, *, text_time: bool = False,
+    per_character: bool = False,
 ) -> Decoding | None:
     """Return how to decode a variable, or None if it cannot be a query column.
 
     ``default_fill`` is the netCDF default fill value of the variable's type
     when the file has no ``_FillValue`` for it (see the module docstring).
     ``text_time`` parses a text variable's values as ISO 8601 date-times.
+    ``per_character``: a char array each of whose characters is a value (its
+    last dimension is not a string length; :class:`~dstp.catalog.netcdf4_.VariableMeta`).
     """
     if dtype.kind in "SU":
         encoding = attrs.get("_Encoding")
         fills = tuple(v.decode("latin-1") if isinstance(v, bytes) else str(v) for v in _fill_values(attrs))
-        common = dict(fill_values=fills, text=True, chars=dtype.kind == "S",
+        common = dict(fill_values=fills, text=True, chars=dtype.kind == "S" and not per_character,
                       encoding=str(encoding) if encoding else None)
         if text_time:
             return Decoding(arrow_type=pa.timestamp("us"), time_units=ISO8601, calendar="proleptic_gregorian",

@@ -92,8 +92,9 @@ class GriddedDataset:
     warnings: tuple[str, ...] = ()
     #: The discrete sampling geometry of station, profile and trajectory files (None for grids).
     layout: FeatureLayout | None = None
-    #: Columns whose NULLs mark padding of a multidimensional DSG: no record there (see :mod:`.dsg`).
-    presence: tuple[str, ...] = ()
+    #: Columns whose NULLs mark padding of a multidimensional DSG, in groups: no record where every column of
+    #: a group is NULL (see :mod:`.dsg`).
+    presence: tuple[tuple[str, ...], ...] = ()
 
     @property
     def id(self) -> str:
@@ -294,7 +295,7 @@ class GriddedDataset:
         layout = self.layout
         if layout is not None and layout.ragged and layout.sample_dimension in grid and not all(layout.complete):
             return True
-        return any(set(self.column_dimensions(name)) <= set(grid) for name in self.presence)
+        return any(set(self.column_dimensions(name)) <= set(grid) for group in self.presence for name in group)
 
     def present(
         self, grid: tuple[str, ...], index: Mapping[str, slice], stats: ReadStats | None = None
@@ -315,13 +316,26 @@ class GriddedDataset:
                 masks.append(np.ones(len(range(here.start, here.stop, here.step or 1)), bool)
                              if linked is None else linked)
             out.append(((sample,), np.concatenate(masks) if masks else np.zeros(0, bool)))
-        for name in self.presence:
-            column = self.readable(name)
-            if column is None or not set(column.dimensions) <= set(grid):
-                continue
-            _, mask = self.read(column, {d: index[d] for d in column.dimensions}, stats)
-            if mask is not None and mask.any():
-                out.append((column.dimensions, ~mask))
+        for group in self.presence:
+            # A point is a record where any column of the group locates it (Argo's PRES or PRES_ADJUSTED).
+            located: tuple[tuple[str, ...], np.ndarray] | None = None
+            for name in group:
+                column = self.readable(name)
+                if column is None or not set(column.dimensions) <= set(grid):
+                    continue
+                _, mask = self.read(column, {d: index[d] for d in column.dimensions}, stats)
+                if mask is None or not mask.any():
+                    located = None
+                    break
+                if located is None:
+                    located = (column.dimensions, ~mask)
+                elif located[0] == column.dimensions:
+                    located = (column.dimensions, located[1] | ~mask)
+                else:  # columns of one axis on different dimensions: each alone cannot tell padding
+                    located = None
+                    break
+            if located is not None:
+                out.append(located)
         return out
 
     def close(self) -> None:
@@ -433,7 +447,7 @@ class GriddedDataset:
                           for c in descriptor.coordinates if c.auxiliary]
             ds.presence = presence_columns(layout.feature_type, candidates)
             if layout.feature_type != "point":
-                incomplete = any(len(ds.column_dimensions(n)) >= 2 for n in ds.presence)
+                incomplete = any(len(ds.column_dimensions(n)) >= 2 for group in ds.presence for n in group)
                 layout.representation = ("incomplete" if incomplete else "orthogonal") + " multidimensional array"
         for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
             check_text_times(ds, column, metas)

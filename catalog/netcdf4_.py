@@ -24,7 +24,7 @@ import stat
 import threading
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -98,11 +98,14 @@ class VariableMeta:
     attrs: dict[str, Any]
     #: netCDF's default fill value for the type, when the variable has no ``_FillValue`` and is pre-filled.
     default_fill: Any = None
+    #: A ``char`` array whose last dimension is not a string length (see :func:`_per_character`): each
+    #: character is a value of its own, as ``TEMP_QC(N_PROF, N_LEVELS)`` holds one flag per level.
+    per_character: bool = False
 
     @property
     def is_chars(self) -> bool:
         """Return whether this is a ``char`` array, whose last dimension is the string length."""
-        return self.dtype.kind == "S" and bool(self.dimensions)
+        return self.dtype.kind == "S" and bool(self.dimensions) and not self.per_character
 
     @property
     def value_dimensions(self) -> tuple[str, ...]:
@@ -536,6 +539,7 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                     attrs=_attrs(var),
                     default_fill=_default_fill(var),
                 )
+        variables = _per_character(variables)
         if ds.data_model.startswith("NETCDF3"):
             _check_classic_length(path)
         return FileMeta(
@@ -550,6 +554,29 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
         raise DataFileError(f"cannot read the metadata of {path}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
         raise unmappable(path, exc) from exc
+
+
+def _per_character(variables: dict[str, VariableMeta]) -> dict[str, VariableMeta]:
+    """Return ``variables`` with the char arrays whose last dimension is not a string length marked per character.
+
+    A char array's last dimension is its string length only where that
+    dimension is nothing else: no coordinate variable has its name, and every
+    variable on it is a char array that ends with it (``PLATFORM_NUMBER(N_PROF,
+    STRING8)``). Otherwise -- Argo's ``TEMP_QC(N_PROF, N_LEVELS)``, whose
+    ``N_LEVELS`` also holds ``TEMP`` -- every character is a value on the grid.
+    This is xarray's rule (``conventions.decode_cf_variables``, ``stackable``).
+    """
+    held_otherwise: set[str] = set()
+    for var in variables.values():
+        chars = var.dtype.kind == "S" and bool(var.dimensions)
+        held_otherwise.update(var.dimensions if not chars else var.dimensions[:-1])
+    marked = dict(variables)
+    for name, var in variables.items():
+        if var.dtype.kind == "S" and var.dimensions:
+            last = var.dimensions[-1]
+            if last in held_otherwise or last in variables:
+                marked[name] = replace(var, per_character=True)
+    return marked
 
 
 def unmappable(path: Path, exc: Exception) -> DataFileError:

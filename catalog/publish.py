@@ -201,7 +201,7 @@ def draft_descriptor(
         handles.close()
 
     def servable(var: VariableMeta) -> bool:
-        return decoding_for(var.dtype, var.attrs) is not None
+        return decoding_for(var.dtype, var.attrs, per_character=var.per_character) is not None
 
     for var in first.variables.values():
         if var.value_dimensions or var.name in coord_vars or var.name in support:
@@ -352,7 +352,7 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
         var = meta.variables.get(variable)
         if var is None:
             continue
-        dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+        dec = decoding_for(var.dtype, var.attrs, var.default_fill, per_character=var.per_character)
         if dec is None:
             return False
         try:
@@ -410,7 +410,8 @@ def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta]
             file_var = meta.variables.get(name)
             if file_var is None:
                 continue
-            dec = decoding_for(file_var.dtype, file_var.attrs, file_var.default_fill)
+            dec = decoding_for(file_var.dtype, file_var.attrs, file_var.default_fill,
+                               per_character=file_var.per_character)
             assert dec is not None
             texts, mask = decode_values(handles.read(meta.path, name, ()), dec)
             flat = np.asarray(texts, dtype=object).reshape(-1)

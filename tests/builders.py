@@ -272,3 +272,140 @@ def rotated_pole(path: Path, name: str, values: Callable[[np.ndarray, np.ndarray
             var.standard_name = standard_name
         var[:] = np.asarray(values(lat, lon), dtype=np.float32)
     return path
+
+
+#: Argo's dimensions of a GDAC ``*_prof.nc`` file besides N_PROF and N_LEVELS (user manual 3.1, §2.2).
+_ARGO_STRINGS = {"DATE_TIME": 14, "STRING256": 256, "STRING64": 64, "STRING32": 32, "STRING16": 16, "STRING8": 8,
+                 "STRING4": 4, "STRING2": 2}
+
+
+def argo_profiles(path: Path, *, modes: str = "DRA", levels: Sequence[int] = (5, 4, 2), n_levels: int = 5,
+                  history: int = 0, seed: int = 0) -> Path:
+    """Write an Argo GDAC multi-profile file (``R6901234_prof.nc``) as the Argo user manual 3.1 lays it out.
+
+    netCDF-3 classic; ``N_PROF`` profiles of ``N_LEVELS`` levels, profile k holding ``levels[k]`` of them (the rest
+    99999. and blank flags: padding); string dimensions; an unlimited ``N_HISTORY`` of ``history`` records (0 in
+    a file fresh from a DAC); per-level char flags ``TEMP_QC(N_PROF, N_LEVELS)``; ``DATA_MODE(N_PROF)`` one char
+    per profile; ``*_ADJUSTED`` variables all 99999. in real-time profiles (mode R). ``PRES`` and ``PRES_ADJUSTED``
+    both say ``axis = "Z"``, as in GDAC files.
+    """
+    n_prof = len(modes)
+    rng = np.random.default_rng(seed)
+    with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.title = "Argo float vertical profile"
+        nc.institution = "AOML"
+        nc.source = "Argo float"
+        nc.history = "2021-03-04T10:11:12Z creation"
+        nc.references = "http://www.argodatamgt.org/Documentation"
+        nc.user_manual_version = "3.1"
+        nc.Conventions = "Argo-3.1 CF-1.6"
+        nc.featureType = "trajectoryProfile"
+        for name, size in _ARGO_STRINGS.items():
+            nc.createDimension(name, size)
+        nc.createDimension("N_PROF", n_prof)
+        nc.createDimension("N_PARAM", 3)
+        nc.createDimension("N_LEVELS", n_levels)
+        nc.createDimension("N_CALIB", 1)
+        nc.createDimension("N_HISTORY", None)
+
+        def chars(name: str, dims: tuple[str, ...], text: object, **attrs: str) -> netCDF4.Variable:
+            v = nc.createVariable(name, "S1", dims, fill_value=b" ")
+            v.setncatts(attrs)
+            width = len(nc.dimensions[dims[-1]])
+            v[:] = netCDF4.stringtochar(np.array(text, dtype=f"S{width}"))
+            return v
+
+        chars("DATA_TYPE", ("STRING16",), "Argo profile", long_name="Data type", conventions="Argo reference table 1")
+        chars("FORMAT_VERSION", ("STRING4",), "3.1", long_name="File format version")
+        chars("HANDBOOK_VERSION", ("STRING4",), "1.2", long_name="Data handbook version")
+        chars("REFERENCE_DATE_TIME", ("DATE_TIME",), "19500101000000", long_name="Date of reference for Julian days",
+              conventions="YYYYMMDDHHMISS")
+        chars("DATE_CREATION", ("DATE_TIME",), "20210304101112", long_name="Date of file creation",
+              conventions="YYYYMMDDHHMISS")
+        chars("PLATFORM_NUMBER", ("N_PROF", "STRING8"), ["6901234"] * n_prof, long_name="Float unique identifier",
+              conventions="WMO float identifier : A9IIIII")
+        chars("PROJECT_NAME", ("N_PROF", "STRING64"), ["ARGO-FRANCE"] * n_prof, long_name="Name of the project")
+        chars("STATION_PARAMETERS", ("N_PROF", "N_PARAM", "STRING16"), [["PRES", "TEMP", "PSAL"]] * n_prof,
+              long_name="List of available parameters for the station", conventions="Argo reference table 3")
+        cycle = nc.createVariable("CYCLE_NUMBER", "i4", ("N_PROF",), fill_value=np.int32(99999))
+        cycle.long_name = "Float cycle number"
+        cycle.conventions = "0...N, 0 : launch cycle (if exists), 1 : first complete cycle"
+        cycle[:] = np.arange(1, n_prof + 1)
+        for name, values, attrs in (
+            ("DIRECTION", "A" * n_prof, {"long_name": "Direction of the station profiles",
+                                         "conventions": "A: ascending profiles, D: descending profiles"}),
+            ("DATA_MODE", modes, {"long_name": "Delayed mode or real time data",
+                                  "conventions": "R : real time; D : delayed mode; A : real time with adjustment"}),
+            ("JULD_QC", "1" * n_prof, {"long_name": "Quality on date and time", "conventions": "Argo reference table 2"}),
+            ("POSITION_QC", "1" * (n_prof - 1) + "4", {"long_name": "Quality on position (latitude and longitude)",
+                                                       "conventions": "Argo reference table 2"}),
+        ):
+            v = nc.createVariable(name, "S1", ("N_PROF",), fill_value=b" ")
+            v.setncatts(attrs)
+            v[:] = np.array([c.encode() for c in values], dtype="S1")
+        juld = nc.createVariable("JULD", "f8", ("N_PROF",), fill_value=999999.0)
+        juld.long_name = "Julian day (UTC) of the station relative to REFERENCE_DATE_TIME"
+        juld.standard_name = "time"
+        juld.units = "days since 1950-01-01 00:00:00 UTC"
+        juld.conventions = "Relative julian days with decimal part (as parts of day)"
+        juld.resolution = 1e-5
+        juld.axis = "T"
+        juld[:] = 25630.0 + 10.0 * np.arange(n_prof) + np.floor(rng.random(n_prof) * 8) / 8  # exact in binary
+        for name, std, units, axis, centre in (("LATITUDE", "latitude", "degree_north", "Y", 40.0),
+                                               ("LONGITUDE", "longitude", "degree_east", "X", -30.0)):
+            v = nc.createVariable(name, "f8", ("N_PROF",), fill_value=99999.0)
+            v.long_name = f"{name.title()} of the station, best estimate"
+            v.standard_name, v.units, v.axis = std, units, axis
+            v.valid_min, v.valid_max = (-90.0, 90.0) if axis == "Y" else (-180.0, 180.0)
+            v[:] = centre + np.cumsum(rng.random(n_prof) * 0.3)
+        depth = np.sort(rng.random((n_prof, n_levels)) * 2000.0, axis=1)
+        physical = {
+            "PRES": ("sea_water_pressure", "decibar", "Sea water pressure, equals 0 at sea-level", depth),
+            "TEMP": ("sea_water_temperature", "degree_Celsius", "Sea temperature in-situ ITS-90 scale",
+                     25.0 - depth / 100.0 + rng.random((n_prof, n_levels))),
+            "PSAL": ("sea_water_salinity", "psu", "Practical salinity", 34.0 + 2.0 * rng.random((n_prof, n_levels))),
+        }
+        pad = np.arange(n_levels)[None, :] >= np.asarray(levels)[:, None]
+        realtime = np.array([m == "R" for m in modes])
+        for name, (std, units, long_name, values) in physical.items():
+            for suffix in ("", "_ADJUSTED", "_ADJUSTED_ERROR"):
+                v = nc.createVariable(name + suffix, "f4", ("N_PROF", "N_LEVELS"), fill_value=np.float32(99999.0))
+                v.long_name = long_name if not suffix else f"{long_name} ({suffix[1:].lower().replace('_', ' ')})"
+                if suffix != "_ADJUSTED_ERROR":
+                    v.standard_name = std
+                v.units = units
+                v.C_format, v.FORTRAN_format, v.resolution = "%9.3f", "F9.3", np.float32(0.001)
+                if name == "PRES" and suffix != "_ADJUSTED_ERROR":
+                    v.axis = "Z"
+                data = np.full((n_prof, n_levels), 0.01) if suffix == "_ADJUSTED_ERROR" else values
+                data = np.where(pad | (realtime[:, None] & (suffix != "")), 99999.0, data).astype(np.float32)
+                v[:] = data
+                if suffix == "_ADJUSTED_ERROR":
+                    continue
+                q = nc.createVariable(name + suffix + "_QC", "S1", ("N_PROF", "N_LEVELS"), fill_value=b" ")
+                q.long_name, q.conventions = "quality flag", "Argo reference table 2"
+                flags = rng.choice(np.array([b"1", b"2", b"3", b"4"], dtype="S1"), size=(n_prof, n_levels))
+                q[:] = np.where(pad | (realtime[:, None] & (suffix != "")), b" ", flags)
+        profile_qc = nc.createVariable("PROFILE_TEMP_QC", "S1", ("N_PROF",), fill_value=b" ")
+        profile_qc.long_name = "Global quality flag of TEMP profile"
+        profile_qc.conventions = "Argo reference table 2a"
+        profile_qc[:] = np.array([b"A"] * n_prof, dtype="S1")
+        chars("PARAMETER", ("N_PROF", "N_CALIB", "N_PARAM", "STRING16"), [[["PRES", "TEMP", "PSAL"]]] * n_prof,
+              long_name="List of parameters with calibration information", conventions="Argo reference table 3")
+        chars("SCIENTIFIC_CALIB_COMMENT", ("N_PROF", "N_CALIB", "N_PARAM", "STRING256"),
+              [[["none", "none", "none"]]] * n_prof, long_name="Comment applying to this parameter calibration")
+        for name, dims, long_name in (("HISTORY_INSTITUTION", ("N_HISTORY", "N_PROF", "STRING4"),
+                                       "Institution which performed action"),
+                                      ("HISTORY_STEP", ("N_HISTORY", "N_PROF", "STRING4"), "Step in data processing"),
+                                      ("HISTORY_DATE", ("N_HISTORY", "N_PROF", "DATE_TIME"),
+                                       "Date the history record was created")):
+            v = nc.createVariable(name, "S1", dims, fill_value=b" ")
+            v.long_name = long_name
+            if history:
+                v[:history] = netCDF4.stringtochar(np.array([["IF"] * n_prof] * history,
+                                                            dtype=f"S{len(nc.dimensions[dims[-1]])}"))
+        start = nc.createVariable("HISTORY_START_PRES", "f4", ("N_HISTORY", "N_PROF"), fill_value=np.float32(99999.0))
+        start.long_name, start.units = "Start pressure action applied on", "decibar"
+        if history:
+            start[:history] = np.full((history, n_prof), 5.0, np.float32)
+    return path
