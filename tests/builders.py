@@ -409,3 +409,107 @@ def argo_profiles(path: Path, *, modes: str = "DRA", levels: Sequence[int] = (5,
         if history:
             start[:history] = np.full((history, n_prof), 5.0, np.float32)
     return path
+
+
+def split_by_variable(folder: Path, *, steps: int = 6, splits: dict[str, Sequence[int]] | None = None,
+                      fx: Sequence[str] = ("areacella",), nlat: int = 3, nlon: int = 3, calendar: str = "noleap",
+                      seed: int = 0) -> list[Path]:
+    """Write a CMIP-style archive split by variable: ``<var>_Amon_MODEL_historical_r1i1p1f1_gn_<start>.nc`` files,
+    each variable's ``steps`` monthly times cut into files of ``splits[var]`` lengths, and one fx file
+    (``areacella`` and/or ``sftlf`` on lat × lon, no time) that the data name in ``cell_measures``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    splits = splits if splits is not None else {"tas": (4, steps - 4), "pr": (steps,)}
+    lat = np.linspace(-60.0, 60.0, nlat) if nlat > 1 else np.array([10.0])
+    lon = np.arange(nlon) * (360.0 / nlon)
+    rng = np.random.default_rng(seed)
+
+    def grid(nc: netCDF4.Dataset) -> None:
+        nc.Conventions = "CF-1.7 CMIP-6.2"
+        nc.source_id, nc.experiment_id, nc.variant_label = "MODEL", "historical", "r1i1p1f1"
+        nc.createDimension("lat", nlat)
+        nc.createDimension("lon", nlon)
+        nc.createDimension("bnds", 2)
+        v = nc.createVariable("lat", "f8", ("lat",))
+        v.units, v.standard_name, v.axis, v.bounds = "degrees_north", "latitude", "Y", "lat_bnds"
+        v[:] = lat
+        nc.createVariable("lat_bnds", "f8", ("lat", "bnds"))[:] = np.stack([lat - 1.0, lat + 1.0], axis=1)
+        v = nc.createVariable("lon", "f8", ("lon",))
+        v.units, v.standard_name, v.axis = "degrees_east", "longitude", "X"
+        v[:] = lon
+
+    units = {"tas": ("K", "air_temperature"), "pr": ("kg m-2 s-1", "precipitation_flux"),
+             "psl": ("Pa", "air_pressure_at_mean_sea_level")}
+    paths: list[Path] = []
+    for name, lengths in splits.items():
+        assert sum(lengths) == steps, (name, lengths)
+        start = 0
+        for n in lengths:
+            path = folder / f"{name}_Amon_MODEL_historical_r1i1p1f1_gn_{start:04d}.nc"
+            with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+                grid(nc)
+                nc.createDimension("time", None)
+                t = nc.createVariable("time", "f8", ("time",))
+                t.units, t.calendar, t.standard_name, t.axis, t.bounds = \
+                    "days since 1850-01-01", calendar, "time", "T", "time_bnds"
+                days = np.arange(start, start + n) * 30.0
+                t[:] = days + 15.0
+                nc.createVariable("time_bnds", "f8", ("time", "bnds"))[:] = np.stack([days, days + 30.0], axis=1)
+                v = nc.createVariable(name, "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
+                v.units, v.standard_name = units.get(name, ("1", name))
+                v.cell_measures, v.cell_methods = "area: areacella", "area: time: mean"
+                values = (250.0 + 50.0 * rng.random((n, nlat, nlon))).astype(np.float32)
+                values[rng.random(values.shape) < 0.1] = np.float32(1e20)
+                v[:] = values
+            paths.append(path)
+            start += n
+    if fx:
+        path = folder / "fx_MODEL_historical_r1i1p1f1_gn.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            grid(nc)
+            for name in fx:
+                v = nc.createVariable(name, "f4", ("lat", "lon"))
+                v.units, v.standard_name = ("m2", "cell_area") if name == "areacella" else ("%", "land_area_fraction")
+                v[:] = (1e10 * np.cos(np.deg2rad(lat))[:, None] * np.ones(nlon) if name == "areacella"
+                        else 100.0 * rng.random((nlat, nlon))).astype(np.float32)
+        paths.append(path)
+    return paths
+
+
+def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1) -> list[Path]:
+    """Write a UGRID mesh file ``grid.nc`` (topology with a value, node and face coordinates, face-node
+    connectivity) and a data file ``v1.nc`` with values on the mesh's nodes over time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    faces = nodes - 2
+    with netCDF4.Dataset(folder / "grid.nc", "w") as nc:
+        nc.Conventions = "CF-1.8 UGRID-1.0"
+        nc.createDimension("nMesh2_node", nodes)
+        nc.createDimension("nMesh2_face", faces)
+        nc.createDimension("nMaxMesh2_face_nodes", 3)
+        m = nc.createVariable("Mesh2", "i4")
+        m.cf_role, m.long_name, m.topology_dimension = "mesh_topology", "Topology data of 2D unstructured mesh", 2
+        m.node_coordinates, m.face_node_connectivity = "Mesh2_node_x Mesh2_node_y", "Mesh2_face_nodes"
+        m.face_coordinates = "Mesh2_face_x Mesh2_face_y"
+        m.assignValue(0)
+        for name, std, units, size in (("Mesh2_node_x", "longitude", "degrees_east", nodes),
+                                       ("Mesh2_node_y", "latitude", "degrees_north", nodes),
+                                       ("Mesh2_face_x", "longitude", "degrees_east", faces),
+                                       ("Mesh2_face_y", "latitude", "degrees_north", faces)):
+            v = nc.createVariable(name, "f8", ("nMesh2_node" if "node" in name else "nMesh2_face",))
+            v.standard_name, v.units = std, units
+            v[:] = rng.random(size) * 20.0
+        c = nc.createVariable("Mesh2_face_nodes", "i4", ("nMesh2_face", "nMaxMesh2_face_nodes"))
+        c.cf_role, c.start_index = "face_node_connectivity", 0
+        c[:] = np.stack([np.arange(faces), np.arange(faces) + 1, np.arange(faces) + 2], axis=1)
+    with netCDF4.Dataset(folder / "v1.nc", "w") as nc:
+        nc.Conventions = "CF-1.8 UGRID-1.0"
+        nc.createDimension("time", None)
+        nc.createDimension("nMesh2_node", nodes)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name = "hours since 2020-01-01", "time"
+        t[:] = np.arange(steps) * 6.0
+        v = nc.createVariable("v1", "f4", ("time", "nMesh2_node"), fill_value=np.float32(-999.0))
+        v.mesh, v.location, v.units, v.standard_name = "Mesh2", "node", "m", "sea_surface_height_above_geoid"
+        v.coordinates = "Mesh2_node_x Mesh2_node_y"
+        v[:] = rng.random((steps, nodes)).astype(np.float32)
+    return [folder / "grid.nc", folder / "v1.nc"]
