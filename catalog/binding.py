@@ -260,9 +260,11 @@ def coordinate_column(
     if decoding_for(var.dtype, var.attrs, text_time=text_time, per_character=var.per_character) is None:
         raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is neither numeric nor text",
                               path=where)
-    decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time)
     agg = ds.descriptor.aggregate
     on_agg = spec.dimension is not None and spec.dimension == agg
+    # Off the aggregation axis its values must be the same in every file: unit labels may differ then.
+    labels: list[str] | None = None if on_agg else []
+    decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time, labels=labels)
     absent = [m.path.name for m, d, p in zip(metas, decodings, parts) if d is None and (
         p in held or on_agg and agg in m.dimensions)]
     if absent:
@@ -286,6 +288,7 @@ def coordinate_column(
             f"{at - holder.start if spec.dimension == agg else at}); a dimension's coordinate must be complete — "
             f"list {spec.variable!r} as an auxiliary coordinate (dimensions=\"{spec.dimension}\") instead, "
             "which may have NULLs")
+    ds.warnings = (*ds.warnings, *(labels or ()))
     values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
     order = monotonic(values) if spec.dimension else 1
     return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)

@@ -54,7 +54,7 @@ from dstp.catalog.binding import (
     coordinate_column,
     parts_agree,
 )
-from dstp.catalog.cf import Decoding, decode_values, numpy_dtype_of
+from dstp.catalog.cf import CF_BY_LOWER, Decoding, decode_values, numpy_dtype_of
 from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn, DataFile, Dimension
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
@@ -457,8 +457,23 @@ class GriddedDataset:
                 layout.representation = ("incomplete" if incomplete else "orthogonal") + " multidimensional array"
         for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
             check_text_times(ds, column, metas)
-        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas))
+        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas), *_case_variants(ds))
         return ds
+
+
+def _case_variants(ds: GriddedDataset) -> list[str]:
+    """Return one warning naming the CF attributes read from another spelling (``Units`` as ``units``), if any."""
+    read_as: dict[str, list[str]] = {}
+    for column in [*ds.attributes.values(), *ds.auxiliaries.values()]:
+        for key, value in column.attrs.items():
+            name = CF_BY_LOWER.get(key.lower())
+            if name is not None and key != name and column.attrs.get(name) is value:
+                read_as.setdefault(f"{key!r} as {name!r}", []).append(column.name)
+    if not read_as:
+        return []
+    shown = "; ".join(f"{k} ({', '.join(v[:4])}{' …' if len(v) > 4 else ''})" for k, v in read_as.items())
+    return [f"attributes read under their CF names: {shown}; xarray and netCDF4-python read only the exact CF "
+            "spelling, so they neither mask, unpack nor label by these"]
 
 
 def _unusable_fills(ds: GriddedDataset, metas: list[FileMeta]) -> list[str]:

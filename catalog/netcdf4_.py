@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import netCDF4
 import numpy as np
 
+from dstp.catalog.cf import cf_spelling
 from dstp.catalog.chunks import INFLATE, ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
@@ -536,7 +537,7 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                     dimensions=dims,
                     shape=tuple(int(s) for s in var.shape),
                     dtype=_numpy_dtype(var.dtype),
-                    attrs=_attrs(var),
+                    attrs=cf_spelling(_attrs(var)),
                     default_fill=_default_fill(var),
                 )
         variables = _per_character(variables)
