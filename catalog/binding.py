@@ -281,7 +281,8 @@ def coordinate_column(
                                            dim_sizes)
     if mask is not None and mask.any():
         at = int(np.flatnonzero(np.asarray(mask).reshape(-1))[0])
-        holder = next((f for f in ds.files if f.start <= at < f.start + f.count), ds.files[0]) \
+        holder = next((f for f in ds.files if f.start <= at < f.start + f.count and f.part == ds.part_of(column)),
+                      ds.files[0]) \
             if spec.dimension == agg else ds.files[0]
         raise DataFileError(
             f"{holder.path.name}: coordinate {spec.name!r} has missing values (first at {spec.dimension} "

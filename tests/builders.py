@@ -457,6 +457,11 @@ def split_by_variable(folder: Path, *, steps: int = 6, splits: dict[str, Sequenc
                 v = nc.createVariable(name, "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
                 v.units, v.standard_name = units.get(name, ("1", name))
                 v.cell_measures, v.cell_methods = "area: areacella", "area: time: mean"
+                if name == "tas":  # CMIP's scalar coordinate, in the tas files only
+                    h = nc.createVariable("height", "f8", ())
+                    h.units, h.axis, h.positive, h.standard_name = "m", "Z", "up", "height"
+                    h.assignValue(2.0)
+                    v.coordinates = "height"
                 values = (250.0 + 50.0 * rng.random((n, nlat, nlon))).astype(np.float32)
                 values[rng.random(values.shape) < 0.1] = np.float32(1e20)
                 v[:] = values

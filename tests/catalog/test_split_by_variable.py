@@ -55,7 +55,7 @@ def test_cmip_variables_in_files_of_their_own_and_an_fx_file_merge_by_variable(t
         assert not catalog.problems, catalog.problems
         records = oracle(paths, ["tas", "pr", "areacella", "sftlf"], ["time", "lat", "lon"])
         assert len(records) == 6 * 9
-        for sql in ("select time, lat, lon, tas, pr, areacella, sftlf from cmip",
+        for sql in ("select time, lat, lon, height, tas, pr, areacella, sftlf from cmip",
                     "select time, lon, tas from cmip where sftlf > 50 and pr is not null",
                     "select time, sum(pr * areacella) / sum(areacella) as mean_pr from cmip group by time"):
             assert_same_records(answer(catalog, sql), run_sql(records, sql, "cmip"))
