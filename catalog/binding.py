@@ -265,8 +265,8 @@ def coordinate_column(
     # Off the aggregation axis its values must be the same in every file: unit labels may differ then.
     labels: list[str] | None = None if on_agg else []
     decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time, labels=labels)
-    absent = [m.path.name for m, d, p in zip(metas, decodings, parts) if d is None and (
-        p in held or on_agg and agg in m.dimensions)]
+    absent = [m.path.name for m, d, p, f in zip(metas, decodings, parts, ds.files) if d is None and (
+        p in held or on_agg and f.count > 0)]
     if absent:
         raise DataFileError(f"{absent[0]}: coordinate variable {spec.variable!r} is missing, other files have it")
     dec = next(d for d in decodings if d is not None)

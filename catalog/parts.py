@@ -64,7 +64,8 @@ def line_up(
     lengths: dict[int, tuple[int, str]] = {}
     for part in sorted(set(parts)):
         members = [m for m, p in zip(metas, parts) if p == part]
-        has_agg = agg is not None and any(agg in m.dimensions for m in members)
+        # A file that declares the dimension but holds nothing on it (a grid.nc with an empty `time`) is constant.
+        has_agg = agg is not None and any(agg in v.dimensions for m in members for v in m.variables.values())
         if len(members) > 1 and not has_agg:
             what = f"part {part + 1}" if len(set(parts)) > 1 else "the glob"
             raise DescriptorError(

@@ -480,9 +480,10 @@ def split_by_variable(folder: Path, *, steps: int = 6, splits: dict[str, Sequenc
     return paths
 
 
-def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1) -> list[Path]:
+def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1, grid_time: bool = False) -> list[Path]:
     """Write a UGRID mesh file ``grid.nc`` (topology with a value, node and face coordinates, face-node
-    connectivity) and a data file ``v1.nc`` with values on the mesh's nodes over time."""
+    connectivity) and a data file ``v1.nc`` with values on the mesh's nodes over time. ``grid_time``: the mesh
+    file declares an unlimited ``time`` too, that nothing in it uses (as model mesh files often do)."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     faces = nodes - 2
@@ -491,6 +492,8 @@ def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1) 
         nc.createDimension("nMesh2_node", nodes)
         nc.createDimension("nMesh2_face", faces)
         nc.createDimension("nMaxMesh2_face_nodes", 3)
+        if grid_time:
+            nc.createDimension("time", None)
         m = nc.createVariable("Mesh2", "i4")
         m.cf_role, m.long_name, m.topology_dimension = "mesh_topology", "Topology data of 2D unstructured mesh", 2
         m.node_coordinates, m.face_node_connectivity = "Mesh2_node_x Mesh2_node_y", "Mesh2_face_nodes"

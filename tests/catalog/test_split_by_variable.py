@@ -66,8 +66,9 @@ def test_cmip_variables_in_files_of_their_own_and_an_fx_file_merge_by_variable(t
         catalog.close()
 
 
-def test_data_on_mesh_nodes_is_filtered_by_the_grid_files_node_latitude(tmp_path: Path) -> None:
-    paths = ugrid_split(tmp_path)
+@pytest.mark.parametrize("grid_time", [False, True], ids=["mesh-without-time", "mesh-with-an-empty-time"])
+def test_data_on_mesh_nodes_is_filtered_by_the_grid_files_node_latitude(tmp_path: Path, grid_time: bool) -> None:
+    paths = ugrid_split(tmp_path, grid_time=grid_time)
     descriptor = read_descriptor(publish(paths, "mesh"))
     assert descriptor.parts == ("grid.nc", "v1.nc") and descriptor.aggregate == "time"
     catalog = Catalog.scan(tmp_path)
