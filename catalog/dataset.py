@@ -59,7 +59,6 @@ from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
 from dstp.catalog.gridmapping import GridMapping, grid_mappings
-from dstp.catalog.parts import line_up, part_of_each
 from dstp.catalog.netcdf4_ import (
     FileHandles,
     FileMeta,
@@ -68,6 +67,7 @@ from dstp.catalog.netcdf4_ import (
     resolve_in_group,
     string_length_dimensions,
 )
+from dstp.catalog.parts import line_up, part_of_each
 from dstp.errors import DataFileError, DescriptorError
 
 __all__ = ["IN_MEMORY_ELEMENTS", "AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset"]
