@@ -86,8 +86,8 @@ def test_data_on_mesh_nodes_is_filtered_by_the_grid_files_node_latitude(tmp_path
         catalog.close()
 
 
-def test_the_old_draft_refused_what_a_split_dataset_is(tmp_path: Path) -> None:
-    """The draft of a mesh beside its data is servable as written (before: refused as a time aggregation)."""
+def test_a_drafted_split_descriptor_reads_back_with_its_parts(tmp_path: Path) -> None:
+    """The drafted <part>s survive rendering and parsing (before: publish refused the files as a time aggregation)."""
     paths = ugrid_split(tmp_path)
     path = publish(paths, "mesh")
     text = path.read_bytes()
