@@ -18,6 +18,7 @@ from dstp.catalog.cf import Decoding, calendar_family, decode_values, decoding_f
 from dstp.catalog.columns import CoordinateColumn
 from dstp.catalog.descriptor import CoordinateSpec
 from dstp.catalog.netcdf4_ import FileHandles, FileMeta, VariableMeta
+from dstp.catalog.units import CONVERTIBLE, DIFFERENT, EQUAL, LABELS, compare_units
 from dstp.errors import DataFileError
 
 __all__ = ["coverage", "file_decodings", "nulls", "order_files"]
@@ -39,7 +40,7 @@ def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str)
     var = meta.variables.get(variable)
     if var is None or var.dimensions != (agg,):
         raise DataFileError(f"{meta.path.name}: coordinate {variable!r} along {agg!r} is missing")
-    dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+    dec = decoding_for(var.dtype, var.attrs, var.default_fill, per_character=var.per_character)
     if var.shape[0] == 0:
         return _EMPTY
     if dec is None:
@@ -82,6 +83,7 @@ def file_decodings(
     inherit: Callable[[FileMeta], Mapping[str, Any]] | None = None,
     *,
     text_time: bool = False,
+    labels: list[str] | None = None,
 ) -> tuple[Decoding | None, ...]:
     """Return each file's decoding of ``variable`` (None where absent); refuse files that disagree.
 
@@ -90,6 +92,13 @@ def file_decodings(
     takes from another when it lacks them (CF bounds take ``units`` and
     ``calendar`` from their coordinate — in that file: units may change
     between files). ``text_time`` parses text values as ISO 8601 date-times.
+
+    Units are compared as units (:mod:`.units`): ``K`` and ``kelvin`` agree;
+    ``K`` and ``degC`` are refused (dstp converts no values between files). A
+    coordinate whose values the caller checks to be identical in every file may
+    carry unit *labels* that are no physical unit (``level`` in one file,
+    ``hybrid_sigma_pressure`` in the next): pass ``labels``, and a sentence is
+    added to it instead of a refusal.
     """
     decodings: list[Decoding | None] = []
     reference: VariableMeta | None = None
@@ -105,7 +114,8 @@ def file_decodings(
                 f"expected ({', '.join(dims)}); a variable must keep its dimensions in every file"
             )
         attrs = {**(inherit(meta) if inherit else {}), **var.attrs}
-        dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time)
+        dec = decoding_for(var.dtype, attrs, var.default_fill, text_time=text_time,
+                           per_character=var.per_character)
         if dec is None:
             raise DataFileError(f"{meta.path.name}: {what} {variable!r} has type {var.dtype}, "
                                 "which is neither numeric nor text")
@@ -116,11 +126,21 @@ def file_decodings(
             reference, reference_file = var, meta.path.name
         elif dec.time_units is None:
             mine, theirs = _units(var.attrs), _units(reference.attrs)
-            if mine != theirs:
+            verdict = compare_units(mine, theirs)
+            if verdict == LABELS and labels is not None:
+                note = (f"{what} {variable!r} has units {mine or '(none)'!r} in {meta.path.name} but "
+                        f"{theirs or '(none)'!r} in {reference_file}: not physical units, and its values are the "
+                        "same in every file, so the files aggregate; the first file's label is shown")
+                if note not in labels:
+                    labels.append(note)
+            elif verdict != EQUAL:
+                how = {CONVERTIBLE: "; they convert into each other, but dstp does not convert values between files",
+                       LABELS: " (not both physical units, so they cannot be compared)",
+                       DIFFERENT: " (different physical quantities)"}[verdict]
                 raise DataFileError(
                     f"{meta.path.name}: {what} {variable!r} has units {mine or '(none)'!r} but "
-                    f"{reference_file} has {theirs or '(none)'!r}; dstp does not convert units between files — "
-                    "convert the files, or publish them as separate datasets"
+                    f"{reference_file} has {theirs or '(none)'!r}{how} — convert the files, or publish them as "
+                    "separate datasets"
                 )
         decodings.append(dec)
     try:

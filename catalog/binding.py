@@ -48,6 +48,7 @@ __all__ = [
     "coordinate_column",
     "in_memory",
     "on_samples",
+    "parts_agree",
     "refuse_unserved",
     "same_in_every_file",
 ]
@@ -164,10 +165,12 @@ def refuse_unserved(metas: list[FileMeta], variable: str, column: str, where: st
 
 def attribute_columns(
     descriptor: Descriptor, metas: list[FileMeta], dim_sizes: dict[str, int], where: str,
-    layout: FeatureLayout | None,
+    layout: FeatureLayout | None, parts: list[int] | None = None,
 ) -> dict[str, AttributeColumn]:
     out: dict[str, AttributeColumn] = {}
     for spec in descriptor.attributes:
+        if parts is not None and len(set(parts)) > 1:
+            _in_one_part(spec.variable, metas, parts, descriptor)
         holder = next((m for m in metas if spec.variable in m.variables), None)
         if holder is None:
             raise DescriptorError(
@@ -185,7 +188,7 @@ def attribute_columns(
             if d not in dim_sizes:
                 raise DescriptorError(f"attribute {spec.name!r}: unknown dimension {d!r}", path=where)
         text_time = spec.time_format == ISO8601
-        if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+        if decoding_for(var.dtype, var.attrs, text_time=text_time, per_character=var.per_character) is None:
             raise DescriptorError(
                 f"attribute {spec.name!r}: variable {spec.variable!r} has type {var.dtype}, "
                 "which is neither numeric nor text",
@@ -203,10 +206,46 @@ def attribute_columns(
     return out
 
 
+def _in_one_part(variable: str, metas: list[FileMeta], parts: list[int], descriptor: Descriptor) -> None:
+    """Refuse a data variable that files of two parts of a dataset split by variable both hold."""
+    holders: dict[int, str] = {}
+    for meta, part in zip(metas, parts):
+        if variable in meta.variables:
+            holders.setdefault(part, meta.path.name)
+    if len(holders) > 1:
+        shown = " and ".join(f"{name} (part {descriptor.parts[p]!r})" for p, name in holders.items())
+        raise DataFileError(
+            f"variable {variable!r} is in {shown}; in a dataset split by variable each data variable belongs to one "
+            "part — put the files that hold it in one part, or publish the parts as separate datasets")
+
+
+def parts_agree(ds: GriddedDataset, column: AttributeColumn) -> None:
+    """Refuse an auxiliary or bounds column on the aggregation axis that two parts hold with different values."""
+    agg = ds.descriptor.aggregate
+    held = sorted({f.part for f, d in zip(ds.files, column.file_decodings) if d is not None})
+    if agg is None or agg not in column.dimensions or len(held) < 2 or column.values is not None:
+        return
+    whole = {d: slice(0, ds.dimensions[d].size, 1) for d in column.dimensions}
+    mine, my_mask = ds.read(column, whole, part=held[0])
+    for part in held[1:]:
+        theirs, their_mask = ds.read(column, whole, part=part)
+        same_mask = (my_mask is None or not my_mask.any()) == (their_mask is None or not their_mask.any()) and (
+            my_mask is None or their_mask is None or np.array_equal(my_mask, their_mask))
+        valid = ~my_mask if my_mask is not None else np.ones(np.shape(mine), bool)
+        if not same_mask or not np.array_equal(np.asarray(mine)[valid], np.asarray(theirs)[valid]):
+            names = [next(f.path.name for f in ds.files if f.part == p) for p in (held[0], part)]
+            raise DataFileError(
+                f"{names[1]}: {column.spec.variable!r} differs from {names[0]}'s part; files split by variable "
+                f"must agree on what they share — remove it from one part, or publish the parts apart")
+
+
 def coordinate_column(
     ds: GriddedDataset, spec: CoordinateSpec, metas: list[FileMeta], dim_sizes: dict[str, int], where: str
 ) -> CoordinateColumn:
-    first = metas[0]
+    # In a dataset split by variable (.parts) a coordinate is in every file of the parts that hold it.
+    parts = [f.part for f in ds.files]
+    held = {p for m, p in zip(metas, parts) if spec.variable in m.variables} or {parts[0]}
+    first = next(m for m, p in zip(metas, parts) if p in held)
     var = first.variables.get(spec.variable)
     if spec.dimension is not None and spec.dimension not in dim_sizes:
         raise DescriptorError(f"coordinate {spec.name!r}: unknown dimension {spec.dimension!r}", path=where)
@@ -230,20 +269,25 @@ def coordinate_column(
             path=where,
         )
     text_time = spec.time_format == ISO8601
-    if decoding_for(var.dtype, var.attrs, text_time=text_time) is None:
+    if decoding_for(var.dtype, var.attrs, text_time=text_time, per_character=var.per_character) is None:
         raise DescriptorError(f"coordinate {spec.name!r}: variable {spec.variable!r} is neither numeric nor text",
                               path=where)
-    decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time)
-    absent = [m.path.name for m, d in zip(metas, decodings) if d is None]
+    agg = ds.descriptor.aggregate
+    on_agg = spec.dimension is not None and spec.dimension == agg
+    # Off the aggregation axis its values must be the same in every file: unit labels may differ then.
+    labels: list[str] | None = None if on_agg else []
+    decodings = file_decodings(metas, spec.variable, expected, "coordinate", text_time=text_time, labels=labels)
+    absent = [m.path.name for m, d, p, f in zip(metas, decodings, parts, ds.files) if d is None and (
+        p in held or on_agg and f.count > 0)]
     if absent:
         raise DataFileError(f"{absent[0]}: coordinate variable {spec.variable!r} is missing, other files have it")
-    dec = decodings[0]
-    assert dec is not None
+    dec = next(d for d in decodings if d is not None)
     arrow_type = merge_decodings(decodings)
     column = CoordinateColumn(spec, np.empty(0), arrow_type, dec, 1, decodings)
-    agg = ds.descriptor.aggregate
-    if spec.dimension is not None and spec.dimension == agg:
+    if on_agg:
+        assert agg is not None
         values, mask = ds.read(column, {agg: slice(0, dim_sizes[agg], 1)})
+        _same_in_every_part(ds, column, sorted(held), values, mask, dim_sizes[agg])
     else:
         values, mask = same_in_every_file(ds, spec.variable, arrow_type, list(zip(metas, decodings)), expected,
                                            dim_sizes)
@@ -256,16 +300,36 @@ def coordinate_column(
             f"remove <coordinate name=\"{spec.name}\"> from the descriptor (dstp publish leaves such variables out)")
     if mask is not None and mask.any():
         at = int(np.flatnonzero(np.asarray(mask).reshape(-1))[0])
-        holder = next((f for f in ds.files if f.start <= at < f.start + f.count), ds.files[0]) \
+        holder = next((f for f in ds.files if f.start <= at < f.start + f.count and f.part == ds.part_of(column)),
+                      ds.files[0]) \
             if spec.dimension == agg else ds.files[0]
         raise DataFileError(
             f"{holder.path.name}: coordinate {spec.name!r} has missing values (first at {spec.dimension} "
             f"{at - holder.start if spec.dimension == agg else at}); a dimension's coordinate must be complete — "
             f"list {spec.variable!r} as an auxiliary coordinate (dimensions=\"{spec.dimension}\") instead, "
             "which may have NULLs")
+    ds.warnings = (*ds.warnings, *(labels or ()))
     values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
     order = monotonic(values) if spec.dimension else 1
     return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)
+
+
+def _same_in_every_part(ds: GriddedDataset, column: CoordinateColumn, held: list[int], values: np.ndarray,
+                        mask: np.ndarray | None, size: int) -> None:
+    """Refuse a dataset split by variable whose parts label the aggregation dimension differently."""
+    agg = ds.descriptor.aggregate
+    assert agg is not None
+    for part in held[1:]:
+        theirs, their_mask = ds.read(column, {agg: slice(0, size, 1)}, part=part)
+        mine, other = np.asarray(values).reshape(-1), np.asarray(theirs).reshape(-1)
+        differ = np.flatnonzero(mine != other)
+        if differ.size or (mask is None) != (their_mask is None):
+            at = int(differ[0]) if differ.size else 0
+            names = [next(f.path.name for f in ds.files if f.part == p) for p in (held[0], part)]
+            raise DataFileError(
+                f"{names[1]}: coordinate {column.spec.variable!r} differs from {names[0]}'s part (index {at}: "
+                f"{other[at]!r} vs {mine[at]!r}); files split by variable must share their {agg!r} — publish the "
+                "parts as separate datasets")
 
 
 def same_in_every_file(
@@ -362,7 +426,6 @@ def in_memory(
 
 def add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
     """Add one column per vertex of each coordinate's CF ``bounds`` or ``climatology`` variable."""
-    first = metas[0]
     sizes = {d.name: d.size for d in ds.dimensions.values()}
     owners: list[tuple[str, str, tuple[str, ...]]] = []
     for c in ds.coordinates.values():
@@ -371,6 +434,7 @@ def add_bounds(ds: GriddedDataset, metas: list[FileMeta]) -> None:
         owners.append((a.name, a.spec.variable, a.dimensions))
     taken = set(ds.column_names())
     for name, variable, dims in owners:
+        first = next((m for m in metas if variable in m.variables), metas[0])  # a part of a split dataset
         owner = first.variables.get(variable)
         if owner is None or not dims:
             continue

@@ -109,6 +109,40 @@ _PRESSURE_UNITS = {"pa", "hpa", "mbar", "millibar", "bar", "kpa", "dbar", "decib
 ISO8601 = "iso8601"
 
 
+#: Attribute names CF (1.11, Appendix A) and the NUG define on variables, as they are spelled.
+CF_ATTRIBUTES = (
+    "_FillValue", "_Unsigned", "_Encoding", "add_offset", "scale_factor", "missing_value", "valid_min", "valid_max",
+    "valid_range", "units", "calendar", "standard_name", "long_name", "axis", "positive", "bounds", "climatology",
+    "coordinates", "grid_mapping", "cell_measures", "cell_methods", "formula_terms", "flag_values", "flag_masks",
+    "flag_meanings", "ancillary_variables", "cf_role", "compress", "instance_dimension", "sample_dimension",
+    "leap_month", "leap_year", "month_lengths", "standard_error_multiplier", "actual_range", "comment",
+)
+CF_BY_LOWER = {name.lower(): name for name in CF_ATTRIBUTES}
+
+
+def cf_spelling(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``attrs`` with each CF attribute a file spells in another case also under CF's own name.
+
+    Some products write ``Units``, ``UNITS``, ``_fillvalue`` or ``Scale_Factor``. Where the CF name
+    itself is absent and the case variants agree, the value is read as the CF attribute (the
+    variant stays too). xarray and netCDF4-python read only the exact names: with ``_fillvalue``
+    they mask nothing, dstp masks what the file's author marked (docs/query-language.md).
+    """
+    found: dict[str, list[str]] = {}
+    for key in attrs:
+        name = CF_BY_LOWER.get(key.lower())
+        if name is not None and key != name:
+            found.setdefault(name, []).append(key)
+    out = dict(attrs)
+    for name, variants in found.items():
+        if name in attrs:
+            continue
+        values = [attrs[k] for k in variants]
+        if all(np.array_equal(np.asarray(v), np.asarray(values[0])) for v in values[1:]):
+            out[name] = values[0]
+    return out
+
+
 def is_time_units(units: Any) -> bool:
     """Return whether CF ``units`` describe an instant (``days since ...``)."""
     return isinstance(units, str) and bool(_SINCE.match(units))
@@ -222,18 +256,21 @@ def calendar_family(calendar: str) -> str:
 
 
 def decoding_for(
-    dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None, *, text_time: bool = False
+    dtype: np.dtype, attrs: Mapping[str, Any], default_fill: Any = None, *, text_time: bool = False,
+    per_character: bool = False,
 ) -> Decoding | None:
     """Return how to decode a variable, or None if it cannot be a query column.
 
     ``default_fill`` is the netCDF default fill value of the variable's type
     when the file has no ``_FillValue`` for it (see the module docstring).
     ``text_time`` parses a text variable's values as ISO 8601 date-times.
+    ``per_character``: a char array each of whose characters is a value (its
+    last dimension is not a string length; :class:`~dstp.catalog.netcdf4_.VariableMeta`).
     """
     if dtype.kind in "SU":
         encoding = attrs.get("_Encoding")
         fills = tuple(v.decode("latin-1") if isinstance(v, bytes) else str(v) for v in _fill_values(attrs))
-        common = dict(fill_values=fills, text=True, chars=dtype.kind == "S",
+        common = dict(fill_values=fills, text=True, chars=dtype.kind == "S" and not per_character,
                       encoding=str(encoding) if encoding else None)
         if text_time:
             return Decoding(arrow_type=pa.timestamp("us"), time_units=ISO8601, calendar="proleptic_gregorian",

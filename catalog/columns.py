@@ -50,6 +50,8 @@ class DataFile:
     start: int
     count: int
     format: str
+    #: The part of a dataset split by variable it belongs to (descriptor ``<part>``, in order; 0 otherwise).
+    part: int = 0
 
 
 @dataclass(frozen=True, slots=True)

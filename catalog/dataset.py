@@ -40,7 +40,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from dstp.catalog.aggregation import coverage, nulls, order_files
+from dstp.catalog.aggregation import coverage, nulls
 from dstp.catalog.binding import (
     IN_MEMORY_ELEMENTS,
     add_bounds,
@@ -52,8 +52,9 @@ from dstp.catalog.binding import (
     check_ragged_descriptor,
     check_text_times,
     coordinate_column,
+    parts_agree,
 )
-from dstp.catalog.cf import Decoding, decode_values, numpy_dtype_of
+from dstp.catalog.cf import CF_BY_LOWER, Decoding, decode_values, numpy_dtype_of
 from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn, DataFile, Dimension
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
@@ -66,6 +67,7 @@ from dstp.catalog.netcdf4_ import (
     resolve_in_group,
     string_length_dimensions,
 )
+from dstp.catalog.parts import line_up, part_of_each
 from dstp.errors import DataFileError, DescriptorError
 
 __all__ = ["IN_MEMORY_ELEMENTS", "AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset"]
@@ -92,8 +94,9 @@ class GriddedDataset:
     warnings: tuple[str, ...] = ()
     #: The discrete sampling geometry of station, profile and trajectory files (None for grids).
     layout: FeatureLayout | None = None
-    #: Columns whose NULLs mark padding of a multidimensional DSG: no record there (see :mod:`.dsg`).
-    presence: tuple[str, ...] = ()
+    #: Columns whose NULLs mark padding of a multidimensional DSG, in groups: no record where every column of
+    #: a group is NULL (see :mod:`.dsg`).
+    presence: tuple[tuple[str, ...], ...] = ()
 
     @property
     def id(self) -> str:
@@ -117,7 +120,7 @@ class GriddedDataset:
 
         add(self.id, self.descriptor.aggregate)
         for f in self.files:
-            add("file", f.path.name, f.size, f.start, f.count, f.format)
+            add("file", f.path.name, f.size, f.start, f.count, f.format, f.part)
         for name, dim in self.dimensions.items():
             add("dim", name, dim.size)
         for name, coord in self.coordinates.items():
@@ -224,13 +227,19 @@ class GriddedDataset:
         """Return the names of the files that lack a column's variable (it reads as NULL there)."""
         if isinstance(column, AttributeColumn) and (column.role == "derived" or not column.file_decodings):
             return ()
-        return tuple(f.path.name for f, d in zip(self.files, column.file_decodings) if d is None)
+        holding = {f.part for f, d in zip(self.files, column.file_decodings) if d is not None}
+        return tuple(f.path.name for f, d in zip(self.files, column.file_decodings) if d is None and f.part in holding)
+
+    def part_of(self, column: AttributeColumn | CoordinateColumn) -> int:
+        """Return the part of a dataset split by variable that a column is read from: the first that holds it."""
+        return next((f.part for f, d in zip(self.files, column.file_decodings) if d is not None), 0)
 
     def read(
         self,
         column: AttributeColumn | CoordinateColumn,
         index: Mapping[str, slice],
         stats: ReadStats | None = None,
+        part: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return decoded (values, null mask) of a column over the index ranges ``index``.
 
@@ -238,7 +247,8 @@ class GriddedDataset:
         step and an explicit stop. A range along the aggregation dimension may
         span files; it is read file by file, each part decoded with its own
         file's attributes, then joined. Files that lack the variable contribute
-        NULLs. Columns held in memory are sliced, not read.
+        NULLs. Columns held in memory are sliced, not read. In a dataset split by
+        variable the column is read from ``part``, by default the first that holds it.
         """
         dims = column.dimensions
         if isinstance(column, AttributeColumn) and column.values is not None:
@@ -248,12 +258,13 @@ class GriddedDataset:
         dtype = numpy_dtype_of(column.arrow_type)
         decodings = column.file_decodings
         agg = self.descriptor.aggregate
+        part = self.part_of(column) if part is None else part
         if agg is None or agg not in dims or len(self.files) == 1:
-            k = next((i for i, d in enumerate(decodings) if d is not None), 0)
+            k = next((i for i, d in enumerate(decodings) if d is not None and self.files[i].part == part), 0)
             return self._read_file(k, column, decodings[k] or column.decoding, index, dtype, stats)
         axis = dims.index(agg)
         parts: list[tuple[np.ndarray, np.ndarray | None]] = []
-        for k, here in self._file_parts(index[agg]):
+        for k, here in self._file_parts(index[agg], part):
             dec = decodings[k]
             if dec is None:
                 shape = tuple(len(range(here.start, here.stop, here.step)) if d == agg
@@ -269,12 +280,14 @@ class GriddedDataset:
         masks = [np.zeros(v.shape, bool) if m is None else m for v, m in parts]
         return values, np.concatenate(masks, axis=axis)
 
-    def _file_parts(self, want: slice) -> Iterator[tuple[int, slice]]:
-        """Yield (file number, slice local to it) for a slice of the aggregation dimension."""
+    def _file_parts(self, want: slice, part: int = 0) -> Iterator[tuple[int, slice]]:
+        """Yield (file number, slice local to it) for a slice of the aggregation dimension (in one part)."""
         if self.descriptor.aggregate is None or len(self.files) == 1:
             yield 0, want
             return
         for k, f in enumerate(self.files):
+            if f.part != part:
+                continue
             lo, hi = f.start, f.start + f.count
             # first selected index >= lo, honouring the step
             start = want.start if want.start >= lo else want.start + -(-(lo - want.start) // want.step) * want.step
@@ -319,7 +332,7 @@ class GriddedDataset:
         layout = self.layout
         if layout is not None and layout.ragged and layout.sample_dimension in grid and not all(layout.complete):
             return True
-        return any(set(self.column_dimensions(name)) <= set(grid) for name in self.presence)
+        return any(set(self.column_dimensions(name)) <= set(grid) for group in self.presence for name in group)
 
     def present(
         self, grid: tuple[str, ...], index: Mapping[str, slice], stats: ReadStats | None = None
@@ -340,13 +353,26 @@ class GriddedDataset:
                 masks.append(np.ones(len(range(here.start, here.stop, here.step or 1)), bool)
                              if linked is None else linked)
             out.append(((sample,), np.concatenate(masks) if masks else np.zeros(0, bool)))
-        for name in self.presence:
-            column = self.readable(name)
-            if column is None or not set(column.dimensions) <= set(grid):
-                continue
-            _, mask = self.read(column, {d: index[d] for d in column.dimensions}, stats)
-            if mask is not None and mask.any():
-                out.append((column.dimensions, ~mask))
+        for group in self.presence:
+            # A point is a record where any column of the group locates it (Argo's PRES or PRES_ADJUSTED).
+            located: tuple[tuple[str, ...], np.ndarray] | None = None
+            for name in group:
+                column = self.readable(name)
+                if column is None or not set(column.dimensions) <= set(grid):
+                    continue
+                _, mask = self.read(column, {d: index[d] for d in column.dimensions}, stats)
+                if mask is None or not mask.any():
+                    located = None
+                    break
+                if located is None:
+                    located = (column.dimensions, ~mask)
+                elif located[0] == column.dimensions:
+                    located = (column.dimensions, located[1] | ~mask)
+                else:  # columns of one axis on different dimensions: each alone cannot tell padding
+                    located = None
+                    break
+            if located is not None:
+                out.append(located)
         return out
 
     def close(self) -> None:
@@ -372,25 +398,17 @@ class GriddedDataset:
         paths = [p for p in paths if p.resolve().is_relative_to(root)]
         if not paths:
             raise DescriptorError(f"files glob {descriptor.files_glob!r} matches no file", path=where)
+        parts = part_of_each(paths, folder, descriptor, where)
         metas = [inspect_file(p, handles) for p in paths]
         descriptor = _in_group(descriptor, metas)
         agg = descriptor.aggregate
-        if len(metas) > 1 and agg is None:
-            raise DescriptorError(
-                f"{len(metas)} files match {descriptor.files_glob!r} but no aggregate dimension is named",
-                path=where,
-            )
         coord_specs = {c.dimension: c for c in descriptor.coordinates if c.dimension}
-        metas = order_files(metas, agg, coord_specs.get(agg) if agg else None, handles)
-        files, agg_size = [], 0
-        for meta in metas:
-            count = meta.dimensions.get(agg, 0) if agg else 0
-            files.append(
-                DataFile(meta.path, meta.path.stat().st_size, agg_size, count, meta.format)
-            )
-            agg_size += count
+        metas, files, agg_size = line_up(metas, parts, agg, coord_specs.get(agg) if agg else None, handles, where)
         first = metas[0]
         layout = open_layout(metas, handles, agg)
+        if layout is not None and descriptor.parts:
+            raise DescriptorError("<part> is for gridded files split by variable; these are station, profile or "
+                                  f"trajectory files ({layout.feature_type}): publish each part apart", path=where)
         # Dimensions that may differ between files: the aggregated one, the string lengths of char
         # arrays, and the instance dimensions of ragged arrays (each file has its own stations).
         free = {agg, *string_length_dimensions(metas), *(layout.instance_dimensions if layout else ())}
@@ -406,7 +424,7 @@ class GriddedDataset:
                 dim_sizes.setdefault(name, size)
                 seen_in.setdefault(name, meta.path.name)
         if agg:
-            if agg not in first.dimensions:
+            if not descriptor.parts and agg not in first.dimensions:
                 raise DescriptorError(f"aggregate dimension {agg!r} is not in {first.path.name}", path=where)
             dim_sizes[agg] = agg_size
         if layout is not None and layout.ragged:
@@ -416,7 +434,7 @@ class GriddedDataset:
             {d for c in descriptor.coordinates for d in c.dimensions} | \
             {d for a in descriptor.attributes for d in a.dimensions}
         check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
-        attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout)
+        attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout, [f.part for f in files])
         used_dims = [d for a in attributes.values() for d in a.dimensions]
         # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares)
         # (auxiliaries of station data are on instance dimensions, which are not dimensions of records)
@@ -453,6 +471,8 @@ class GriddedDataset:
             if spec.auxiliary:
                 ds.auxiliaries[spec.name] = auxiliary_column(ds, spec, metas, dim_sizes, where)
         add_bounds(ds, metas)
+        for column in ds.auxiliaries.values():
+            parts_agree(ds, column)
         ds.grid_mappings = grid_mappings(
             {**first.variables, **{k: v for m in metas[1:] for k, v in m.variables.items() if k not in first.variables}},
             [(a.spec.variable, a.attrs) for a in attributes.values()],
@@ -467,12 +487,28 @@ class GriddedDataset:
                           for c in descriptor.coordinates if c.auxiliary]
             ds.presence = presence_columns(layout.feature_type, candidates)
             if layout.feature_type != "point":
-                incomplete = any(len(ds.column_dimensions(n)) >= 2 for n in ds.presence)
+                incomplete = any(len(ds.column_dimensions(n)) >= 2 for group in ds.presence for n in group)
                 layout.representation = ("incomplete" if incomplete else "orthogonal") + " multidimensional array"
         for column in [*ds.attributes.values(), *ds.auxiliaries.values(), *ds.coordinates.values()]:
             check_text_times(ds, column, metas)
-        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas), *dict.fromkeys(n for m in metas for n in m.notes))
+        ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas), *_case_variants(ds),
+                       *dict.fromkeys(n for m in metas for n in m.notes))
         return ds
+
+
+def _case_variants(ds: GriddedDataset) -> list[str]:
+    """Return one warning naming the CF attributes read from another spelling (``Units`` as ``units``), if any."""
+    read_as: dict[str, list[str]] = {}
+    for column in [*ds.attributes.values(), *ds.auxiliaries.values()]:
+        for key, value in column.attrs.items():
+            name = CF_BY_LOWER.get(key.lower())
+            if name is not None and key != name and column.attrs.get(name) is value:
+                read_as.setdefault(f"{key!r} as {name!r}", []).append(column.name)
+    if not read_as:
+        return []
+    shown = "; ".join(f"{k} ({', '.join(v[:4])}{' …' if len(v) > 4 else ''})" for k, v in read_as.items())
+    return [f"attributes read under their CF names: {shown}; xarray and netCDF4-python read only the exact CF "
+            "spelling, so they neither mask, unpack nor label by these"]
 
 
 def _unusable_fills(ds: GriddedDataset, metas: list[FileMeta]) -> list[str]:

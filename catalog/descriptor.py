@@ -124,6 +124,9 @@ class Descriptor:
     embargo_until: date | None = None
     #: netCDF-4 group that variable names without a path are looked up in (``Grid`` for GPM IMERG).
     group: str | None = None
+    #: Globs of the parts of a dataset split by variable (``<part glob="tas_*.nc"/>``), merged by variable;
+    #: empty: one part, all the files.
+    parts: tuple[str, ...] = ()
     #: Where the descriptor was read from (its folder anchors ``files_glob``).
     path: Path | None = field(default=None, compare=False)
     #: Set when another dstp server serves the dataset (no files, columns or grid here).
@@ -254,6 +257,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         files_glob=files.get("glob"),
         aggregate=files.get("aggregate"),
         group=(files.get("group") or "").strip("/") or None,
+        parts=tuple(p.get("glob") for p in files.iterfind(_NS + "part")),
         coordinates=coords,
         attributes=attrs,
         default_grid=tuple(attrs_el.get("default-grid").split()),
@@ -272,12 +276,16 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
 def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
     """Check what XML Schema cannot: references between parts of the descriptor."""
     where = str(desc.path) if desc.path else None
-    if ".." in Path(desc.files_glob).parts:
-        raise DescriptorError(
-            f"files glob {desc.files_glob!r} may not leave the descriptor's folder",
-            path=where,
-            line=root.find(_NS + "files").sourceline,
-        )
+    for glob in (desc.files_glob, *desc.parts):
+        if ".." in Path(glob).parts:
+            raise DescriptorError(
+                f"files glob {glob!r} may not leave the descriptor's folder",
+                path=where,
+                line=root.find(_NS + "files").sourceline,
+            )
+    if len(set(desc.parts)) != len(desc.parts):
+        raise DescriptorError("two <part> elements have the same glob; give each part its own",
+                              path=where, line=root.find(_NS + "files").sourceline)
     _check_access(desc, root)
     dims = {c.dimension for c in desc.coordinates if c.dimension}
     used = {d for a in desc.attributes for d in a.dimensions}
@@ -359,7 +367,9 @@ def render_descriptor(desc: Descriptor) -> bytes:
         for k in desc.keywords:
             sub(kw, "keyword", k)
     if desc.remote is None:
-        sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
+        files = sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
+        for part in desc.parts:
+            sub(files, "part", glob=part)
         coords = sub(root, "coordinates")
     else:  # a remote dataset has no files, coordinates or attributes of its own
         sub(root, "remote", server=desc.remote.server, dataset=desc.remote.dataset)

@@ -198,7 +198,7 @@ def _links(meta: FileMeta, structure: RaggedStructure, handles: FileHandles) -> 
     name = meta.path.name
     for dim, parent, kind, variable in structure.links:
         var = meta.variables[variable]
-        dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+        dec = decoding_for(var.dtype, var.attrs, var.default_fill, per_character=var.per_character)
         assert dec is not None  # integer
         size = meta.dimensions[dim]
         if kind == "index":
@@ -402,25 +402,32 @@ def _element_coordinate(axis: str, attrs: Mapping[str, Any]) -> bool:
 
 
 def presence_columns(kind: str, candidates: Sequence[tuple[str, tuple[str, ...], str | None, Mapping[str, Any]]]
-                     ) -> tuple[str, ...]:
-    """Return the columns whose NULLs mark padding in a multidimensional DSG: no record there.
+                     ) -> tuple[tuple[str, ...], ...]:
+    """Return the columns whose NULLs mark padding in a multidimensional DSG, in groups: no record where every
+    column of a group is NULL.
 
     ``candidates`` are auxiliary coordinates as (column, dimensions, axis in the
     descriptor, attributes in the files). They are the feature's ``cf_role`` id
-    (a missing id is an unused instance slot, CF §9.6) and, in the incomplete
-    representation, its element coordinates on two or more dimensions: the time
-    of time series and trajectories (``standard_name = time`` or ``axis = T``;
-    a ``forecast_reference_time`` with time units is not one), the vertical
+    (a missing id is an unused instance slot, CF §9.6), each a group of its own,
+    and, in the incomplete representation, its element coordinates on two or
+    more dimensions, one group per axis: the time of time series and
+    trajectories (``standard_name = time`` or ``axis = T``; a
+    ``forecast_reference_time`` with time units is not one), the vertical
     coordinate of profiles (``axis = Z``, ``positive`` or a vertical standard
     name) -- or, when no variable says so itself, the one the descriptor gives
-    that axis.
+    that axis. An axis may have several: Argo's ``PRES`` and ``PRES_ADJUSTED``
+    both say ``axis = "Z"``, and the adjusted one is all missing in a real-time
+    profile; a level is padding only where neither locates it.
     """
     if not kind:
         return ()
-    out = [name for name, dims, _, attrs in candidates if attrs.get("cf_role") and dims]
+    out: list[tuple[str, ...]] = [(name,) for name, dims, _, attrs in candidates if attrs.get("cf_role") and dims]
     for axis in presence_axes(kind):
         on_elements = [(name, given, attrs) for name, dims, given, attrs in candidates if len(dims) >= 2]
         chosen = [name for name, _, attrs in on_elements if _element_coordinate(axis, attrs)] \
             or [name for name, given, _ in on_elements if given == axis]
-        out += [name for name in chosen if name not in out]
+        taken = {n for group in out for n in group}
+        group = tuple(name for name in chosen if name not in taken)
+        if group:
+            out.append(group)
     return tuple(out)

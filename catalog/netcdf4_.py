@@ -33,6 +33,7 @@ import netCDF4
 import numpy as np
 
 from dstp.catalog import hdfeos, ugrid
+from dstp.catalog.cf import cf_spelling
 from dstp.catalog.chunks import INFLATE, ChunkReader
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
@@ -100,11 +101,14 @@ class VariableMeta:
     attrs: dict[str, Any]
     #: netCDF's default fill value for the type, when the variable has no ``_FillValue`` and is pre-filled.
     default_fill: Any = None
+    #: A ``char`` array whose last dimension is not a string length (see :func:`_per_character`): each
+    #: character is a value of its own, as ``TEMP_QC(N_PROF, N_LEVELS)`` holds one flag per level.
+    per_character: bool = False
 
     @property
     def is_chars(self) -> bool:
         """Return whether this is a ``char`` array, whose last dimension is the string length."""
-        return self.dtype.kind == "S" and bool(self.dimensions)
+        return self.dtype.kind == "S" and bool(self.dimensions) and not self.per_character
 
     @property
     def value_dimensions(self) -> tuple[str, ...]:
@@ -570,9 +574,10 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                     dimensions=dims,
                     shape=tuple(int(s) for s in var.shape),
                     dtype=_numpy_dtype(var.dtype),
-                    attrs=_attrs(var),
+                    attrs=cf_spelling(_attrs(var)),
                     default_fill=_default_fill(var),
                 )
+        variables = _per_character(variables)
         if ds.data_model.startswith("NETCDF3"):
             _check_classic_length(path)
         homes.update(ugrid.location_homes(variables))  # a mesh's nodes, edges and faces are never paired
@@ -657,6 +662,29 @@ def computed_values(ds: Any, path: Path, variable: str) -> np.ndarray | None:
             if found is not None:
                 return found[1]
     return None
+
+
+def _per_character(variables: dict[str, VariableMeta]) -> dict[str, VariableMeta]:
+    """Return ``variables`` with the char arrays whose last dimension is not a string length marked per character.
+
+    A char array's last dimension is its string length only where that
+    dimension is nothing else: no coordinate variable has its name, and every
+    variable on it is a char array that ends with it (``PLATFORM_NUMBER(N_PROF,
+    STRING8)``). Otherwise -- Argo's ``TEMP_QC(N_PROF, N_LEVELS)``, whose
+    ``N_LEVELS`` also holds ``TEMP`` -- every character is a value on the grid.
+    This is xarray's rule (``conventions.decode_cf_variables``, ``stackable``).
+    """
+    held_otherwise: set[str] = set()
+    for var in variables.values():
+        chars = var.dtype.kind == "S" and bool(var.dimensions)
+        held_otherwise.update(var.dimensions if not chars else var.dimensions[:-1])
+    marked = dict(variables)
+    for name, var in variables.items():
+        if var.dtype.kind == "S" and var.dimensions:
+            last = var.dimensions[-1]
+            if last in held_otherwise or last in variables:
+                marked[name] = replace(var, per_character=True)
+    return marked
 
 
 def unmappable(path: Path, exc: Exception) -> DataFileError:

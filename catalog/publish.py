@@ -205,7 +205,8 @@ def draft_descriptor(
         handles.close()
 
     def servable(var: VariableMeta) -> bool:
-        return decoding_for(var.dtype, var.attrs) is not None and var.name not in first.refused
+        return decoding_for(var.dtype, var.attrs, per_character=var.per_character) is not None \
+            and var.name not in first.refused
 
     for var in first.variables.values():
         if var.value_dimensions or var.name in coord_vars or var.name in support:
@@ -264,7 +265,21 @@ def draft_descriptor(
     coordinates = _unique_index_names(coordinates, first.variables)
 
     aggregate = None
-    if len(metas) > 1:
+    groups = _split_by_variable(metas, {v.name for v in data_vars}) if not (kind or structure) else [metas]
+    parts: tuple[str, ...] = ()
+    if len(groups) > 1:
+        parts = _part_globs(groups, [p.name for p in paths])
+        series = [g for g in groups if len(g) > 1]
+        found = {_aggregate_dimension(g, axes, exclude=lengths | instance) for g in series}
+        if len(found) > 1:
+            raise CatalogError(f"these files are split by variable, and their series run along different "
+                               f"dimensions ({', '.join(sorted(found))}); publish each series as its own dataset")
+        if not found:  # one file per part: still aggregate along time, so each series can grow by files
+            timed = [m for m in metas if set(m.unlimited) | {d for d, a in axes.items() if a == "T"} & set(m.dimensions)]
+            candidates = [d for m in timed for d in (*m.unlimited, *[d for d, a in axes.items() if a == "T"])]
+            found = {next((d for d in candidates if all(d in m.dimensions for m in timed)), "")} - {""}
+        aggregate = found.pop() if found else None
+    elif len(metas) > 1:
         aggregate = sample or _aggregate_dimension(metas, axes, exclude=lengths | instance)
     attributes = [
         AttributeSpec(
@@ -290,6 +305,7 @@ def draft_descriptor(
         keywords=tuple(k for k in keywords if k),
         files_glob=_common_glob([p.name for p in paths]),
         aggregate=aggregate,
+        parts=parts,
         coordinates=tuple(coordinates),
         attributes=tuple(attributes),
         default_grid=default_grid,
@@ -358,7 +374,7 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
         var = meta.variables.get(variable)
         if var is None:
             continue
-        dec = decoding_for(var.dtype, var.attrs, var.default_fill)
+        dec = decoding_for(var.dtype, var.attrs, var.default_fill, per_character=var.per_character)
         if dec is None:
             return False
         try:
@@ -426,7 +442,8 @@ def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta]
             file_var = meta.variables.get(name)
             if file_var is None:
                 continue
-            dec = decoding_for(file_var.dtype, file_var.attrs, file_var.default_fill)
+            dec = decoding_for(file_var.dtype, file_var.attrs, file_var.default_fill,
+                               per_character=file_var.per_character)
             assert dec is not None
             texts, mask = decode_values(handles.read(meta.path, name, ()), dec)
             flat = np.asarray(texts, dtype=object).reshape(-1)
@@ -563,6 +580,54 @@ def _coordinate_spec(var: VariableMeta, dim: str | None, axis: str, names: Mappi
         calendar=_str_or_none(var.attrs.get("calendar")) if axis == "T" else None,
         cf=tuple((k, v) for k, v in _cf_pairs(var.attrs) if k not in {"calendar", "bounds"}),
     )
+
+
+def _split_by_variable(metas: Sequence[FileMeta], data_variables: set[str]) -> list[list[FileMeta]]:
+    """Return the files in parts of a dataset split by variable: files that share a data variable are one part.
+
+    ``tas_*.nc`` files share ``tas``, so they are one series, apart from ``pr_*.nc``; a CMIP fx file
+    (``areacella``) or a UGRID grid file (no data variable) is a part of its own. A file that lacks a
+    variable its series usually has still shares the others, so it stays in its series.
+    """
+    part = list(range(len(metas)))
+
+    def root(i: int) -> int:
+        while part[i] != i:
+            part[i] = part[part[i]]
+            i = part[i]
+        return i
+
+    holder: dict[str, int] = {}
+    for i, meta in enumerate(metas):
+        for name in data_variables & set(meta.variables):
+            if name in holder:
+                part[root(i)] = root(holder[name])
+            else:
+                holder[name] = i
+    groups: dict[int, list[FileMeta]] = {}
+    for i, meta in enumerate(metas):
+        groups.setdefault(root(i), []).append(meta)
+    return sorted(groups.values(), key=lambda g: min(m.path.name for m in g))
+
+
+def _part_globs(groups: list[list[FileMeta]], names: list[str]) -> tuple[str, ...]:
+    """Return a glob per part that matches its files and no other of ``names``; refuse parts no glob separates."""
+    globs = []
+    for group in groups:
+        own = sorted(m.path.name for m in group)
+        head, _, tail = own[0].partition("_")
+        suffix = "." + own[0].rsplit(".", 1)[-1] if "." in own[0] else ""
+        # the series' common glob; one file's variable prefix (pr_*.nc: later files of it will match); its name
+        literal = own[0].translate({ord("["): "[[]", ord("*"): "[*]", ord("?"): "[?]"})
+        candidates = [*([f"{head}_*{suffix}"] if tail and len(own) == 1 else []), _common_glob(own), literal]
+        glob = next((g for g in candidates if sorted(n for n in names if fnmatch.fnmatchcase(n, g)) == own), "")
+        if not glob:
+            raise CatalogError(
+                f"these files are split by variable, but no glob tells the part of {own[0]} from the others "
+                f"({_common_glob(own)!r} also matches another part's files); rename the files of each part with "
+                "a common prefix, or write the descriptor's <part> globs by hand (docs/publishing.md)")
+        globs.append(glob)
+    return tuple(globs)
 
 
 def _aggregate_dimension(metas: Sequence[FileMeta], axes: Mapping[str, str], exclude: set[str]) -> str:

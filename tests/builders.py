@@ -272,3 +272,252 @@ def rotated_pole(path: Path, name: str, values: Callable[[np.ndarray, np.ndarray
             var.standard_name = standard_name
         var[:] = np.asarray(values(lat, lon), dtype=np.float32)
     return path
+
+
+#: Argo's dimensions of a GDAC ``*_prof.nc`` file besides N_PROF and N_LEVELS (user manual 3.1, §2.2).
+_ARGO_STRINGS = {"DATE_TIME": 14, "STRING256": 256, "STRING64": 64, "STRING32": 32, "STRING16": 16, "STRING8": 8,
+                 "STRING4": 4, "STRING2": 2}
+
+
+def argo_profiles(path: Path, *, modes: str = "DRA", levels: Sequence[int] = (5, 4, 2), n_levels: int = 5,
+                  history: int = 0, seed: int = 0) -> Path:
+    """Write an Argo GDAC multi-profile file (``R6901234_prof.nc``) as the Argo user manual 3.1 lays it out.
+
+    netCDF-3 classic; ``N_PROF`` profiles of ``N_LEVELS`` levels, profile k holding ``levels[k]`` of them (the rest
+    99999. and blank flags: padding); string dimensions; an unlimited ``N_HISTORY`` of ``history`` records (0 in
+    a file fresh from a DAC); per-level char flags ``TEMP_QC(N_PROF, N_LEVELS)``; ``DATA_MODE(N_PROF)`` one char
+    per profile; ``*_ADJUSTED`` variables all 99999. in real-time profiles (mode R). ``PRES`` and ``PRES_ADJUSTED``
+    both say ``axis = "Z"``, as in GDAC files.
+    """
+    n_prof = len(modes)
+    rng = np.random.default_rng(seed)
+    with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.title = "Argo float vertical profile"
+        nc.institution = "AOML"
+        nc.source = "Argo float"
+        nc.history = "2021-03-04T10:11:12Z creation"
+        nc.references = "http://www.argodatamgt.org/Documentation"
+        nc.user_manual_version = "3.1"
+        nc.Conventions = "Argo-3.1 CF-1.6"
+        nc.featureType = "trajectoryProfile"
+        for name, size in _ARGO_STRINGS.items():
+            nc.createDimension(name, size)
+        nc.createDimension("N_PROF", n_prof)
+        nc.createDimension("N_PARAM", 3)
+        nc.createDimension("N_LEVELS", n_levels)
+        nc.createDimension("N_CALIB", 1)
+        nc.createDimension("N_HISTORY", None)
+
+        def chars(name: str, dims: tuple[str, ...], text: object, **attrs: str) -> netCDF4.Variable:
+            v = nc.createVariable(name, "S1", dims, fill_value=b" ")
+            v.setncatts(attrs)
+            width = len(nc.dimensions[dims[-1]])
+            v[:] = netCDF4.stringtochar(np.array(text, dtype=f"S{width}"))
+            return v
+
+        chars("DATA_TYPE", ("STRING16",), "Argo profile", long_name="Data type", conventions="Argo reference table 1")
+        chars("FORMAT_VERSION", ("STRING4",), "3.1", long_name="File format version")
+        chars("HANDBOOK_VERSION", ("STRING4",), "1.2", long_name="Data handbook version")
+        chars("REFERENCE_DATE_TIME", ("DATE_TIME",), "19500101000000", long_name="Date of reference for Julian days",
+              conventions="YYYYMMDDHHMISS")
+        chars("DATE_CREATION", ("DATE_TIME",), "20210304101112", long_name="Date of file creation",
+              conventions="YYYYMMDDHHMISS")
+        chars("PLATFORM_NUMBER", ("N_PROF", "STRING8"), ["6901234"] * n_prof, long_name="Float unique identifier",
+              conventions="WMO float identifier : A9IIIII")
+        chars("PROJECT_NAME", ("N_PROF", "STRING64"), ["ARGO-FRANCE"] * n_prof, long_name="Name of the project")
+        chars("STATION_PARAMETERS", ("N_PROF", "N_PARAM", "STRING16"), [["PRES", "TEMP", "PSAL"]] * n_prof,
+              long_name="List of available parameters for the station", conventions="Argo reference table 3")
+        cycle = nc.createVariable("CYCLE_NUMBER", "i4", ("N_PROF",), fill_value=np.int32(99999))
+        cycle.long_name = "Float cycle number"
+        cycle.conventions = "0...N, 0 : launch cycle (if exists), 1 : first complete cycle"
+        cycle[:] = np.arange(1, n_prof + 1)
+        for name, values, attrs in (
+            ("DIRECTION", "A" * n_prof, {"long_name": "Direction of the station profiles",
+                                         "conventions": "A: ascending profiles, D: descending profiles"}),
+            ("DATA_MODE", modes, {"long_name": "Delayed mode or real time data",
+                                  "conventions": "R : real time; D : delayed mode; A : real time with adjustment"}),
+            ("JULD_QC", "1" * n_prof, {"long_name": "Quality on date and time", "conventions": "Argo reference table 2"}),
+            ("POSITION_QC", "1" * (n_prof - 1) + "4", {"long_name": "Quality on position (latitude and longitude)",
+                                                       "conventions": "Argo reference table 2"}),
+        ):
+            v = nc.createVariable(name, "S1", ("N_PROF",), fill_value=b" ")
+            v.setncatts(attrs)
+            v[:] = np.array([c.encode() for c in values], dtype="S1")
+        juld = nc.createVariable("JULD", "f8", ("N_PROF",), fill_value=999999.0)
+        juld.long_name = "Julian day (UTC) of the station relative to REFERENCE_DATE_TIME"
+        juld.standard_name = "time"
+        juld.units = "days since 1950-01-01 00:00:00 UTC"
+        juld.conventions = "Relative julian days with decimal part (as parts of day)"
+        juld.resolution = 1e-5
+        juld.axis = "T"
+        juld[:] = 25630.0 + 10.0 * np.arange(n_prof) + np.floor(rng.random(n_prof) * 8) / 8  # exact in binary
+        for name, std, units, axis, centre in (("LATITUDE", "latitude", "degree_north", "Y", 40.0),
+                                               ("LONGITUDE", "longitude", "degree_east", "X", -30.0)):
+            v = nc.createVariable(name, "f8", ("N_PROF",), fill_value=99999.0)
+            v.long_name = f"{name.title()} of the station, best estimate"
+            v.standard_name, v.units, v.axis = std, units, axis
+            v.valid_min, v.valid_max = (-90.0, 90.0) if axis == "Y" else (-180.0, 180.0)
+            v[:] = centre + np.cumsum(rng.random(n_prof) * 0.3)
+        depth = np.sort(rng.random((n_prof, n_levels)) * 2000.0, axis=1)
+        physical = {
+            "PRES": ("sea_water_pressure", "decibar", "Sea water pressure, equals 0 at sea-level", depth),
+            "TEMP": ("sea_water_temperature", "degree_Celsius", "Sea temperature in-situ ITS-90 scale",
+                     25.0 - depth / 100.0 + rng.random((n_prof, n_levels))),
+            "PSAL": ("sea_water_salinity", "psu", "Practical salinity", 34.0 + 2.0 * rng.random((n_prof, n_levels))),
+        }
+        pad = np.arange(n_levels)[None, :] >= np.asarray(levels)[:, None]
+        realtime = np.array([m == "R" for m in modes])
+        for name, (std, units, long_name, values) in physical.items():
+            for suffix in ("", "_ADJUSTED", "_ADJUSTED_ERROR"):
+                v = nc.createVariable(name + suffix, "f4", ("N_PROF", "N_LEVELS"), fill_value=np.float32(99999.0))
+                v.long_name = long_name if not suffix else f"{long_name} ({suffix[1:].lower().replace('_', ' ')})"
+                if suffix != "_ADJUSTED_ERROR":
+                    v.standard_name = std
+                v.units = units
+                v.C_format, v.FORTRAN_format, v.resolution = "%9.3f", "F9.3", np.float32(0.001)
+                if name == "PRES" and suffix != "_ADJUSTED_ERROR":
+                    v.axis = "Z"
+                data = np.full((n_prof, n_levels), 0.01) if suffix == "_ADJUSTED_ERROR" else values
+                data = np.where(pad | (realtime[:, None] & (suffix != "")), 99999.0, data).astype(np.float32)
+                v[:] = data
+                if suffix == "_ADJUSTED_ERROR":
+                    continue
+                q = nc.createVariable(name + suffix + "_QC", "S1", ("N_PROF", "N_LEVELS"), fill_value=b" ")
+                q.long_name, q.conventions = "quality flag", "Argo reference table 2"
+                flags = rng.choice(np.array([b"1", b"2", b"3", b"4"], dtype="S1"), size=(n_prof, n_levels))
+                q[:] = np.where(pad | (realtime[:, None] & (suffix != "")), b" ", flags)
+        profile_qc = nc.createVariable("PROFILE_TEMP_QC", "S1", ("N_PROF",), fill_value=b" ")
+        profile_qc.long_name = "Global quality flag of TEMP profile"
+        profile_qc.conventions = "Argo reference table 2a"
+        profile_qc[:] = np.array([b"A"] * n_prof, dtype="S1")
+        chars("PARAMETER", ("N_PROF", "N_CALIB", "N_PARAM", "STRING16"), [[["PRES", "TEMP", "PSAL"]]] * n_prof,
+              long_name="List of parameters with calibration information", conventions="Argo reference table 3")
+        chars("SCIENTIFIC_CALIB_COMMENT", ("N_PROF", "N_CALIB", "N_PARAM", "STRING256"),
+              [[["none", "none", "none"]]] * n_prof, long_name="Comment applying to this parameter calibration")
+        for name, dims, long_name in (("HISTORY_INSTITUTION", ("N_HISTORY", "N_PROF", "STRING4"),
+                                       "Institution which performed action"),
+                                      ("HISTORY_STEP", ("N_HISTORY", "N_PROF", "STRING4"), "Step in data processing"),
+                                      ("HISTORY_DATE", ("N_HISTORY", "N_PROF", "DATE_TIME"),
+                                       "Date the history record was created")):
+            v = nc.createVariable(name, "S1", dims, fill_value=b" ")
+            v.long_name = long_name
+            if history:
+                v[:history] = netCDF4.stringtochar(np.array([["IF"] * n_prof] * history,
+                                                            dtype=f"S{len(nc.dimensions[dims[-1]])}"))
+        start = nc.createVariable("HISTORY_START_PRES", "f4", ("N_HISTORY", "N_PROF"), fill_value=np.float32(99999.0))
+        start.long_name, start.units = "Start pressure action applied on", "decibar"
+        if history:
+            start[:history] = np.full((history, n_prof), 5.0, np.float32)
+    return path
+
+
+def split_by_variable(folder: Path, *, steps: int = 6, splits: dict[str, Sequence[int]] | None = None,
+                      fx: Sequence[str] = ("areacella",), nlat: int = 3, nlon: int = 3, calendar: str = "noleap",
+                      seed: int = 0) -> list[Path]:
+    """Write a CMIP-style archive split by variable: ``<var>_Amon_MODEL_historical_r1i1p1f1_gn_<start>.nc`` files,
+    each variable's ``steps`` monthly times cut into files of ``splits[var]`` lengths, and one fx file
+    (``areacella`` and/or ``sftlf`` on lat × lon, no time) that the data name in ``cell_measures``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    splits = splits if splits is not None else {"tas": (4, steps - 4), "pr": (steps,)}
+    lat = np.linspace(-60.0, 60.0, nlat) if nlat > 1 else np.array([10.0])
+    lon = np.arange(nlon) * (360.0 / nlon)
+    rng = np.random.default_rng(seed)
+
+    def grid(nc: netCDF4.Dataset) -> None:
+        nc.Conventions = "CF-1.7 CMIP-6.2"
+        nc.source_id, nc.experiment_id, nc.variant_label = "MODEL", "historical", "r1i1p1f1"
+        nc.createDimension("lat", nlat)
+        nc.createDimension("lon", nlon)
+        nc.createDimension("bnds", 2)
+        v = nc.createVariable("lat", "f8", ("lat",))
+        v.units, v.standard_name, v.axis, v.bounds = "degrees_north", "latitude", "Y", "lat_bnds"
+        v[:] = lat
+        nc.createVariable("lat_bnds", "f8", ("lat", "bnds"))[:] = np.stack([lat - 1.0, lat + 1.0], axis=1)
+        v = nc.createVariable("lon", "f8", ("lon",))
+        v.units, v.standard_name, v.axis = "degrees_east", "longitude", "X"
+        v[:] = lon
+
+    units = {"tas": ("K", "air_temperature"), "pr": ("kg m-2 s-1", "precipitation_flux"),
+             "psl": ("Pa", "air_pressure_at_mean_sea_level")}
+    paths: list[Path] = []
+    for name, lengths in splits.items():
+        assert sum(lengths) == steps, (name, lengths)
+        start = 0
+        for n in lengths:
+            path = folder / f"{name}_Amon_MODEL_historical_r1i1p1f1_gn_{start:04d}.nc"
+            with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+                grid(nc)
+                nc.createDimension("time", None)
+                t = nc.createVariable("time", "f8", ("time",))
+                t.units, t.calendar, t.standard_name, t.axis, t.bounds = \
+                    "days since 1850-01-01", calendar, "time", "T", "time_bnds"
+                days = np.arange(start, start + n) * 30.0
+                t[:] = days + 15.0
+                nc.createVariable("time_bnds", "f8", ("time", "bnds"))[:] = np.stack([days, days + 30.0], axis=1)
+                v = nc.createVariable(name, "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
+                v.units, v.standard_name = units.get(name, ("1", name))
+                v.cell_measures, v.cell_methods = "area: areacella", "area: time: mean"
+                if name == "tas":  # CMIP's scalar coordinate, in the tas files only
+                    h = nc.createVariable("height", "f8", ())
+                    h.units, h.axis, h.positive, h.standard_name = "m", "Z", "up", "height"
+                    h.assignValue(2.0)
+                    v.coordinates = "height"
+                values = (250.0 + 50.0 * rng.random((n, nlat, nlon))).astype(np.float32)
+                values[rng.random(values.shape) < 0.1] = np.float32(1e20)
+                v[:] = values
+            paths.append(path)
+            start += n
+    if fx:
+        path = folder / "fx_MODEL_historical_r1i1p1f1_gn.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            grid(nc)
+            for name in fx:
+                v = nc.createVariable(name, "f4", ("lat", "lon"))
+                v.units, v.standard_name = ("m2", "cell_area") if name == "areacella" else ("%", "land_area_fraction")
+                v[:] = (1e10 * np.cos(np.deg2rad(lat))[:, None] * np.ones(nlon) if name == "areacella"
+                        else 100.0 * rng.random((nlat, nlon))).astype(np.float32)
+        paths.append(path)
+    return paths
+
+
+def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1, grid_time: bool = False) -> list[Path]:
+    """Write a UGRID mesh file ``grid.nc`` (topology with a value, node and face coordinates, face-node
+    connectivity) and a data file ``v1.nc`` with values on the mesh's nodes over time. ``grid_time``: the mesh
+    file declares an unlimited ``time`` too, that nothing in it uses (as model mesh files often do)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    faces = nodes - 2
+    with netCDF4.Dataset(folder / "grid.nc", "w") as nc:
+        nc.Conventions = "CF-1.8 UGRID-1.0"
+        nc.createDimension("nMesh2_node", nodes)
+        nc.createDimension("nMesh2_face", faces)
+        nc.createDimension("nMaxMesh2_face_nodes", 3)
+        if grid_time:
+            nc.createDimension("time", None)
+        m = nc.createVariable("Mesh2", "i4")
+        m.cf_role, m.long_name, m.topology_dimension = "mesh_topology", "Topology data of 2D unstructured mesh", 2
+        m.node_coordinates, m.face_node_connectivity = "Mesh2_node_x Mesh2_node_y", "Mesh2_face_nodes"
+        m.face_coordinates = "Mesh2_face_x Mesh2_face_y"
+        m.assignValue(0)
+        for name, std, units, size in (("Mesh2_node_x", "longitude", "degrees_east", nodes),
+                                       ("Mesh2_node_y", "latitude", "degrees_north", nodes),
+                                       ("Mesh2_face_x", "longitude", "degrees_east", faces),
+                                       ("Mesh2_face_y", "latitude", "degrees_north", faces)):
+            v = nc.createVariable(name, "f8", ("nMesh2_node" if "node" in name else "nMesh2_face",))
+            v.standard_name, v.units = std, units
+            v[:] = rng.random(size) * 20.0
+        c = nc.createVariable("Mesh2_face_nodes", "i4", ("nMesh2_face", "nMaxMesh2_face_nodes"))
+        c.cf_role, c.start_index = "face_node_connectivity", 0
+        c[:] = np.stack([np.arange(faces), np.arange(faces) + 1, np.arange(faces) + 2], axis=1)
+    with netCDF4.Dataset(folder / "v1.nc", "w") as nc:
+        nc.Conventions = "CF-1.8 UGRID-1.0"
+        nc.createDimension("time", None)
+        nc.createDimension("nMesh2_node", nodes)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name = "hours since 2020-01-01", "time"
+        t[:] = np.arange(steps) * 6.0
+        v = nc.createVariable("v1", "f4", ("time", "nMesh2_node"), fill_value=np.float32(-999.0))
+        v.mesh, v.location, v.units, v.standard_name = "Mesh2", "node", "m", "sea_surface_height_above_geoid"
+        v.coordinates = "Mesh2_node_x Mesh2_node_y"
+        v[:] = rng.random((steps, nodes)).astype(np.float32)
+    return [folder / "grid.nc", folder / "v1.nc"]

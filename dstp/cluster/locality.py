@@ -45,8 +45,10 @@ class Placement:
 
 def uses_locality(ds: Any) -> bool:
     """Return whether pieces of ``ds`` can be placed by file: an aggregation of several files on a grid
-    (a discrete sampling geometry reads its instance tables across files, so it is left to full holders)."""
-    return ds.descriptor.aggregate is not None and len(ds.files) > 1 and ds.layout is None
+    (a discrete sampling geometry reads its instance tables across files, and a dataset split by variable
+    reads every part for each piece, so they are left to full holders)."""
+    return ds.descriptor.aggregate is not None and len(ds.files) > 1 and ds.layout is None \
+        and not ds.descriptor.parts
 
 
 def _overlaps(r: range, lo: int, hi: int) -> bool:

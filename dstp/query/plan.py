@@ -225,6 +225,8 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
     untied = None if ref.remote else ds.untied(grid, ref.columns())
     if untied is not None:
         raise QueryError(untied)
+    if not ref.remote:
+        _refuse_empty_product(ref, grid)
     for dim in ref.strides:
         if dim not in grid:
             raise QueryError(
@@ -252,6 +254,32 @@ def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanP
                         pushed=tuple(c.sql(dialect=DIALECT) for c in conditions))
     hyperslab = hyperslab_of(ds, grid, conditions, ref.strides, frozen=key_dims)
     return ScanPlan(ref, grid, hyperslab, tuple(columns), pushed=pushed)
+
+
+def _refuse_empty_product(ref: DatasetRef, grid: tuple[str, ...]) -> None:
+    """Refuse a grid that an empty dimension makes empty although some of the query's columns have values.
+
+    Records are the product of the grid's dimensions: a column on a dimension of
+    no points (Argo's unlimited ``N_HISTORY`` before any history is written)
+    would make a query that also reads ``TEMP`` return nothing, silently. The
+    labels of the other dimensions are the grid itself, not values that would
+    be lost; ``*`` and ``count(*)`` stand for the default grid's records.
+    """
+    ds = ref.dataset
+    empty = [d for d in grid if ds.dimensions[d].size == 0]
+    if not empty:
+        return
+    for dim in empty:
+        on = sorted(n for n in ref.used if dim in ds.column_dimensions(n))
+        lacking = sorted(n for n in ref.used if n not in ds.coordinates and dim not in ds.column_dimensions(n)
+                         and ds.grid_size(ds.column_dimensions(n)) > 0)
+        if ref.whole and dim not in ds.descriptor.default_grid and ds.grid_size(ds.descriptor.default_grid) > 0:
+            lacking.insert(0, "*" if not lacking else "* (the default grid's records)")
+        if on and lacking:
+            raise QueryError(
+                f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} on dimension {dim!r} of {ds.id}, which has no "
+                f"points in its files; read with {', '.join(lacking)}, which {'is' if len(lacking) == 1 else 'are'} "
+                f"not on {dim!r}, every record would be lost. Query {', '.join(on)} apart")
 
 
 def _uses_macros(condition: exp.Expression) -> bool:

@@ -405,6 +405,6 @@ def test_only_the_feature_time_marks_padding_not_another_time_with_gaps(tmp_path
         # (oracle.assert_same_records compares NaT with ==, which never holds: compare as frames)
         pd.testing.assert_frame_equal(got.to_pandas().sort_values("temp", ignore_index=True),
                                       want.to_pandas().sort_values("temp", ignore_index=True))
-        assert catalog.get("fc").presence == ("time",)
+        assert catalog.get("fc").presence == (("time",),)
     finally:
         catalog.close()
