@@ -246,7 +246,7 @@ def coordinate_column(
             "which may have NULLs")
     values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
     order = monotonic(values) if spec.dimension else 1
-    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)
+    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings, attrs=var.attrs)
 
 
 def same_in_every_file(
