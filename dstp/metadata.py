@@ -41,6 +41,9 @@ class DatasetSummary:
     bbox: tuple[float, float, float, float] | None  # lat_min, lat_max, lon_min, lon_max
     size_bytes: int
     access_policy: str
+    #: The longitudes' extent on −180…180 as (west, east): west > east when it crosses the antimeridian,
+    #: (−180, 180) when it goes round the globe; None when unknown (no longitudes, or a remote dataset).
+    lon_extent: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +202,10 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     if (lat is not None and lon is not None and _degrees(lat.spec.units, "north")
             and _degrees(lon.spec.units, "east") and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if"):
         bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
+        lon_extent = longitude_extent(lon.values)
     else:
         bbox = _auxiliary_bbox(ds)
+        lon_extent = longitude_extent(_auxiliary_longitudes(ds)) if bbox is not None else None
     return DatasetSummary(
         id=d.id,
         title=d.title,
@@ -214,6 +219,7 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
         bbox=bbox,
         size_bytes=ds.size_bytes,
         access_policy=d.access_policy,
+        lon_extent=lon_extent,
     )
 
 
@@ -229,6 +235,43 @@ def _auxiliary_time_range(ds: GriddedDataset) -> tuple[str, str]:
         if values.size:
             return render_value(values.min()), render_value(values.max())
     return "", ""
+
+
+def longitude_extent(values: Any) -> tuple[float, float] | None:
+    """Return the extent of longitudes (degrees east, any convention) on −180…180 as (west, east).
+
+    The extent is the circle less its largest gap between neighbouring longitudes, so a region stored on
+    0…360 (200…212.5) is (−160, −147.5) and one across the antimeridian (170…190, or 350…10 stored on
+    −180…180) has west > east, as STAC's bbox says it. Longitudes with no gap wider than twice their usual
+    spacing go round the globe: (−180, 180).
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype="float64").reshape(-1)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None
+    u = np.unique(np.round(((v + 180.0) % 360.0) - 180.0, 9))
+    if u.size == 1:
+        return float(u[0]), float(u[0])
+    gaps = np.diff(np.append(u, u[0] + 360.0))
+    widest = int(np.argmax(gaps))
+    usual = float(np.median(np.delete(gaps, widest)))
+    if gaps[widest] <= 2 * usual:
+        return -180.0, 180.0
+    return float(u[(widest + 1) % u.size]), float(u[widest])
+
+
+def _auxiliary_longitudes(ds: GriddedDataset) -> Any:
+    """Return the longitudes of a 2-D (or derived) longitude coordinate held in memory, else an empty array."""
+    import numpy as np
+
+    for a in ds.auxiliaries.values():
+        std = dict(a.spec.cf).get("standard_name") or ("longitude" if _degrees(a.spec.units, "east") else "")
+        if std == "longitude" and a.values is not None and a.values.dtype.kind == "f" \
+                and a.role in ("auxiliary", "derived"):
+            return a.values if a.mask is None else a.values[~a.mask]
+    return np.empty(0)
 
 
 def _auxiliary_bbox(ds: GriddedDataset) -> tuple[float, float, float, float] | None:
