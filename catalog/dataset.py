@@ -393,7 +393,8 @@ class GriddedDataset:
         check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
         attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout)
         used_dims = [d for a in attributes.values() for d in a.dimensions]
-        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims]))
+        labelled = [c.dimension for c in descriptor.coordinates if c.dimension and not c.auxiliary]
+        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims, *labelled]))
         ds = cls(
             descriptor=descriptor,
             files=tuple(files),

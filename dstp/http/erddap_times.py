@@ -169,10 +169,16 @@ class TimeAxis:
         if m is None or factor is None:
             raise QueryError(f"the time units {self.units!r} are not '<unit> since <date>': numbers cannot be "
                              "matched to these times; write the times as text (2000-01-16T00:00:00Z)")
+        date = _ISO.fullmatch(m[2].strip())
         try:
-            seconds = cftime.date2num(cftime.num2date(0, f"seconds since {m[2]}", "standard"), ERDDAP_TIME_UNITS,
-                                      "standard")
             origin = cftime.num2date(0, f"seconds since {m[2]}", self.calendar)
+            if date is None:
+                raise ValueError("not an ISO date")
+            # Java's lenient GregorianCalendar, as ERDDAP parses it: a 360_day 2000-02-30 is 2000-03-01.
+            y, mo, d = int(date[1]), int(date[2]), int(date[3])
+            first = cftime.datetime(y, mo, 1, calendar="standard") + dt.timedelta(
+                days=d - 1, hours=int(date[4] or 0), minutes=int(date[5] or 0), seconds=int(date[6] or 0))
+            seconds = cftime.date2num(first, ERDDAP_TIME_UNITS, "standard")
         except (ValueError, OverflowError) as exc:
             raise QueryError(f"the reference date of the time units {self.units!r} cannot be read ({exc})") from exc
         return float(seconds), factor, origin
