@@ -38,6 +38,8 @@ class Layout:
     lat0: float = 60.0
     dlat: float = 2.0
     seed: int = 11
+    #: Whether a data variable (``rank(date)``) uses the ``date`` dimension; else only its coordinate does.
+    rank: bool = True
 
 
 def model_archive(folder: Path, layout: Layout, name: str = "model") -> list[Path]:
@@ -97,9 +99,10 @@ def model_archive(folder: Path, layout: Layout, name: str = "model") -> list[Pat
                       + rng.normal(0, 1, (layout.steps, lat.size, lon.size))).astype("f4")
             values[rng.random(values.shape) < 0.1] = np.float32(1e20)
             tas[:] = values
-            rank = nc.createVariable("rank", "i4", ("date",))
-            rank.long_name, rank.comment = "rank of the reference date", "not on the time axis"
-            rank[:] = [1 + f, 2 + f]
+            if layout.rank:
+                rank = nc.createVariable("rank", "i4", ("date",))
+                rank.long_name, rank.comment = "rank of the reference date", "not on the time axis"
+                rank[:] = [1 + f, 2 + f]
         paths.append(path)
     return paths
 

@@ -49,6 +49,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         cal, lon = name.split("_")
         publish(model_archive(root / name, Layout(calendar=CALENDARS[cal], lon=lon, files=3, steps=4,
                                                   seed=len(name) + hash(cal) % 7)), name)
+    publish(model_archive(root / "bare_date", Layout(rank=False)), "bare_date")
     srv = DstpServer(Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1, batch_rows=4096))
     srv.start()
     assert srv.endpoints is not None
@@ -133,6 +134,24 @@ def test_backend_opens_what_xarray_opens(site: dict[str, Any], name: str) -> Non
         assert {k: text(got[v].attrs.get(k)) for k in missing} == missing, v
     assert {k: got.attrs.get(k) for k in want.attrs} == {k: text(x) for k, x in want.attrs.items()}
     # the scalar auxiliary time is decoded on the file's calendar: differences work as on the files
+    np.testing.assert_array_equal((got.time - got.forecast_reference_time).values,
+                                  (want.time - want.forecast_reference_time).values)
+
+
+def test_backend_shows_a_dimension_only_its_coordinate_uses(site: dict[str, Any]) -> None:
+    want = local(site["root"], "bare_date")
+    got = xr.open_dataset(f"dstp://{site['grpc']}/bare_date", engine="dstp", decode_times=CFTIME)
+    assert "date" in want.coords and "rank" not in want.variables
+    same_values(got["date"].values, want["date"].values)
+    assert {k: text(v) for k, v in want["date"].attrs.items()} == dict(got["date"].attrs)
+
+
+@pytest.mark.parametrize("name", ["d360_east", "nol_west"])
+def test_backend_decodes_a_scalar_time_on_its_files_calendar(site: dict[str, Any], name: str) -> None:
+    want = local(site["root"], name)
+    got = xr.open_dataset(f"dstp://{site['grpc']}/{name}", engine="dstp", decode_times=CFTIME)
+    assert got.forecast_reference_time.values.item().calendar == want.forecast_reference_time.values.item().calendar
+    assert labels(got.forecast_reference_time.values) == labels(want.forecast_reference_time.values)
     np.testing.assert_array_equal((got.time - got.forecast_reference_time).values,
                                   (want.time - want.forecast_reference_time).values)
 
