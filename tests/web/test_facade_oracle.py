@@ -189,6 +189,9 @@ def test_griddap_slabs_through_erddapy_equal_xarrays(site: dict[str, Any], data:
         e.constraints[f"{dim}_step"] = s.step
     got = e.to_xarray(decode_times=CFTIME)
     same_values(got.tas.values, want.values)
+    attrs = {k: text(x) for k, x in want.attrs.items() if k not in STORAGE | {"coordinates"}}
+    assert {k: text(got.tas.attrs.get(k)) for k in attrs} == attrs
+    assert got.crs.attrs["grid_mapping_name"] == local(site["root"], name).crs.attrs["grid_mapping_name"]
     assert labels(got.time.values) == labels(want.time.values)
     same_values(got.lon.values, want.lon.values)
     csv = e.to_pandas()
@@ -222,6 +225,9 @@ def test_tabledap_constraints_through_erddapy_select_what_erddap_selects(site: d
         .reset_index(drop=True)
     assert got["time"].tolist() == want["time"].tolist()
     same_values(got[["lat", "lon", "tas"]].to_numpy(), want[["lat", "lon", "tas"]].to_numpy())
+    table = e.to_xarray()  # .ncCF: a table holds no grid-mapping variable, so it names none
+    attrs = {k: text(x) for k, x in full.tas.attrs.items() if k not in STORAGE | {"coordinates", "grid_mapping"}}
+    assert {k: text(table.tas.attrs.get(k)) for k in attrs} == attrs
 
 
 # -- /query?format=nc -------------------------------------------------------------------------------------------
