@@ -311,7 +311,7 @@ def coordinate_column(
     ds.warnings = (*ds.warnings, *(labels or ()))
     values = np.asarray(values).reshape(-1) if spec.dimension else np.asarray(values).reshape(1)
     order = monotonic(values) if spec.dimension else 1
-    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings)
+    return CoordinateColumn(spec, values, arrow_type, dec, order, decodings, attrs=var.attrs)
 
 
 def _same_in_every_part(ds: GriddedDataset, column: CoordinateColumn, held: list[int], values: np.ndarray,

@@ -25,7 +25,7 @@ dimensions. There are two shapes of column:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -67,6 +67,8 @@ class CoordinateColumn:
     monotonic: int
     #: One decoding per file of the dataset, in file order (coordinates are in every file).
     file_decodings: tuple[Decoding | None, ...] = ()
+    #: The variable's attributes in the first file (what ``describe`` shows besides the descriptor's CF ones).
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

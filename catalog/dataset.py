@@ -436,12 +436,14 @@ class GriddedDataset:
         check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
         attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout, [f.part for f in files])
         used_dims = [d for a in attributes.values() for d in a.dimensions]
-        # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares)
-        # (auxiliaries of station data are on instance dimensions, which are not dimensions of records)
+        # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares,
+        # a date(date) beside a time × lat × lon grid); auxiliaries of station data are on instance dimensions,
+        # which are not dimensions of records
         coord_dims = [d for c in descriptor.coordinates
                       for d in ((c.dimension,) if c.dimension else c.dimensions if layout is None else ())
                       if d in dim_sizes]
-        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims, *coord_dims]))
+        labelled = [c.dimension for c in descriptor.coordinates if c.dimension and not c.auxiliary]
+        order = list(dict.fromkeys([*descriptor.default_grid, *used_dims, *coord_dims, *labelled]))
         ds = cls(
             descriptor=descriptor,
             files=tuple(files),

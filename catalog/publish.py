@@ -260,8 +260,12 @@ def draft_descriptor(
         or max(grids, key=lambda g: (grids[g], len(g)))
     used_dims = {d for v in data_vars for d in v.value_dimensions} | instance | \
         {d for k in first.coordinates if k in first.variables for d in first.variables[k].value_dimensions}
-    coordinates = [c for c in coordinates if (c.dimension is None or c.dimension in used_dims)
-                   and set(c.dimensions) <= used_dims]
+    # A dimension no data variable uses is published with its coordinate variable (``date(date)`` beside a
+    # grid on time × lat × lon), as xarray shows it; one without a coordinate variable is left out.
+    labelled = {c.dimension for c in coordinates if c.dimension and not c.dimensions
+                and c.variable in first.variables and c.dimension not in lengths | instance}
+    coordinates = [c for c in coordinates if (c.dimension is None or c.dimension in used_dims | labelled)
+                   and set(c.dimensions) <= used_dims | labelled]
     coordinates = _unique_index_names(coordinates, first.variables)
 
     aggregate = None

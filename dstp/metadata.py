@@ -7,7 +7,7 @@ adapter (gRPC, HTTP, CLI) so that a dataset reads the same everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # clients import these value types without loading the catalog (netCDF4, HDF5)
     from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
@@ -41,6 +41,9 @@ class DatasetSummary:
     bbox: tuple[float, float, float, float] | None  # lat_min, lat_max, lon_min, lon_max
     size_bytes: int
     access_policy: str
+    #: The longitudes' extent on −180…180 as (west, east): west > east when it crosses the antimeridian,
+    #: (−180, 180) when it goes round the globe; None when unknown (no longitudes, or a remote dataset).
+    lon_extent: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,9 @@ class GridMappingInfo:
     wkt: str
     proj: str
     problem: str = ""
+    #: The grid mapping variable's own (raw) value in the first file, as text, and its numpy dtype ("" if unread).
+    value: str = ""
+    dtype: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +202,10 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
     if (lat is not None and lon is not None and _degrees(lat.spec.units, "north")
             and _degrees(lon.spec.units, "east") and lat.values.dtype.kind in "if" and lon.values.dtype.kind in "if"):
         bbox = (float(lat.values.min()), float(lat.values.max()), float(lon.values.min()), float(lon.values.max()))
+        lon_extent = longitude_extent(lon.values)
     else:
         bbox = _auxiliary_bbox(ds)
+        lon_extent = longitude_extent(_auxiliary_longitudes(ds)) if bbox is not None else None
     return DatasetSummary(
         id=d.id,
         title=d.title,
@@ -211,6 +219,7 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
         bbox=bbox,
         size_bytes=ds.size_bytes,
         access_policy=d.access_policy,
+        lon_extent=lon_extent,
     )
 
 
@@ -226,6 +235,43 @@ def _auxiliary_time_range(ds: GriddedDataset) -> tuple[str, str]:
         if values.size:
             return render_value(values.min()), render_value(values.max())
     return "", ""
+
+
+def longitude_extent(values: Any) -> tuple[float, float] | None:
+    """Return the extent of longitudes (degrees east, any convention) on −180…180 as (west, east).
+
+    The extent is the circle less its largest gap between neighbouring longitudes, so a region stored on
+    0…360 (200…212.5) is (−160, −147.5) and one across the antimeridian (170…190, or 350…10 stored on
+    −180…180) has west > east, as STAC's bbox says it. Longitudes with no gap wider than twice their usual
+    spacing go round the globe: (−180, 180).
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype="float64").reshape(-1)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None
+    u = np.unique(np.round(((v + 180.0) % 360.0) - 180.0, 9))
+    if u.size == 1:
+        return float(u[0]), float(u[0])
+    gaps = np.diff(np.append(u, u[0] + 360.0))
+    widest = int(np.argmax(gaps))
+    usual = float(np.median(np.delete(gaps, widest)))
+    if gaps[widest] <= 2 * usual:
+        return -180.0, 180.0
+    return float(u[(widest + 1) % u.size]), float(u[widest])
+
+
+def _auxiliary_longitudes(ds: GriddedDataset) -> Any:
+    """Return the longitudes of a 2-D (or derived) longitude coordinate held in memory, else an empty array."""
+    import numpy as np
+
+    for a in ds.auxiliaries.values():
+        std = dict(a.spec.cf).get("standard_name") or ("longitude" if _degrees(a.spec.units, "east") else "")
+        if std == "longitude" and a.values is not None and a.values.dtype.kind == "f" \
+                and a.role in ("auxiliary", "derived"):
+            return a.values if a.mask is None else a.values[~a.mask]
+    return np.empty(0)
 
 
 def _auxiliary_bbox(ds: GriddedDataset) -> tuple[float, float, float, float] | None:
@@ -247,15 +293,30 @@ def _auxiliary_bbox(ds: GriddedDataset) -> tuple[float, float, float, float] | N
     return (*found["latitude"], *found["longitude"])
 
 
+#: File attributes ``cf`` leaves out: how a file stores values (the server has applied them, each file its own),
+#: the units (a field of their own) and HDF5's dimension-scale bookkeeping, which no reader of the data needs.
+_STORAGE_ATTRS = frozenset({"_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units",
+                            "_ChunkSizes", "_Storage", "_DeflateLevel", "_Shuffle", "_Endianness", "_NoFill",
+                            "_Netcdf4Dimid", "_Netcdf4Coordinates", "DIMENSION_LIST", "REFERENCE_LIST", "CLASS",
+                            "NAME", "_nc3_strict"})
+
+
+def _all_attributes(spec_cf: tuple[tuple[str, Any], ...], attrs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Return a variable's attributes as text: the first file's (but storage), the descriptor's CF ones over them."""
+    merged: dict[str, Any] = {k: v for k, v in attrs.items() if k not in _STORAGE_ATTRS}
+    merged.update(dict(spec_cf))
+    return tuple((k, render_value(v)) for k, v in merged.items())
+
+
 def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
     return ColumnInfo(
         name=c.name,
         variable=c.spec.variable,
         dimensions=(c.dimension,) if c.dimension else (),
         units=c.spec.units or "",
-        description=dict(c.spec.cf).get("long_name", ""),
+        description=dict(c.spec.cf).get("long_name", "") or render_value(c.attrs.get("long_name", "")),
         arrow_type=str(c.arrow_type),
-        cf=tuple((k, render_value(v)) for k, v in c.spec.cf),
+        cf=_all_attributes(c.spec.cf, c.attrs),
         packed=c.decoding.packed,
         nullable=False,
         coordinate=True,
@@ -272,7 +333,7 @@ def _auxiliary_info(a: AttributeColumn, missing_from: tuple[str, ...]) -> Column
         units=a.spec.units or cf.get("units", ""),
         description=a.spec.description or cf.get("long_name", ""),
         arrow_type=str(a.arrow_type),
-        cf=tuple((k, render_value(v)) for k, v in a.spec.cf),
+        cf=_all_attributes(a.spec.cf, a.attrs),
         packed=a.decoding.packed,
         nullable=a.mask is not None or a.values is None,
         coordinate=True,
@@ -311,7 +372,7 @@ def _attribute_info(a: AttributeColumn, missing_from: tuple[str, ...], table: bo
         units=a.spec.units or "",
         description=a.spec.description or "",
         arrow_type=str(a.arrow_type),
-        cf=tuple((k, render_value(v)) for k, v in a.spec.cf),
+        cf=_all_attributes(a.spec.cf, a.attrs),
         packed=a.decoding.packed,
         nullable=_declares_missing(a, missing_from, table),
         coordinate=False,
@@ -357,12 +418,33 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
         coverage=_coverage_runs(ds),
         warnings=ds.warnings,
         grid_mappings=tuple(
-            GridMappingInfo(m.name, m.grid_mapping_name, m.parameters, m.wkt, m.proj, m.problem)
+            GridMappingInfo(m.name, m.grid_mapping_name, m.parameters, m.wkt, m.proj, m.problem,
+                            *_mapping_value(ds, m.name))
             for m in ds.grid_mappings.values()
         ),
         feature_type=ds.layout.feature_type if ds.layout is not None else "",
         layout=ds.layout.describe() if ds.layout is not None else "",
     )
+
+
+def _mapping_value(ds: GriddedDataset, name: str) -> tuple[str, str]:
+    """Return the raw value of a grid mapping variable in the first file that has it, and its dtype.
+
+    The variable holds no data, but files give it a value (often 0 or 1, or netCDF's default fill) that
+    xarray shows; ("", "") when no file can give it (a remote dataset, a file that became unreadable).
+    """
+    import numpy as np
+
+    from dstp.errors import DataFileError
+
+    for f in ds.files:
+        try:
+            value = ds.handles.read(f.path, name, ())
+        except DataFileError:
+            continue
+        array = np.asarray(value)
+        return render_value(array.reshape(-1)[0] if array.size else ""), str(array.dtype)
+    return "", ""
 
 
 def _global_attributes(ds: GriddedDataset) -> tuple[tuple[str, str], ...]:

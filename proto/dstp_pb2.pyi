@@ -140,20 +140,24 @@ class Column(_message.Message):
     def __init__(self, name: _Optional[str] = ..., variable: _Optional[str] = ..., dimensions: _Optional[_Iterable[str]] = ..., units: _Optional[str] = ..., description: _Optional[str] = ..., arrow_type: _Optional[str] = ..., cf: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., packed: _Optional[bool] = ..., nullable: _Optional[bool] = ..., coordinate: _Optional[bool] = ..., missing_from: _Optional[_Iterable[str]] = ..., role: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class GridMapping(_message.Message):
-    __slots__ = ("name", "grid_mapping_name", "parameters", "wkt", "proj", "problem")
+    __slots__ = ("name", "grid_mapping_name", "parameters", "wkt", "proj", "problem", "value", "dtype")
     NAME_FIELD_NUMBER: _ClassVar[int]
     GRID_MAPPING_NAME_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     WKT_FIELD_NUMBER: _ClassVar[int]
     PROJ_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     grid_mapping_name: str
     parameters: _containers.RepeatedCompositeFieldContainer[KeyValue]
     wkt: str
     proj: str
     problem: str
-    def __init__(self, name: _Optional[str] = ..., grid_mapping_name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., wkt: _Optional[str] = ..., proj: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
+    value: str
+    dtype: str
+    def __init__(self, name: _Optional[str] = ..., grid_mapping_name: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., wkt: _Optional[str] = ..., proj: _Optional[str] = ..., problem: _Optional[str] = ..., value: _Optional[str] = ..., dtype: _Optional[str] = ...) -> None: ...
 
 class DataFile(_message.Message):
     __slots__ = ("name", "size_bytes", "format", "start", "count", "first", "last")

@@ -200,7 +200,7 @@ def details_pb(d: DatasetDetails) -> pb.DatasetDescription:
         warnings=list(d.warnings),
         grid_mappings=[
             pb.GridMapping(name=m.name, grid_mapping_name=m.grid_mapping_name, parameters=_pairs_pb(m.parameters),
-                           wkt=m.wkt, proj=m.proj, problem=m.problem)
+                           wkt=m.wkt, proj=m.proj, problem=m.problem, value=m.value, dtype=m.dtype)
             for m in d.grid_mappings
         ],
     )
@@ -226,7 +226,8 @@ def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
         coverage=tuple(CoverageRun(r.first, r.last, r.start, r.stop) for r in m.coverage),
         warnings=tuple(m.warnings),
         grid_mappings=tuple(
-            GridMappingInfo(g.name, g.grid_mapping_name, _pairs(g.parameters), g.wkt, g.proj, g.problem)
+            GridMappingInfo(g.name, g.grid_mapping_name, _pairs(g.parameters), g.wkt, g.proj, g.problem, g.value,
+                            g.dtype)
             for g in m.grid_mappings
         ),
     )

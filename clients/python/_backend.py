@@ -403,10 +403,10 @@ class DstpDataStore(AbstractDataStore):
         for info in d.attributes:
             variables[info.name] = self._lazy(info, (info.name,), axes, order, calendars.get(info.name, ""), source)
         for gm in d.grid_mappings:
-            attrs: dict[str, Any] = {k: _number(v) for k, v in gm.parameters}
-            if gm.wkt:
+            attrs: dict[str, Any] = {k: _number(v) for k, v in gm.parameters if k not in _APPLIED}
+            if gm.wkt and "crs_wkt" not in attrs:
                 attrs["crs_wkt"] = gm.wkt
-            variables[gm.name] = xr.Variable((), np.int32(0), attrs)
+            variables[gm.name] = xr.Variable((), _mapping_value(gm.value, gm.dtype), attrs)
         attrs = dict(d.global_attributes)
         attrs.setdefault("dstp_source", source)
         return variables, attrs
@@ -439,6 +439,16 @@ class DstpDataStore(AbstractDataStore):
 
     def close(self, **kwargs: Any) -> None:
         """Nothing to close: the connection is shared by every dataset of the server."""
+
+
+def _mapping_value(text: str, dtype: str) -> np.ndarray:
+    """Return a grid mapping variable's value as the file holds it (its dtype), 0 as int32 when the server has none."""
+    kind = np.dtype(dtype) if dtype else np.dtype("int32")
+    if not text:
+        return np.zeros((), dtype=kind)
+    if kind.kind in "SU":
+        return np.asarray(text, dtype=kind)
+    return np.asarray(float(text) if kind.kind == "f" else int(float(text)), dtype=kind)
 
 
 def _number(text: str) -> Any:

@@ -28,7 +28,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from dstp.errors import TruncatedResultError
 
@@ -148,29 +148,50 @@ def truncation_metadata(reason: str, rows: int) -> dict[str, str]:
 # -- netCDF -----------------------------------------------------------------------------
 
 
+#: Attributes of the files that do not describe decoded values (how a file stores them), nor dstp's own.
+_STORAGE_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "units", "calendar",
+                  "dtype")
+
+
 def write_netcdf(table: pa.Table, path: str | os.PathLike[str], time_units: Mapping[str, str] | None = None,
-                 lock: ContextManager[Any] | None = None) -> None:
+                 lock: ContextManager[Any] | None = None, *,
+                 attributes: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+                 global_attributes: Sequence[tuple[str, str]] = ()) -> None:
     """Write a gridded result to ``path`` as CF-1.8 netCDF-4.
 
     ``time_units`` maps time columns to the units to encode them with (the
     dataset's, e.g. ``days since 1990-01-01``; otherwise xarray picks some).
     Times keep their calendar; units and CF attributes travel from the result
-    schema; the query is recorded in ``history``, and a result the server cut
-    says so in the global attribute ``dstp_truncated``. ``lock`` is held while
-    writing (the server passes its netCDF lock: HDF5 is not thread-safe).
+    schema; ``attributes`` (column → its variable's attributes in the files, as
+    ``describe`` gives them) add every other attribute to the columns the query
+    selected as they are, and ``global_attributes`` the files' global ones. The
+    query is recorded in ``history``, and a result the server cut says so in the
+    global attribute ``dstp_truncated``. ``lock`` is held while writing (the
+    server passes its netCDF lock: HDF5 is not thread-safe). No attribute names a
+    variable the file lacks (:func:`dstp.client._xarray.to_xarray`).
     """
-    from dstp.client._xarray import to_xarray
+    from dstp.client._xarray import _resolve_references, to_xarray
 
     ds = to_xarray(table)
+    if attributes:
+        for f in table.schema:
+            bare = b"dstp:dimensions" in (f.metadata or {})  # the column as the files hold it, not an expression
+            if bare and f.name in ds.variables and f.name in attributes:
+                var = ds[f.name].variable
+                for key, value in attributes[f.name]:
+                    if key not in _STORAGE_ATTRS and key not in var.attrs and key not in var.encoding:
+                        var.attrs[key] = value
+        ds = _resolve_references(ds, table.schema.metadata or {})
+    ds.attrs = {**{k: v for k, v in global_attributes if not k.startswith("dstp:")}, **ds.attrs}
     for name, units in (time_units or {}).items():
         if name in ds.variables and "calendar" in ds[name].encoding and ds[name].size:
             ds[name].encoding["units"] = units
     sql = ds.attrs.pop("dstp_query", "")
     dataset = ds.attrs.pop("dstp_dataset", "")
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ds.attrs.update(
-        {"Conventions": "CF-1.8", "source": f"dstp dataset {dataset}", "history": f"{now} dstp query: {sql}"}
-    )
+    files = dict(global_attributes)
+    ds.attrs.update({"Conventions": "CF-1.8", "source": files.get("source") or f"dstp dataset {dataset}",
+                     "history": (files["history"] + "\n" if files.get("history") else "") + f"{now} dstp query: {sql}"})
     with lock if lock is not None else contextlib.nullcontext():
         ds.to_netcdf(path, engine="netcdf4", format="NETCDF4")
 

@@ -52,6 +52,58 @@ def _dimension_columns(schema: pa.Schema, grid: list[str]) -> dict[str, str]:
 _ENCODING_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "dtype")
 
 
+#: Attributes that name other variables (CF 1.8), and how each lists them.
+_REFERENCES = ("coordinates", "bounds", "climatology", "ancillary_variables", "cell_measures", "grid_mapping")
+
+
+def _names_in(key: str, value: str) -> list[str]:
+    """Return the variable names a reference attribute holds (``cell_measures: area: cell_area`` too)."""
+    if key in ("cell_measures", "grid_mapping") and ":" in value:
+        words = value.replace(":", " : ").split()
+        return [w for i, w in enumerate(words) if w != ":" and (i + 1 >= len(words) or words[i + 1] != ":")]
+    return value.split()
+
+
+def _grid_mapping_variable(wkt: str) -> Any:
+    """Return a CF grid mapping variable for a CRS given as WKT (its CF parameters when pyproj is installed)."""
+    import numpy as np
+    import xarray as xr
+
+    attrs: dict[str, Any] = {"crs_wkt": wkt}
+    try:
+        import pyproj
+
+        attrs = {**pyproj.CRS.from_wkt(wkt).to_cf(), "crs_wkt": wkt}
+    except ImportError:
+        pass
+    return xr.Variable((), np.int32(0), attrs)
+
+
+def _resolve_references(ds: Any, meta: dict[bytes, bytes]) -> Any:
+    """Return ``ds`` with no attribute naming a variable it lacks: a grid mapping the result describes (its WKT in
+    ``dstp:crs_wkt:<name>``) is added as its variable; any other name is dropped, and an attribute left empty too."""
+    mappings = {k.decode()[len("dstp:crs_wkt:"):]: v.decode() for k, v in meta.items()
+                if k.startswith(b"dstp:crs_wkt:") and v}
+    wanted = {n for var in ds.variables.values() if isinstance(var.attrs.get("grid_mapping"), str)
+              for n in _names_in("grid_mapping", var.attrs["grid_mapping"]) if n not in ds.variables and n in mappings}
+    if wanted:
+        ds = ds.assign({n: _grid_mapping_variable(mappings[n]) for n in sorted(wanted)})
+    for var in ds.variables.values():
+        for key in _REFERENCES:
+            value = var.attrs.get(key)
+            if not isinstance(value, str):
+                continue
+            names = _names_in(key, value)
+            if all(n in ds.variables for n in names):
+                continue
+            kept = [n for n in names if n in ds.variables] if key == "coordinates" else []
+            if kept:
+                var.attrs[key] = " ".join(kept)
+            else:
+                del var.attrs[key]
+    return ds
+
+
 def to_xarray(table: pa.Table) -> Any:
     """Return the records of a dstp result as an ``xarray.Dataset`` on its grid.
 
@@ -107,6 +159,7 @@ def to_xarray(table: pa.Table) -> Any:
                 var = ds[f.name]
                 attrs.update({"units": "days since 1970-01-01", "calendar": calendar})
         var.attrs.update(attrs)
+    ds = _resolve_references(ds, meta)
     ds.attrs["dstp_dataset"] = meta.get(b"dstp:dataset", b"").decode()
     ds.attrs["dstp_query"] = meta.get(b"dstp:sql", b"").decode()
     if meta.get(b"dstp:truncated") == b"true":

@@ -451,6 +451,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
                 headers=headers)
         try:
             units: dict[str, str] = {}
+            details = None
             if fmt == "nc":
                 check_gridded(execution.schema)
                 details = view.details(execution.schema.metadata[b"dstp:dataset"].decode(), principal)
@@ -459,7 +460,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
             batches = limited(execution, limit, max_bytes=settings.nc_max_result_bytes if fmt == "nc" else None)
             f = await _until_done_or_gone(
                 request, cancel, lambda: anyio.to_thread.run_sync(assemble, batches, execution.schema, fmt, units,
-                                                                  batches.truncated_reason))
+                                                                  batches.truncated_reason, details))
         finally:
             execution.close()
         # Assembled before sending: whether the server cut it is known (the file says so too).

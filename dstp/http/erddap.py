@@ -9,55 +9,57 @@ runs through the service like any other; the answer is rendered by
 griddap axes are its default grid, and its grid variables the attributes on
 exactly those dimensions. A selector is an index (``3``), ``last`` or
 ``last-n``, or a value in parentheses (``(1990-06-16T12:00:00Z)``,
-``(45.5)``, ``(last)``), which picks the nearest index as ERDDAP does; for a
-descending axis the two values may come in either order. The index ranges
-become coordinate predicates and ``stride()`` (:mod:`dstp.hyperslabs`), so
-the server reads only that hyperslab.
+``(45.5)``, ``(last-2.5)``, ``(now-7days)``), which picks the nearest index as
+ERDDAP does; a value farther off the axis than half its average spacing is
+refused as ERDDAP refuses it (404, "Your query produced no matching
+results"), an index outside ``0…n-1`` is a 400. For a descending axis the two
+values may come in either order. The index ranges become coordinate
+predicates and ``stride()`` (:mod:`dstp.hyperslabs`), so the server reads only
+that hyperslab.
 
 **tabledap** ``ID.ext?var1,var2&var>=v&var="text"&orderBy("a,b")``: every
 column of the dataset is a variable; constraints ``= != < <= > >=`` become
 WHERE, ``var=NaN`` / ``var!=NaN`` become ``is null`` / ``is not null``,
 ``orderBy``/``orderByDescending`` become ORDER BY and ``distinct()`` a GROUP
-BY of every selected column. ``=~`` (regular expressions) and the
-aggregating ``orderByMax``/``Min``/``Count``/``Mean``/``Sum`` are refused
-with a message: the query language has no regular expressions or aggregates.
+BY of every selected column. A value may be ``now±n units``, or
+``min(var)±n`` / ``max(var)±n units`` (ERDDAP's arithmetic: whole seconds,
+minutes, hours, days, weeks, months or years on times; months and years as
+calendar months). ``units("UCUM")`` writes the units in UCUM. ``=~`` (regular
+expressions) and the aggregating ``orderByMax``/``Min``/``Count``/``Mean``/
+``Sum`` are refused with a message: the query language has no regular
+expressions or aggregates.
 
-**Times.** On the standard, proleptic Gregorian and noleap calendars (whose
-values are timestamps in dstp) a time is written ``2000-01-16T00:00:00Z`` or
-as seconds since 1970-01-01T00:00:00Z, ERDDAP's convention (erddapy sends
-those): the seconds of the date's label counted on the proleptic Gregorian
-calendar, leap days included, whatever the file's calendar — a noleap
-2000-03-01 is 951868800 here, in ``.das``, in tabledap ``.nc`` and in
-constraints alike. On 360_day and the other calendars dstp keeps as ISO text,
-numbers are in the axis's own units and calendar, and the text form always
-works. :meth:`ErddapDataset.time_number_units` says which.
+**Times** (:mod:`dstp.http.erddap_times`): text is a date on the column's
+own calendar; a number is ERDDAP's seconds since 1970-01-01T00:00:00Z, on every
+calendar: the label's seconds where dstp keeps times as timestamps
+(standard, proleptic Gregorian, noleap), and on 360_day and the other
+calendars dstp keeps as ISO text the number ERDDAP computes (the units'
+reference date in Gregorian seconds plus the elapsed time).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import unquote_plus
 
 import numpy as np
 
-from dstp.errors import QueryError
+from dstp.errors import NotFoundError, QueryError
+from dstp.http.erddap_times import (ERDDAP_CALENDAR, ERDDAP_TIME_UNITS, TimeAxis, finite_number, now_seconds,
+                                    shift_seconds)
 from dstp.hyperslabs import Axis, quote_name, slab_query, Slab, sql_literal
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 
-__all__ = ["ErddapDataset", "GridRequest", "TableRequest", "parse_griddap", "parse_tabledap", "epoch_seconds",
-           "griddap_slab", "erddap_type", "ERDDAP_TIME_UNITS", "ERDDAP_CALENDAR", "ALL_DATASETS"]
+__all__ = ["ErddapDataset", "GridRequest", "TableRequest", "parse_griddap", "parse_tabledap", "griddap_slab",
+           "erddap_type", "ERDDAP_TIME_UNITS", "ERDDAP_CALENDAR", "ALL_DATASETS", "NO_MATCH", "render_time"]
 
-ERDDAP_TIME_UNITS = "seconds since 1970-01-01T00:00:00Z"
-#: The calendar ERDDAP's seconds are counted on (where dstp's times are timestamps): the one pandas, erddapy and
-#: numpy count on, so a date's label, not the file's calendar, fixes its number.
-ERDDAP_CALENDAR = "proleptic_gregorian"
 #: The tabledap dataset that lists the catalog (ERDDAP's allDatasets).
 ALL_DATASETS = "allDatasets"
-_TIMESTAMP_CALENDARS = ("", "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day")
+#: ERDDAP's words for a request that selects nothing (``MustBe.THERE_IS_NO_DATA``), answered with 404.
+NO_MATCH = "Your query produced no matching results."
 
 _ERDDAP_TYPES = {"float": "float", "double": "double", "int8": "byte", "int16": "short", "int32": "int",
                  "int64": "long", "uint8": "ubyte", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
@@ -109,16 +111,26 @@ class ErddapDataset:
                 return d.calendar
         return ""
 
+    def time_axis(self, column: str) -> TimeAxis | None:
+        """Return how ERDDAP numbers map to a time column's values (None for any other column)."""
+        if not self.is_time(column):
+            return None
+        for d in self.details.dimensions:
+            if d.coordinate == column and d.calendar:
+                return TimeAxis(d.units, d.calendar)
+        info = self.columns[column]
+        calendar = dict(info.cf).get("calendar", "") or next(
+            (d.calendar for d in self.details.dimensions if d.calendar and d.axis == "T"), "")
+        units = info.units if " since " in info.units else next(
+            (d.units for d in self.details.dimensions if d.calendar and d.axis == "T"), ERDDAP_TIME_UNITS)
+        return TimeAxis(units, calendar if calendar not in ("", "gregorian") else "standard")
+
     def time_number_units(self, column: str) -> tuple[str, str]:
         """Return the units and calendar of a time column's numbers (constraints, ``.das``, tabledap ``.nc``).
 
-        ERDDAP's seconds since 1970 of the date's label, where dstp's times are timestamps (noleap too: its
-        2000-03-01 is the same number as a Gregorian one, which is what erddapy sends and pandas reads); the
-        axis's own units and calendar on 360_day and the other calendars dstp keeps as ISO text.
+        ERDDAP's seconds since 1970 on every calendar (:mod:`dstp.http.erddap_times`), which decode on the
+        proleptic Gregorian calendar to ERDDAP's instants.
         """
-        for d in self.details.dimensions:
-            if d.coordinate == column and d.calendar not in _TIMESTAMP_CALENDARS:
-                return d.units, d.calendar
         return ERDDAP_TIME_UNITS, ERDDAP_CALENDAR
 
     def is_time(self, column: str) -> bool:
@@ -128,60 +140,11 @@ class ErddapDataset:
     def axis(self, dim: DimensionInfo) -> Axis:
         return Axis(dim.name, dim.size, dim.coordinate, self.axis_values.get(dim.name), dim.order)
 
-
-# -- times -----------------------------------------------------------------------------------------
-
-_ISO = re.compile(r"(-?\d{1,4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d)(?::(\d\d)(?:\.(\d+))?)?)?(Z|[+-]00:?00)?")
-
-
-def epoch_seconds(values: np.ndarray, calendar: str = "") -> np.ndarray:
-    """Return times as ERDDAP numbers: seconds since 1970-01-01 (on the times' own calendar for ISO text)."""
-    if values.dtype.kind == "M":
-        return values.astype("datetime64[us]").astype("int64") / 1e6
-    import cftime
-
-    dates = [_cftime(str(v), calendar) for v in values]
-    return np.asarray(cftime.date2num(dates, ERDDAP_TIME_UNITS, calendar or "standard"), dtype="float64")
-
-
-def _cftime(text: str, calendar: str) -> Any:
-    import cftime
-
-    m = _ISO.fullmatch(text.strip())
-    if m is None:
-        raise QueryError(f"{text!r} is not a time; write 2000-01-16T00:00:00Z or seconds since 1970-01-01")
-    y, mo, d = int(m[1]), int(m[2]), int(m[3])
-    h, mi, s = int(m[4] or 0), int(m[5] or 0), int(m[6] or 0)
-    return cftime.datetime(y, mo, d, h, mi, s, int((m[7] or "0")[:6].ljust(6, "0")),
-                           calendar=calendar or "standard")
-
-
-def time_literal(value: str, calendar: str, iso_text: bool, units: str = ERDDAP_TIME_UNITS) -> str:
-    """Return the SQL literal of an ERDDAP time for a time column: ISO text, or a number in ``units``.
-
-    On timestamps a number is always ERDDAP's seconds since 1970 (proleptic Gregorian, whatever the
-    calendar); on ISO text it is counted in ``units`` on ``calendar`` (the axis's own, as ``.das`` says).
-    """
-    text = value.strip().strip('"')
-    if iso_text:
-        import cftime
-
-        moment = _cftime(text, calendar) if _ISO.fullmatch(text) else \
-            cftime.num2date(_number(text), units, calendar or "standard")
-        return sql_literal(moment.strftime("%Y-%m-%dT%H:%M:%S"))
-    if _ISO.fullmatch(text):
-        moment = np.datetime64(_ISO.fullmatch(text)[0].rstrip("Z").split("+")[0].replace(" ", "T"), "us")  # type: ignore[index]
-    else:
-        moment = np.datetime64(int(round(_number(text) * 1e6)), "us")
-    return sql_literal(moment)
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise QueryError(f"{text!r} is not a number") from None
-    return value
+    def axis_numbers(self, dim: DimensionInfo) -> np.ndarray:
+        """Return an axis's values as ERDDAP's numbers (seconds since 1970 for times)."""
+        values = self.axis_values[dim.name]
+        time = self.time_axis(dim.coordinate)
+        return time.seconds(values) if time is not None else values.astype("float64")
 
 
 def render_time(value: Any) -> str:
@@ -193,6 +156,36 @@ def render_time(value: Any) -> str:
     if isinstance(value, dt.datetime):
         return value.strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(np.datetime64(value, "s")) + "Z"
+
+
+# -- values: now, min(), max() and their arithmetic ------------------------------------------------------
+
+_NOW = re.compile(r"now(?:\s*([+\- ])\s*(\d*)\s*([A-Za-z]*))?", re.IGNORECASE)
+_EXTREME = re.compile(r"(min|max)\(\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*\)(?:\s*([+\- ])\s*([0-9.eE+\-]*)\s*([A-Za-z]*))?")
+_UNIT_WORDS = ("millis", "second", "seconds", "sec", "secs", "s", "minute", "minutes", "min", "mins", "hour",
+               "hours", "hr", "hrs", "h", "day", "days", "d", "week", "weeks", "month", "months", "mon", "mons",
+               "year", "years", "yr", "yrs", "ms", "msec", "msecs", "millisec", "millisecs", "millisecond",
+               "milliseconds")
+_NOW_FORM = "now[+|-positiveInteger[millis|seconds|minutes|hours|days|months|years]] (or singular units)"
+
+#: Looks up a column's minimum or maximum value over the dataset: (column, "min" | "max") -> its value.
+Extremes = Callable[[str, str], Any]
+
+
+def _now_value(text: str, now: dt.datetime) -> float | None:
+    """Return ERDDAP seconds of ``now[±n units]``, None when ``text`` is not of that form."""
+    m = _NOW.fullmatch(text.strip())
+    if m is None:
+        return None
+    seconds = now_seconds(now)
+    if m[1] is None:
+        return seconds
+    amount = int(m[2]) if m[2] else 1
+    unit = (m[3] or "seconds").lower()
+    if unit not in _UNIT_WORDS:
+        raise QueryError(f'Invalid "now" constraint: "{text.strip()}". Timestamp constraints with "now" must be in '
+                         f'the form "{_NOW_FORM}"')
+    return shift_seconds(seconds, amount if m[1] in "+ " else -amount, unit)
 
 
 # -- griddap -------------------------------------------------------------------------------------------
@@ -231,89 +224,127 @@ def _split_top(text: str, sep: str) -> list[str]:
     return out
 
 
-def _nearest(ds: ErddapDataset, dim: DimensionInfo, text: str) -> int:
-    """Return the index of the axis value nearest a value selector's text."""
-    values = ds.axis_values[dim.name]
-    n = len(values)
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where a selector is, for ERDDAP's messages: ``For variable=v axis#i=name Constraint="[…]"``."""
+
+    variable: str
+    index: int
+    dim: DimensionInfo
+    brackets: str
+
+    def __str__(self) -> str:
+        return f'For variable={self.variable} axis#{self.index}={self.dim.coordinate} Constraint="[{self.brackets}]"'
+
+
+def _selector_number(ds: ErddapDataset, w: _Where, text: str, role: str, now: dt.datetime) -> float:
+    """Return a ``(value)`` selector as a number on the axis's scale (ERDDAP seconds for times)."""
     text = text.strip()
+    said = f'{w}: {role}="{text}"'
+    numbers = ds.axis_numbers(w.dim)
     if text.startswith("last"):
-        rest = text[4:].replace(" ", "")
+        rest = text[4:].strip()
         if not rest:
-            return n - 1
-        return _nearest_number(values, dim, _numbers(values, dim)[-1] + _number(rest))
-    if values.dtype.kind == "M" or values.dtype == object or dim.calendar:
-        target = float(epoch_seconds(np.array([text.strip('"')], dtype=object), dim.calendar)[0]) \
-            if _ISO.fullmatch(text.strip('"')) else _time_number(dim, _number(text))
-        return _nearest_number(values, dim, target)
-    return _nearest_number(values, dim, _number(text))
+            return float(numbers[-1])
+        if rest[0] not in "+-":
+            raise QueryError(f'Query error: Unexpected character after "last" in {role}=({text}).')
+        return float(numbers[-1]) + (1 if rest[0] == "+" else -1) * finite_number(rest[1:], said)
+    time = ds.time_axis(w.dim.coordinate)
+    if time is not None:
+        now_value = _now_value(text, now)
+        if now_value is not None:
+            return now_value
+        bare = text.strip('"')
+        if re.match(r"-?\d{1,4}-\d", bare):
+            label = time.label_value(bare)
+            return float(time.seconds(np.array([label], dtype=object if isinstance(label, str) else None))[0])
+    return finite_number(text, said)
 
 
-def _time_number(dim: DimensionInfo, number: float) -> float:
-    """Return a number given for a time axis as seconds since 1970 on the axis's calendar."""
-    if dim.calendar in _TIMESTAMP_CALENDARS:
-        return number  # ERDDAP's own convention
-    import cftime
-
-    moment = cftime.num2date(number, dim.units, dim.calendar)
-    return float(cftime.date2num(moment, ERDDAP_TIME_UNITS, dim.calendar))
-
-
-def _numbers(values: np.ndarray, dim: DimensionInfo) -> np.ndarray:
-    if values.dtype.kind == "M" or values.dtype == object:
-        return epoch_seconds(values, dim.calendar)
-    return values.astype("float64")
+def _axis_text(ds: ErddapDataset, dim: DimensionInfo, number: float, element: int | None = None) -> str:
+    """Return an axis value as a message shows it: the axis's own value (a time as its label ``…Z``)."""
+    time = ds.time_axis(dim.coordinate)
+    if element is not None:
+        value = ds.axis_values[dim.name][element]
+        return render_time(value) if time is not None else repr(float(value))
+    return time.label(number) if time is not None else repr(float(number))
 
 
-def _nearest_number(values: np.ndarray, dim: DimensionInfo, target: float) -> int:
-    numbers = _numbers(values, dim)
-    if not math.isfinite(target):
-        raise QueryError(f"{target} is not a value of axis {dim.name}")
-    return int(np.argmin(np.abs(numbers - target)))
+def _nearest(ds: ErddapDataset, w: _Where, text: str, role: str, now: dt.datetime) -> int:
+    """Return the index of the axis value nearest a ``(value)`` selector; refuse one off the axis, as ERDDAP.
+
+    The axis reaches half its average spacing past its ends (ERDDAP's ``destinationCoarseMin/Max``; a
+    one-value axis ``max(|value|/100, 0.01)``); a value beyond is no data (404), and of two equally near
+    values the larger is taken, as ERDDAP does.
+    """
+    numbers = ds.axis_numbers(w.dim)
+    target = _selector_number(ds, w, text, role, now)
+    low, high = float(np.min(numbers)), float(np.max(numbers))
+    half = abs(float(numbers[-1] - numbers[0])) / (len(numbers) - 1) / 2 if len(numbers) > 1 else \
+        max(abs(low) / 100, 0.01)
+    slack = 1e-9 * max(1.0, abs(low), abs(high))
+    if target < low - half - slack:
+        raise NotFoundError(f'{NO_MATCH} Query error: {w}: {role}="{text.strip()}" is less than the axis minimum='
+                            f"{_axis_text(ds, w.dim, low, int(np.argmin(numbers)))} (and even "
+                            f"{_axis_text(ds, w.dim, low - half)}).")
+    if target > high + half + slack:
+        raise NotFoundError(f'{NO_MATCH} Query error: {w}: {role}="{text.strip()}" is greater than the axis '
+                            f"maximum={_axis_text(ds, w.dim, high, int(np.argmax(numbers)))} (and even "
+                            f"{_axis_text(ds, w.dim, high + half)}).")
+    distance = np.abs(numbers - target)
+    tied = np.flatnonzero(distance == distance.min())
+    return int(tied[np.argmax(numbers[tied])])
 
 
-def _selector(ds: ErddapDataset, dim: DimensionInfo, text: str) -> int:
+def _selector(ds: ErddapDataset, w: _Where, text: str, role: str, now: dt.datetime) -> int:
     text = text.strip()
-    n = dim.size
+    n = w.dim.size
     if text.startswith("(") and text.endswith(")"):
-        return _nearest(ds, dim, text[1:-1])
+        return _nearest(ds, w, text[1:-1], role, now)
+    index: int | None = None
     if text == "last":
-        return n - 1
-    m = re.fullmatch(r"last\s*-\s*(\d+)", text)
-    if m:
-        return n - 1 - int(m[1])
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    raise QueryError(f"{text!r} is not an index, last, last-n or (value) of axis {dim.name}")
+        index = n - 1
+    elif m := re.fullmatch(r"last\s*([+-])\s*(\d+)", text):
+        index = n - 1 + (1 if m[1] == "+" else -1) * int(m[2])
+    elif re.fullmatch(r"\d+", text):
+        index = int(text)
+    if index is None or not 0 <= index <= n - 1:
+        raise QueryError(f'Query error: {w}: {role}="{text}" is invalid.  It must be an integer between 0 and '
+                         f"{n - 1} (or last, last-n, or a value in parentheses)")
+    return index
 
 
-def _axis_range(ds: ErddapDataset, dim: DimensionInfo, brackets: str) -> tuple[int, int, int]:
-    parts = _split_top(brackets, ":")
+def _axis_range(ds: ErddapDataset, w: _Where, now: dt.datetime) -> tuple[int, int, int]:
+    parts = _split_top(w.brackets, ":")
     if len(parts) == 1:
-        start = stop = _selector(ds, dim, parts[0])
+        start = stop = _selector(ds, w, parts[0], "Start", now)
         stride = 1
     elif len(parts) == 2:
-        start, stride, stop = _selector(ds, dim, parts[0]), 1, _selector(ds, dim, parts[1])
+        start, stride, stop = _selector(ds, w, parts[0], "Start", now), 1, _selector(ds, w, parts[1], "Stop", now)
     elif len(parts) == 3:
-        start, stop = _selector(ds, dim, parts[0]), _selector(ds, dim, parts[2])
-        stride = int(parts[1]) if re.fullmatch(r"\s*\d+\s*", parts[1]) else 0
+        if not re.fullmatch(r"\s*\d+\s*", parts[1]) or int(parts[1]) < 1:
+            raise QueryError(f"Query error: {w}: Stride={parts[1].strip()} is invalid: the stride of axis "
+                             f"{w.dim.name} must be a whole number of 1 or more")
+        start, stride = _selector(ds, w, parts[0], "Start", now), int(parts[1])
+        stop = _selector(ds, w, parts[2], "Stop", now)
     else:
-        raise QueryError(f"[{brackets}] is not [start], [start:stop] or [start:stride:stop]")
-    if stride < 1:
-        raise QueryError(f"the stride of axis {dim.name} must be a whole number of 1 or more")
+        raise QueryError(f"[{w.brackets}] is not [start], [start:stop] or [start:stride:stop]")
     if start > stop and parts[0].strip().startswith("("):
         start, stop = stop, start  # values of a descending axis given low to high
-    if not (0 <= start <= stop < dim.size):
-        raise QueryError(f"axis {dim.name}: index range {start}:{stop} lies outside 0:{dim.size - 1} "
+    if start > stop:
+        raise QueryError(f"Query error: {w}: StartIndex={start} is greater than StopIndex={stop} "
                          "(start must come before stop)")
     return start, stride, stop
 
 
-def parse_griddap(query: str, ds: ErddapDataset) -> GridRequest:
-    """Return the request a griddap query string stands for (QueryError naming what is wrong)."""
+def parse_griddap(query: str, ds: ErddapDataset, now: dt.datetime | None = None) -> GridRequest:
+    """Return the request a griddap query string stands for (QueryError or NotFoundError naming what is wrong)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
     axes = ds.axes
     if not axes:
         raise QueryError(f"{ds.id} is not a grid (station, profile or trajectory data): use tabledap/{ds.id}")
     axis_names = [d.name for d in axes]
+    coordinate_names = [d.coordinate for d in axes]
     grid_names = [v.name for v in ds.grid_variables]
     text = unquote_plus(query).strip()
     if not text:
@@ -325,22 +356,25 @@ def parse_griddap(query: str, ds: ErddapDataset) -> GridRequest:
         if m is None:
             raise QueryError(f"cannot read {part!r}: write var[(start):stride:(stop)][…] for each axis")
         name, brackets = m[1], re.findall(r"\[([^\]]*)\]", m[2])
-        if name in axis_names:
-            dims = [axes[axis_names.index(name)]]
+        if name in axis_names or name in coordinate_names:
+            i = axis_names.index(name) if name in axis_names else coordinate_names.index(name)
+            dims = [(i, axes[i])]
         elif name in grid_names:
-            dims = axes
+            dims = list(enumerate(axes))
         else:
-            raise QueryError(f"{ds.id} has no griddap variable {name!r} (axes: {', '.join(axis_names)}; "
+            raise QueryError(f"{ds.id} has no griddap variable {name!r} (axes: {', '.join(coordinate_names)}; "
                              f"variables: {', '.join(grid_names)})")
         if brackets and len(brackets) != len(dims):
-            raise QueryError(f"{name} needs {len(dims)} [ ] selectors, one per axis ({', '.join(d.name for d in dims)})")
-        for dim, b in zip(dims, brackets or [None] * len(dims)):
-            r = _axis_range(ds, dim, b) if b is not None else (0, 1, dim.size - 1)
+            raise QueryError(f"{name} needs {len(dims)} [ ] selectors, one per axis "
+                             f"({', '.join(d.coordinate for _, d in dims)})")
+        for (index, dim), b in zip(dims, brackets or [None] * len(dims)):
+            r = _axis_range(ds, _Where(name, index, dim, b), now) if b is not None and b.strip() \
+                else (0, 1, dim.size - 1)
             if dim.name in ranges and ranges[dim.name] != r:
-                raise QueryError(f"every variable must use the same range of axis {dim.name}")
+                raise QueryError(f"every variable must use the same range of axis {dim.coordinate}")
             ranges[dim.name] = r
         variables.append(name)
-    axes_only = all(v in axis_names for v in variables)
+    axes_only = all(v in axis_names or v in coordinate_names for v in variables)
     for d in axes:
         ranges.setdefault(d.name, (0, 1, d.size - 1))
     return GridRequest(tuple(dict.fromkeys(variables)), ranges, axes_only)
@@ -354,7 +388,8 @@ def griddap_slab(request: GridRequest, ds: ErddapDataset) -> tuple[Slab, list[st
         columns = [d.coordinate for d in dims]
     else:
         dims = axes
-        columns = [d.coordinate for d in dims] + [v for v in request.variables if v not in {a.name for a in axes}]
+        names = {a.name for a in axes} | {a.coordinate for a in axes}
+        columns = [d.coordinate for d in dims] + [v for v in request.variables if v not in names]
     key = [slice(request.ranges[d.name][0], request.ranges[d.name][2] + 1, request.ranges[d.name][1]) for d in dims]
     slab = slab_query(ds.id, columns, [d.name for d in dims], key, {d.name: ds.axis(d) for d in dims},
                       [d.name for d in ds.details.dimensions])
@@ -365,38 +400,78 @@ def griddap_slab(request: GridRequest, ds: ErddapDataset) -> tuple[Slab, list[st
 
 @dataclass(frozen=True, slots=True)
 class TableRequest:
-    """A tabledap request: columns, the dstp SQL it becomes."""
+    """A tabledap request: columns, the dstp SQL it becomes, and how units are written."""
 
     columns: tuple[str, ...]
     sql: str
+    #: ``units("UCUM")``: units are written in UCUM instead of the files' UDUNITS.
+    ucum: bool = False
 
 
 _CONSTRAINT = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)\s*(!=|=~|<=|>=|=|<|>)(.*)", re.DOTALL)
 _FILTER = re.compile(r"(\w+)\((.*)\)", re.DOTALL)
-_RELATIVE = re.compile(r"now\s*([+-])\s*(\d+(?:\.\d+)?)\s*(second|minute|hour|day|month|year)s?", re.IGNORECASE)
 
 
-def _value_literal(ds: ErddapDataset, name: str, text: str, now: dt.datetime) -> str:
+def _extreme(ds: ErddapDataset, text: str, target: str, extremes: Extremes | None) -> float | np.datetime64 | str:
+    """Return ``min(var)±n[units]`` / ``max(var)±n[units]``: a time's value, or a number."""
+    m = _EXTREME.fullmatch(text.strip())
+    assert m is not None
+    kind, name = m[1], m[2]
+    form = (f'{kind}(varName)[+|-positiveInteger[millis|seconds|minutes|hours|days|months|years]] (or singular '
+            'units)' if ds.is_time(target) else f"{kind}(varName)[+|-positiveNumber]")
+    said = f'Invalid "{kind}()" constraint: "{text.strip()}". Constraints with "{kind}()" must be in the form "{form}"'
+    if name not in ds.columns:
+        raise QueryError(f"{said}; {ds.id} has no variable {name!r}")
+    if extremes is None:
+        raise QueryError(f"{kind}({name}) cannot be used here")
+    value = extremes(name, kind)
+    if value is None:
+        raise NotFoundError(f"{NO_MATCH} ({name} has no values, so {kind}({name}) has none)")
+    source = ds.time_axis(name)
+    number = float(source.seconds(np.array([value], dtype=object if isinstance(value, str) else None))[0]) \
+        if source is not None else float(value)
+    if m[3] is not None:
+        sign = -1 if m[3] == "-" else 1
+        amount_text, unit = m[4], m[5].lower()
+        if ds.is_time(target):
+            if unit and unit not in _UNIT_WORDS or not re.fullmatch(r"\d+", amount_text or "1"):
+                raise QueryError(said)
+            number = shift_seconds(number, sign * int(amount_text or "1"), unit or "seconds")
+        else:
+            if unit or not amount_text:
+                raise QueryError(said)
+            number += sign * finite_number(amount_text, said)
+    time = ds.time_axis(target)
+    return time.value(number, text.strip()) if time is not None else number
+
+
+def _value_literal(ds: ErddapDataset, name: str, op: str, text: str, now: dt.datetime,
+                   extremes: Extremes | None) -> str:
     info = ds.columns[name]
     text = text.strip()
-    if ds.is_time(name):
-        rel = _RELATIVE.fullmatch(text)
-        if text.lower() == "now" or rel:
-            seconds = 0.0
-            if rel:
-                unit = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "month": 30 * 86400,
-                        "year": 365 * 86400}[rel[3].lower()]
-                seconds = (1 if rel[1] == "+" else -1) * float(rel[2]) * unit
-            # now is an instant, so it is counted in ERDDAP's seconds, not the axis's units.
-            return time_literal(repr(now.timestamp() + seconds), ds.calendar_of(name), info.arrow_type == "string")
-        return time_literal(text, ds.calendar_of(name), info.arrow_type == "string", ds.time_number_units(name)[0])
+    said = f"{name}{op}{text}"
+    if _EXTREME.fullmatch(text):
+        value = _extreme(ds, text, name, extremes)
+        return sql_literal(value)
+    time = ds.time_axis(name)
+    if time is not None:
+        seconds = _now_value(text, now)
+        if seconds is None and text.lower().startswith("now"):
+            raise QueryError(f'Invalid "now" constraint: "{text}". Timestamp constraints with "now" must be in the '
+                             f'form "{_NOW_FORM}"')
+        if seconds is not None:
+            return sql_literal(time.value(seconds, said))
+        bare = text.strip('"')
+        if re.match(r"-?\d{1,4}-\d", bare):
+            return sql_literal(time.label_value(bare))
+        return sql_literal(time.value(finite_number(bare, said), said))
     if info.arrow_type == "string":
         if not (text.startswith('"') and text.endswith('"') and len(text) >= 2):
             raise QueryError(f"{name} is text: put the value in double quotes, {name}=\"{text}\"")
         return sql_literal(text[1:-1].replace('\\"', '"'))
     if text.startswith('"'):
         text = text.strip('"')
-    return sql_literal(_number(text))
+    return sql_literal(finite_number(text, said))
 
 
 def _names(text: str, ds: ErddapDataset) -> list[str]:
@@ -407,8 +482,20 @@ def _names(text: str, ds: ErddapDataset) -> list[str]:
     return names
 
 
-def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None) -> TableRequest:
-    """Return the dstp query a tabledap query string stands for (QueryError naming what is wrong)."""
+def _units_filter(arg: str) -> bool:
+    """Return whether ``units("…")`` asks for UCUM (False for UDUNITS); refuse anything else."""
+    value = arg.strip().strip('"').strip()
+    if value not in ("UCUM", "UDUNITS"):
+        raise QueryError(f'units({arg.strip()}): the units standard must be "UDUNITS" (the default) or "UCUM"')
+    return value == "UCUM"
+
+
+def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None,
+                   extremes: Extremes | None = None) -> TableRequest:
+    """Return the dstp query a tabledap query string stands for (QueryError naming what is wrong).
+
+    ``extremes`` looks up a column's min or max for ``min(var)``/``max(var)`` values.
+    """
     now = now or dt.datetime.now(dt.timezone.utc)
     parts = _split_top(unquote_plus(query), "&")
     wanted = [v.strip() for v in parts[0].split(",") if v.strip()] if parts and "=" not in parts[0] \
@@ -419,7 +506,7 @@ def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None
             raise QueryError(f"{ds.id} has no variable {name!r} (variables: {', '.join(ds.columns)})")
     where: list[str] = []
     order: list[str] = []
-    group = False
+    group = ucum = False
     for part in (p.strip() for p in rest):
         if not part:
             continue
@@ -434,6 +521,8 @@ def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None
                 order += [quote_name(n) for n in _names(arg, ds)]
             elif name == "orderByDescending":
                 order += [f"{quote_name(n)} desc" for n in _names(arg, ds)]
+            elif name == "units":
+                ucum = _units_filter(arg)
             else:
                 raise QueryError(f"{name}() is not supported here: dstp queries return records, not "
                                  "aggregates (use orderBy, orderByDescending, distinct())")
@@ -448,12 +537,13 @@ def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None
         if op == "=~":
             raise QueryError(f"{name}=~… (a regular expression) is not supported: dstp compares values; "
                              f"use {name}=\"…\" or a range")
-        if value.strip() == "NaN":
+        if value.strip().lower() == "nan" and ds.columns[name].arrow_type != "string":
             if op not in ("=", "!="):
-                raise QueryError(f"{name}{op}NaN: only = and != can compare with NaN (missing)")
+                raise QueryError(f"{name}{op}{value.strip()}: only = and != can compare with NaN (missing)")
             where.append(f"{quote_name(name)} is {'' if op == '=' else 'not '}null")
             continue
-        where.append(f"{quote_name(name)} {'<>' if op == '!=' else op} {_value_literal(ds, name, value, now)}")
+        where.append(f"{quote_name(name)} {'<>' if op == '!=' else op} "
+                     f"{_value_literal(ds, name, op, value, now, extremes)}")
     columns = wanted or [c for c in ds.columns if c in _select_star(ds)]
     sql = f"select {', '.join(quote_name(c) for c in columns)} from {quote_name(ds.id)}"
     if where:
@@ -463,7 +553,7 @@ def parse_tabledap(query: str, ds: ErddapDataset, now: dt.datetime | None = None
         order = order or [quote_name(c) for c in columns]
     if order:
         sql += " order by " + ", ".join(order)
-    return TableRequest(tuple(columns), sql)
+    return TableRequest(tuple(columns), sql, ucum)
 
 
 def _select_star(ds: ErddapDataset) -> set[str]:

@@ -25,6 +25,7 @@ import html
 import io
 import json
 import math
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
-from dstp.http.erddap import (ERDDAP_CALENDAR, ERDDAP_TIME_UNITS, ErddapDataset, epoch_seconds, erddap_type,
-                               render_time)
+from dstp.http.erddap import ERDDAP_TIME_UNITS, ErddapDataset, GridRequest, erddap_type, render_time
+from dstp.http.erddap_times import parse_label
+from dstp.http.ucum import udunits_to_ucum
 
 __all__ = ["ErddapTable", "error_body", "from_arrow", "grid_netcdf", "table_netcdf", "render", "MEDIA_TYPES",
            "das", "dds", "ncml"]
@@ -92,8 +94,8 @@ class ErddapTable:
                 for c, t in zip(self.columns, self.types)]
 
 
-def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
-    """Return an Arrow result as an ErddapTable (times as ISO text in UTC, units from the dataset)."""
+def from_arrow(table: pa.Table, ds: ErddapDataset | None = None, *, ucum: bool = False) -> ErddapTable:
+    """Return an Arrow result as an ErddapTable (times as ISO text in UTC, units from the dataset, in UCUM if asked)."""
     names: list[str] = []
     types: list[str] = []
     units: list[str] = []
@@ -115,7 +117,8 @@ def from_arrow(table: pa.Table, ds: ErddapDataset | None = None) -> ErddapTable:
         arrow = str(f.type)
         types.append(erddap_type(arrow))
         meta = f.metadata or {}
-        units.append(meta.get(b"units", b"").decode() or (info.units if info is not None else ""))
+        unit = meta.get(b"units", b"").decode() or (info.units if info is not None else "")
+        units.append(udunits_to_ucum(unit) if ucum else unit)
         columns.append(col)
     return ErddapTable(names, types, units, columns)
 
@@ -225,12 +228,40 @@ def _nc_bytes(write: Any) -> bytes:
         return path.read_bytes()
 
 
-def _attrs_of(ds: ErddapDataset, name: str) -> dict[str, str]:
+#: Attributes that say how a file stores values: the answers hold decoded values, so these no longer apply.
+_STORAGE = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned", "calendar", "units")
+#: Attributes that name other variables (CF 1.8): in a file they must name variables the file holds.
+_REFERENCES = ("coordinates", "grid_mapping", "bounds", "climatology", "ancillary_variables", "cell_measures")
+
+
+def _referenced(key: str, value: str) -> list[str]:
+    """Return the variable names a reference attribute holds (``cell_measures: area: cell_area`` too)."""
+    if key == "cell_measures" or (key == "grid_mapping" and ":" in value):
+        return [w for w in value.replace(":", " ").split() if w not in ("area", "volume") and not w.endswith(":")]
+    return value.split()
+
+
+def _attrs_of(ds: ErddapDataset, name: str, present: set[str] | None = None) -> dict[str, str]:
+    """Return a column's attributes for an answer: every attribute of its variable but how a file stores it.
+
+    ``present`` — the variables a netCDF answer holds: a reference attribute (``coordinates``,
+    ``grid_mapping``, ``bounds``, …) keeps only the names it holds, and is left out when it holds none, so
+    no file names a variable it lacks. Metadata documents (``present`` None) keep every reference.
+    """
     info = ds.columns.get(name)
     if info is None:
         return {}
-    attrs = {k: v for k, v in info.cf if k not in ("_FillValue", "missing_value", "scale_factor", "add_offset",
-                                                   "calendar", "units", "coordinates", "grid_mapping", "bounds")}
+    attrs = {k: v for k, v in info.cf if k not in _STORAGE}
+    if present is not None:
+        for key in _REFERENCES:
+            if key in attrs:
+                names = _referenced(key, attrs[key])
+                if not names or not all(n in present for n in names):
+                    kept = [n for n in attrs[key].split() if n in present] if key == "coordinates" else []
+                    if kept:
+                        attrs[key] = " ".join(kept)
+                    else:
+                        del attrs[key]
     if info.units:
         attrs["units"] = info.units
     if info.description and "long_name" not in attrs:
@@ -238,40 +269,44 @@ def _attrs_of(ds: ErddapDataset, name: str) -> dict[str, str]:
     return attrs
 
 
-def _time_numbers(column: pa.ChunkedArray, units: str, calendar: str) -> np.ndarray:
-    """Return times in ``units`` on ``calendar`` (NaN where missing)."""
+def _time_values(column: pa.ChunkedArray) -> np.ndarray:
+    """Return a time column as numpy: datetime64[us] for timestamps, ISO text (None where missing) otherwise."""
+    if pa.types.is_timestamp(column.type):
+        return np.asarray(pc.cast(column, pa.timestamp("us", column.type.tz), safe=False)
+                          .to_numpy(zero_copy_only=False)).astype("datetime64[us]")
+    return np.asarray(column.to_pylist(), dtype=object)
+
+
+def _own_numbers(column: pa.ChunkedArray, units: str, calendar: str) -> np.ndarray:
+    """Return times counted in ``units`` on ``calendar`` (the dataset's own; NaN where missing)."""
     import cftime
 
-    if pa.types.is_timestamp(column.type) and (units, calendar) == (ERDDAP_TIME_UNITS, ERDDAP_CALENDAR):
-        # ERDDAP's numbers, computed as .das and the constraints compute them (epoch_seconds).
-        micros = pc.cast(pc.cast(column, pa.timestamp("us", column.type.tz), safe=False), pa.int64())
-        return np.asarray(micros.to_numpy(zero_copy_only=False), dtype="float64") / 1e6
     values = column.to_pylist()
     out = np.full(len(values), np.nan)
     present = [(i, v) for i, v in enumerate(values) if v is not None]
     if present:
         dates = [cftime.datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
-                                 calendar=calendar) if not isinstance(v, str) else
-                 _iso_cftime(v, calendar) for _, v in present]
+                                 calendar=calendar) if not isinstance(v, str) else parse_label(v, calendar)
+                 for _, v in present]
         out[[i for i, _ in present]] = np.asarray(cftime.date2num(dates, units, calendar), dtype="float64")
     return out
 
 
-def _iso_cftime(text: str, calendar: str) -> Any:
-    from dstp.http.erddap import _cftime
-
-    return _cftime(text, calendar)
-
-
 def _write_column(nc: Any, ds: ErddapDataset, name: str, dims: tuple[str, ...], column: pa.ChunkedArray,
-                  shape: tuple[int, ...], time_units: str, calendar: str) -> None:
-    info = ds.columns.get(name)
-    attrs = _attrs_of(ds, name)
-    if pa.types.is_timestamp(column.type) or (info is not None and " since " in info.units):
-        cal = calendar or "standard"
+                  shape: tuple[int, ...], present: set[str], own_times: bool) -> None:
+    """Write one column; times as ERDDAP's seconds, or (``own_times``) in the dataset's own units and calendar."""
+    attrs = _attrs_of(ds, name, present)
+    time = ds.time_axis(name)
+    if time is not None:
         var = nc.createVariable(name, "f8", dims)
-        var[:] = _time_numbers(column, time_units, cal).reshape(shape)
-        attrs.update({"units": time_units, "calendar": cal})
+        if own_times:
+            calendar = time.calendar or "standard"
+            units = time.units if " since " in time.units else ERDDAP_TIME_UNITS
+            var[:] = _own_numbers(column, units, calendar).reshape(shape)
+        else:
+            units, calendar = ds.time_number_units(name)
+            var[:] = time.seconds(_time_values(column)).reshape(shape)
+        attrs.update({"units": units, "calendar": calendar})
     elif pa.types.is_string(column.type):
         var = nc.createVariable(name, str, dims)
         var[:] = np.asarray([v if v is not None else "" for v in column.to_pylist()], dtype=object).reshape(shape)
@@ -286,28 +321,58 @@ def _write_column(nc: Any, ds: ErddapDataset, name: str, dims: tuple[str, ...], 
     var.setncatts(attrs)
 
 
+def _number_or_text(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and re.fullmatch(r"-?\d+", text.strip()) else value
+
+
+def _write_grid_mappings(nc: Any, ds: ErddapDataset, names: Sequence[str]) -> set[str]:
+    """Write the grid mapping variables the columns ``names`` use (CF 5.6); return the names written."""
+    used: set[str] = set()
+    for n in names:
+        info = ds.columns.get(n)
+        value = dict(info.cf).get("grid_mapping", "") if info is not None else ""
+        used.update(_referenced("grid_mapping", value))
+    written: set[str] = set()
+    for m in ds.details.grid_mappings:
+        if m.name not in used or m.name in nc.variables:
+            continue
+        dtype = np.dtype(m.dtype) if m.dtype and np.dtype(m.dtype).kind in "iuf" else np.dtype("int32")
+        var = nc.createVariable(m.name, dtype, ())
+        if m.value:
+            var.assignValue(np.asarray(_number_or_text(m.value)).astype(dtype))
+        attrs = {k: _number_or_text(v) for k, v in m.parameters if k not in _STORAGE}
+        if m.wkt and "crs_wkt" not in attrs:
+            attrs["crs_wkt"] = m.wkt
+        var.setncatts(attrs)
+        written.add(m.name)
+    return written
+
+
 def grid_netcdf(table: pa.Table, ds: ErddapDataset, dims: Sequence[str], shape: Sequence[int],
                 axis_columns: Sequence[str], sql: str) -> bytes:
-    """Return a griddap result as netCDF-4 on its axes (records in C order over ``dims``)."""
+    """Return a griddap result as netCDF-4 on its axes (records in C order over ``dims``), with its grid mapping."""
     def write(nc: Any) -> None:
         _globals(nc, ds, sql)
         by_dim = {d.name: d for d in ds.details.dimensions}
         for dim, n in zip(dims, shape):
             nc.createDimension(dim, n)
+        present = set(table.column_names) | _write_grid_mappings(nc, ds, table.column_names)
         for i, (dim, col) in enumerate(zip(dims, axis_columns)):
             # An axis's values: one per index, taken from the records (C order: axis i varies with stride).
             inner = int(np.prod(shape[i + 1:]))
             column = table.column(col).take(pa.array(np.arange(shape[i]) * inner)) if table.num_rows else \
                 table.column(col)
             d = by_dim[dim]
-            _write_column(nc, ds, col, (dim,), column, (shape[i],), d.units or ERDDAP_TIME_UNITS, d.calendar)
+            _write_column(nc, ds, col, (dim,), column, (shape[i],), present, own_times=True)
             nc.variables[col].setncattr("axis", d.axis) if d.axis in ("X", "Y", "Z", "T") else None
-        time_dim = next((d for d in ds.details.dimensions if d.calendar), None)
         for col in table.column_names:
             if col in axis_columns:
                 continue
-            _write_column(nc, ds, col, tuple(dims), table.column(col), tuple(shape),
-                          time_dim.units if time_dim else ERDDAP_TIME_UNITS, time_dim.calendar if time_dim else "")
+            _write_column(nc, ds, col, tuple(dims), table.column(col), tuple(shape), present, own_times=True)
     return _nc_bytes(write)
 
 
@@ -321,11 +386,10 @@ def table_netcdf(table: pa.Table, ds: ErddapDataset, sql: str, *, cf: bool) -> b
             nc.setncattr("featureType", "point")
             nc.setncattr("cdm_data_type", "Point")
         nc.createDimension(dim, table.num_rows)
+        present = set(table.column_names)
         for col in table.column_names:
-            # The numbers a constraint takes and .das gives (so a value read here finds its record again),
-            # with the calendar that decodes them to the dates' labels.
-            units, calendar = ds.time_number_units(col)
-            _write_column(nc, ds, col, (dim,), table.column(col), (table.num_rows,), units, calendar)
+            # Times as the numbers a constraint takes and .das gives, so a value read here finds its record again.
+            _write_column(nc, ds, col, (dim,), table.column(col), (table.num_rows,), present, own_times=False)
     return _nc_bytes(write)
 
 
@@ -334,7 +398,8 @@ def _globals(nc: Any, ds: ErddapDataset, sql: str) -> None:
         if not k.startswith("dstp:"):
             nc.setncattr(k, v)
     nc.setncattr("Conventions", "CF-1.8, ACDD-1.3")
-    nc.setncattr("history", f"dstp ERDDAP facade: {sql}")
+    history = dict(ds.details.global_attributes).get("history", "")
+    nc.setncattr("history", (history + "\n" if history else "") + f"dstp ERDDAP facade: {sql}")
 
 
 # -- metadata documents ------------------------------------------------------------------------------------
@@ -344,39 +409,43 @@ def _das_type(erddap: str) -> str:
             "long": "Float64", "String": "String"}.get(erddap, "String")
 
 
-def _axis_attrs(ds: ErddapDataset, dim: Any) -> list[tuple[str, str, str]]:
-    """Return (DAS type, name, value) of an axis's attributes, with actual_range."""
-    values = ds.axis_values.get(dim.name)
-    out: list[tuple[str, str, str]] = []
-    if values is not None and len(values):
-        if dim.calendar:
-            numbers = epoch_seconds(values, dim.calendar)
-            if dim.calendar not in ("", "standard", "gregorian", "proleptic_gregorian", "noleap", "365_day"):
-                import cftime
+def _dap_type(ds: ErddapDataset, name: str) -> str:
+    """Return a column's DAP type: times are Float64 seconds on every calendar, as ERDDAP sends them."""
+    return "Float64" if ds.time_axis(name) is not None else _das_type(erddap_type(ds.columns[name].arrow_type))
 
-                dates = cftime.num2date(numbers, ERDDAP_TIME_UNITS, dim.calendar)
-                numbers = np.asarray(cftime.date2num(dates, dim.units, dim.calendar), dtype="float64")
-                out.append(("String", "units", dim.units))
-                out.append(("String", "calendar", dim.calendar))
-            else:
-                out.append(("String", "units", ERDDAP_TIME_UNITS))
-            out.append(("String", "_CoordinateAxisType", "Time"))
-            out.append(("Float64", "actual_range", f"{float(numbers.min())!r} {float(numbers.max())!r}"))
-        else:
-            numbers = values.astype("float64")
-            out.append(("Float64", "actual_range", f"{float(numbers.min())!r} {float(numbers.max())!r}"))
-            if dim.units:
-                out.append(("String", "units", dim.units))
+
+def _axis_attrs(ds: ErddapDataset, dim: Any) -> list[tuple[str, str, str]]:
+    """Return (DAS type, name, value) of an axis's attributes, with actual_range (ERDDAP's seconds for times)."""
+    values = ds.axis_values.get(dim.name)
+    out: dict[str, tuple[str, str]] = {}
     info = ds.columns.get(dim.coordinate)
     if info is not None:
-        out += [("String", k, v) for k, v in info.cf if k not in ("units", "calendar")]
+        out.update({k: ("String", v) for k, v in info.cf if k not in _STORAGE})
+    time = ds.time_axis(dim.coordinate)
+    if time is not None:
+        out["units"] = ("String", ERDDAP_TIME_UNITS)
+        out["_CoordinateAxisType"] = ("String", "Time")
+    elif dim.units:
+        out["units"] = ("String", dim.units)
+    if values is not None and len(values):
+        numbers = ds.axis_numbers(dim)
+        out["actual_range"] = ("Float64", f"{float(np.nanmin(numbers))!r} {float(np.nanmax(numbers))!r}")
     if dim.axis in ("X", "Y", "Z", "T"):
-        out.append(("String", "axis", dim.axis))
-    return out
+        out["axis"] = ("String", dim.axis)
+    return [(kind, key, value) for key, (kind, value) in out.items()]
 
 
 def _variable_attrs(ds: ErddapDataset, name: str) -> list[tuple[str, str, str]]:
-    return [("String", k, v) for k, v in _attrs_of(ds, name).items()]
+    time = ds.time_axis(name)
+    attrs = _attrs_of(ds, name)
+    if time is not None:
+        attrs["units"] = ERDDAP_TIME_UNITS
+    return [("String", k, v) for k, v in attrs.items()]
+
+
+def _das_text(value: str) -> str:
+    """Return a DAS string, quoted, with its quotes and backslashes escaped (DAP 2)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def das(ds: ErddapDataset, grid: bool) -> str:
@@ -394,36 +463,50 @@ def das(ds: ErddapDataset, grid: bool) -> str:
     for name, attrs in blocks:
         lines.append(f"{indent}{name} {{")
         for kind, key, value in attrs:
-            shown = f'"{value}"' if kind == "String" else value.replace(" ", ", ")
+            shown = _das_text(value) if kind == "String" else value.replace(" ", ", ")
             lines.append(f"{indent}  {kind} {key} {shown};")
         lines.append(f"{indent}}}")
     if not grid:
         lines.append(" }")
     lines.append("  NC_GLOBAL {")
     for k, v in ds.details.global_attributes:
-        lines.append(f'    String {k} "{v}";')
+        lines.append(f"    String {k} {_das_text(v)};")
     lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def dds(ds: ErddapDataset, grid: bool) -> str:
-    """Return the OPeNDAP DDS of a griddap or tabledap dataset."""
+def dds(ds: ErddapDataset, grid: bool, request: GridRequest | None = None,
+        columns: Sequence[str] | None = None) -> str:
+    """Return the OPeNDAP DDS of a griddap or tabledap dataset, or of the subset a query asks for.
+
+    ``request`` (griddap): only its variables, each axis as long as its range; ``columns`` (tabledap): only
+    those variables — as ERDDAP's ``.dds?var[0:1:1]…`` describes what the same query would return.
+    """
     lines = ["Dataset {"]
     if grid:
-        shape = "".join(f"[{d.name} = {d.size}]" for d in ds.axes)
-        for d in ds.axes:
-            info = ds.columns[d.coordinate]
-            lines.append(f"  {_das_type(erddap_type(info.arrow_type))} {d.coordinate}[{d.name} = {d.size}];")
-        for v in ds.grid_variables:
-            lines += ["  GRID {", "    ARRAY:", f"      {_das_type(erddap_type(v.arrow_type))} {v.name}{shape};",
-                      "    MAPS:"]
-            lines += [f"      {_das_type(erddap_type(ds.columns[d.coordinate].arrow_type))} {d.coordinate}"
-                      f"[{d.name} = {d.size}];" for d in ds.axes]
+        def size(d: Any) -> int:
+            if request is None:
+                return int(d.size)
+            start, stride, stop = request.ranges[d.name]
+            return len(range(start, stop + 1, stride))
+
+        axes = ds.axes
+        wanted = [v for v in ds.grid_variables if request is None or v.name in request.variables]
+        if request is not None and request.axes_only:
+            axes = [d for d in axes if d.coordinate in request.variables or d.name in request.variables]
+        shape = "".join(f"[{d.name} = {size(d)}]" for d in ds.axes)
+        for d in axes:
+            if request is None or request.axes_only or not wanted:
+                lines.append(f"  {_dap_type(ds, d.coordinate)} {d.coordinate}[{d.name} = {size(d)}];")
+        for v in wanted:
+            lines += ["  GRID {", "    ARRAY:", f"      {_dap_type(ds, v.name)} {v.name}{shape};", "    MAPS:"]
+            lines += [f"      {_dap_type(ds, d.coordinate)} {d.coordinate}[{d.name} = {size(d)}];" for d in ds.axes]
             lines.append(f"  }} {v.name};")
     else:
         lines.append("  Sequence {")
-        lines += [f"    {_das_type(erddap_type(c.arrow_type))} {c.name};" for c in ds.columns.values()]
+        chosen = [ds.columns[c] for c in columns] if columns is not None else list(ds.columns.values())
+        lines += [f"    {_dap_type(ds, c.name)} {c.name};" for c in chosen]
         lines.append("  } s;")
     lines.append(f"}} {ds.id};")
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from urllib.parse import unquote_plus
 import numpy as np
 
 from dstp.errors import QueryError
-from dstp.http.erddap import ErddapDataset, epoch_seconds, erddap_type
+from dstp.http.erddap import ErddapDataset, erddap_type
 from dstp.http.erddap_formats import ErddapTable, _axis_attrs, _attrs_of
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.metadata import DatasetDetails
@@ -44,11 +44,11 @@ def info_table(ds: ErddapDataset) -> ErddapTable:
         values = ds.axis_values.get(d.name)
         spacing = ""
         if values is not None and len(values) > 1:
-            numbers = epoch_seconds(values, d.calendar) if d.calendar else values.astype("float64")
+            numbers = ds.axis_numbers(d)
             steps = np.diff(numbers)
             even = bool(np.allclose(steps, steps[0], rtol=1e-6))
             spacing = f", evenlySpaced={'true' if even else 'false'}, averageSpacing={float(np.mean(steps))!r}"
-        typ = "double" if d.calendar else erddap_type(ds.columns[d.coordinate].arrow_type)
+        typ = "double" if ds.time_axis(d.coordinate) is not None else erddap_type(ds.columns[d.coordinate].arrow_type)
         rows.append(("dimension", d.coordinate, "", typ, f"nValues={d.size}{spacing}"))
         rows += [("attribute", d.coordinate, key, "double" if kind == "Float64" else "String", value.replace(" ", ", ")
                   if kind == "Float64" else value) for kind, key, value in _axis_attrs(ds, d)]

@@ -22,11 +22,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from dstp.auth import Principal
-from dstp.errors import DatasetNotFoundError, DstpError, LimitExceededError, QueryError
+from dstp.errors import DatasetNotFoundError, DstpError, LimitExceededError, NotFoundError, QueryError
 from dstp.hyperslabs import kept_rows
 from dstp.http import erddap_formats as fmt
 from dstp.http import stac
-from dstp.http.erddap import ALL_DATASETS, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
+from dstp.http.erddap import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
 from dstp.http.erddap_meta import all_datasets, info_table, search_table
 from dstp.http.error_responses import incident
 from dstp.service import DstpService
@@ -86,6 +86,25 @@ class _Facade:
                 self._axes[dataset_id] = cached
         ds.axis_values = cached
         return ds
+
+    def extreme(self, ds: ErddapDataset, column: str, kind: str, principal: Principal) -> Any:
+        """Return a column's least or greatest value over the dataset (``min(var)``/``max(var)``), None if none.
+
+        An axis's from the values held in memory; any other column's by one query, ordered and limited.
+        """
+        for d in ds.axes or ds.details.dimensions:
+            if d.coordinate == column and d.name in ds.axis_values and len(ds.axis_values[d.name]):
+                values = ds.axis_values[d.name]
+                if values.dtype.kind in "iufM":
+                    return values.min() if kind == "min" else values.max()
+                return sorted(str(v) for v in values)[0 if kind == "min" else -1]
+        name = '"' + column.replace('"', '""') + '"'
+        table = self.table(f'select {name} from "{ds.id}" where {name} is not null order by {name} '
+                           f'{"asc" if kind == "min" else "desc"} limit 1', principal)
+        if not table.num_rows:
+            return None
+        value = table.column(0).to_numpy(zero_copy_only=False)[0]
+        return value.astype("datetime64[us]") if isinstance(value, np.datetime64) else value
 
     def table(self, sql: str, principal: Principal, cancel: threading.Event | None = None) -> pa.Table:
         """Return the whole result of ``sql`` run by the service (413 past MAX_ASSEMBLED_BYTES or a server limit)."""
@@ -167,7 +186,8 @@ def facade_router(service: DstpService, settings: Settings,
         if ext == "das":
             return _send(fmt.das(ds, grid=True), ext, dataset_id)
         if ext == "dds":
-            return _send(fmt.dds(ds, grid=True), ext, dataset_id)
+            request_ = parse_griddap(request.url.query, ds) if request.url.query.strip() else None
+            return _send(fmt.dds(ds, grid=True, request=request_), ext, dataset_id)
         if ext == "ncml":
             return _send(fmt.ncml(ds, f"{facade.base(request)}/erddap/griddap/{dataset_id}"), ext, dataset_id)
         if ext == "html":
@@ -201,18 +221,22 @@ def facade_router(service: DstpService, settings: Settings,
         ds = facade.dataset(dataset_id, principal)
         if ext == "das":
             return _send(fmt.das(ds, grid=False), ext, dataset_id)
-        if ext == "dds":
-            return _send(fmt.dds(ds, grid=False), ext, dataset_id)
         if ext == "html":
             return _send(fmt.render(fmt.from_arrow(pa.table({"variable": list(ds.columns)})), "htmlTable",
                                     f"tabledap {dataset_id}"), ext, dataset_id)
-        request_ = parse_tabledap(request.url.query, ds)
+        request_ = parse_tabledap(request.url.query, ds, extremes=lambda column, kind: facade.extreme(
+            ds, column, kind, principal))
+        if ext == "dds":
+            return _send(fmt.dds(ds, grid=False, columns=request_.columns if request.url.query.strip() else None),
+                         ext, dataset_id)
         table = facade.table(request_.sql, principal)
+        if table.num_rows == 0:  # ERDDAP's answer to a query that matches nothing, in every format
+            raise NotFoundError(f"{NO_MATCH} (nRows = 0)")
         if ext in ("nc", "ncCF"):
             return _send(fmt.table_netcdf(table, ds, request_.sql, cf=ext == "ncCF"), ext, dataset_id)
         if ext == "parquet":
             return _send(fmt.parquet(table), ext, dataset_id)
-        return _send(fmt.render(fmt.from_arrow(table, ds), ext, dataset_id), ext, dataset_id)
+        return _send(fmt.render(fmt.from_arrow(table, ds, ucum=request_.ucum), ext, dataset_id), ext, dataset_id)
 
     def list_answer(request: Request, ext: str, protocol: str) -> Response:
         if ext not in LIST_FORMATS:

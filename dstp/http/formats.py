@@ -47,6 +47,7 @@ from dstp.client._output import csv_header, csv_rows
 from dstp.client._output import write_netcdf as _write_netcdf
 from dstp.client._xarray import missing_grid_columns
 from dstp.errors import DstpError, QueryError, TransportUnavailableError
+from dstp.metadata import DatasetDetails
 
 __all__ = [
     "FORMATS",
@@ -318,16 +319,22 @@ def check_gridded(schema: pa.Schema) -> None:
         )
 
 
-def write_netcdf(table: pa.Table, path: Path, time_units: Mapping[str, str]) -> None:
+def write_netcdf(table: pa.Table, path: Path, time_units: Mapping[str, str],
+                 details: DatasetDetails | None = None) -> None:
     """Write a gridded result to ``path`` as CF netCDF-4 (:func:`dstp.client._output.write_netcdf`, the CLI's
-    writer too), holding the catalog's netCDF lock (HDF5 is not thread-safe)."""
+    writer too), holding the catalog's netCDF lock (HDF5 is not thread-safe); ``details`` (of the dataset a
+    one-dataset query reads) give the variables' and the files' global attributes."""
     try:
         import xarray  # noqa: F401
     except ImportError as exc:
         raise TransportUnavailableError(
             "format=nc needs xarray and pandas on the server (pip install 'dstp[xarray]'); choose another format"
         ) from exc
-    _write_netcdf(table, path, time_units, lock=NETCDF_LOCK)
+    one = details is not None and (table.schema.metadata or {}).get(b"dstp:datasets", b"").split() == \
+        [details.summary.id.encode()]
+    attributes = {c.name: c.cf for c in (*details.coordinates, *details.attributes)} if one and details else None
+    _write_netcdf(table, path, time_units, lock=NETCDF_LOCK, attributes=attributes,
+                  global_attributes=details.global_attributes if one and details else ())
 
 
 #: Parquet and netCDF results are assembled before sending; this much stays in memory, the rest spools to disk.
@@ -335,7 +342,8 @@ SPOOL_MEMORY_BYTES = 32 * 2**20
 
 
 def assemble(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, time_units: Mapping[str, str],
-             truncated_reason: Callable[[], str | None] = lambda: None) -> Any:
+             truncated_reason: Callable[[], str | None] = lambda: None,
+             details: DatasetDetails | None = None) -> Any:
     """Return an open binary file holding the whole result as Parquet or netCDF (blocking).
 
     ``truncated_reason()``, asked once the batches are consumed, says whether
@@ -358,7 +366,7 @@ def assemble(batches: Iterable[pa.RecordBatch], schema: pa.Schema, fmt: str, tim
                                                b"dstp:truncated_reason": reason.encode()})
     with tempfile.TemporaryDirectory(prefix="dstp-nc-") as folder:
         path = Path(folder) / "result.nc"
-        write_netcdf(table, path, time_units)
+        write_netcdf(table, path, time_units, details)
         return path.open("rb")  # stays readable after the folder is removed
 
 

@@ -58,12 +58,17 @@ def _rfc3339(text: str) -> str | None:
 
 
 def _bbox(d: DatasetDetails) -> list[float]:
+    """Return STAC's bbox: west, south, east, north on −180…180 (west > east across the antimeridian)."""
     box = d.summary.bbox
     if box is None:
         return [-180.0, -90.0, 180.0, 90.0]
     lat0, lat1, lon0, lon1 = box
-    if lon1 > 180.0 or lon0 < -180.0:  # 0…360 longitudes: STAC wants -180…180
+    if d.summary.lon_extent is not None:
+        lon0, lon1 = d.summary.lon_extent
+    elif lon1 - lon0 >= 360.0:
         lon0, lon1 = -180.0, 180.0
+    elif lon0 < -180.0 or lon1 > 180.0:  # only the ends are known (a remote dataset): put them on −180…180
+        lon0, lon1 = ((lon0 + 180.0) % 360.0) - 180.0, ((lon1 + 180.0) % 360.0) - 180.0
     return [lon0, max(-90.0, lat0), lon1, min(90.0, lat1)]
 
 

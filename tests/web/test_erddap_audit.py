@@ -25,6 +25,7 @@ import cftime
 import httpx
 import netCDF4
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
@@ -160,25 +161,54 @@ def test_noleap_times_have_erddapys_numbers_in_every_answer(erddap: httpx.Client
     assert [v.rstrip("Z") for v in e.to_pandas()["time (UTC)"]] == want
 
 
-def test_360_day_times_are_in_the_axis_units_in_every_answer(erddap: httpx.Client, audit_catalog: Path) -> None:
+def erddap_seconds(raw: np.ndarray, units: str) -> np.ndarray:
+    """ERDDAP's numbers of a file's raw times, as ``Calendar2.unitsSinceToEpochSeconds`` computes them.
+
+    The reference date of ``units`` counted on the Gregorian calendar, plus the raw number times the unit's
+    seconds, rounded to the millisecond (ERDDAP reads no ``calendar``). Written from ERDDAP's rule with pandas,
+    independently of dstp's code.
+    """
+    unit, since = units.split(" since ")
+    base = pd.Timestamp(since, tz="UTC").timestamp()
+    factor = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}[unit]
+    return np.round(base + raw * factor, 3)
+
+
+def test_360_day_times_are_erddaps_seconds_in_every_answer(erddap: httpx.Client, audit_catalog: Path,
+                                                            audit_url: str) -> None:
     raw, units, calendar, labels = source_times(audit_catalog / "d360")
-    assert any(label.startswith("2000-02-30") for label in labels)
+    assert calendar == "360_day" and any(label.startswith("2000-02-30") for label in labels)
+    numbers = erddap_seconds(raw, units)
 
     das_units, das_calendar, actual_range = das_time(erddap.get("/tabledap/d360.das").text)
-    assert (das_units, das_calendar) == (units, calendar)
-    assert actual_range == pytest.approx([raw.min(), raw.max()], abs=1e-6)
+    assert (das_units, das_calendar) == ("seconds since 1970-01-01T00:00:00Z", "")
+    assert actual_range == pytest.approx([numbers.min(), numbers.max()], abs=1e-3)
 
     nc_raw, nc_units, nc_calendar = nc_times(erddap.get("/tabledap/d360.nc?time,x").content)
-    assert (nc_units, nc_calendar) == (das_units, das_calendar), "the .nc counts times otherwise than .das says"
-    np.testing.assert_allclose(nc_raw, raw, rtol=0, atol=1e-6)
-    assert [d.strftime("%Y-%m-%dT%H:%M:%S") for d in cftime.num2date(nc_raw, nc_units, nc_calendar)] == labels
+    assert (nc_units, nc_calendar) == ("seconds since 1970-01-01T00:00:00Z", "proleptic_gregorian")
+    np.testing.assert_allclose(nc_raw, numbers, rtol=0, atol=1e-3)
 
+    # A number read from the .nc (or computed by ERDDAP's rule) finds its record, 30 February included,
+    # as a constraint and as a griddap selector; the text is the file's own label.
     i = next(k for k, label in enumerate(labels) if label.startswith("2000-02-30"))
     here, after = float(nc_raw[i]), float(nc_raw[i + 1])
     rows = csv_rows(erddap.get(f"/tabledap/d360.csv?time&time={here!r}").text)
-    assert rows == [[labels[i] + "Z"]], f"time={here!r} (in {das_units}, read from the .nc) found {rows}"
+    assert rows == [[labels[i] + "Z"]], f"time={here!r} (read from the .nc) found {rows}"
     rows = csv_rows(erddap.get(f"/tabledap/d360.csv?time&time>={here!r}&time<{after!r}").text)
     assert rows == [[labels[i] + "Z"]]
+    picked = csv_rows(erddap.get(f"/griddap/d360.csv?x[({here!r})]").text)
+    assert [r[0] for r in picked] == [labels[i] + "Z"]
+    rows = csv_rows(erddap.get(f"/tabledap/d360.csv?time&time={labels[i]}Z").text)
+    assert rows == [[labels[i] + "Z"]], "the text of a 360_day label finds its record"
+
+    # erddapy turns its text constraints into seconds itself: the records are those ERDDAP's numbers select.
+    e = erddapy.ERDDAP(server=audit_url, protocol="tabledap")
+    e.dataset_id, e.variables = "d360", ["time", "x"]
+    low, high = "2000-02-15T00:00:00Z", "2000-03-10T00:00:00Z"
+    e.constraints = {"time>=": low, "time<=": high}
+    want = [label for label, n in zip(labels, numbers) if parse_dates(low) <= n <= parse_dates(high)]
+    assert len(want) > 3
+    assert [v.rstrip("Z") for v in e.to_pandas()["time (UTC)"]] == want
 
 
 # -- missing texts ------------------------------------------------------------------------------------------
