@@ -305,6 +305,8 @@ def cf_attributes(attrs: Mapping[str, Any], name: str, geolocation: bool) -> dic
     if "missing_value" not in out and "MissingValue" in out:
         out["missing_value"] = out["MissingValue"]
     units = _text(out.get("Units"))
+    if units is not None and units.lower() in _NO_UNITS and _text(out.get("units")) == units:
+        del out["units"]  # read under CF's name by cf_spelling; "NoUnits" is HDF-EOS for none
     if "units" not in out and units is not None and units.lower() not in _NO_UNITS:
         out["units"] = units
     title = _text(out.get("Title"))
