@@ -121,7 +121,7 @@ class Execution:
         #: The engine's run (kept for adapters written before ``plan``/``settings``; use those).
         self.execution = run
         #: The slot it holds: producers mark on it when they wait on the reader (a stalled one loses it).
-        self.slot = slot if slot is not None else admission.acquire(handle.principal.key, "queries", handle.query_id)
+        self.slot = slot if slot is not None else admission.acquire(handle.principal.share_key, "queries", handle.query_id)
         self.slot.deadline = self.slot.started + run.settings.query_time_limit_s
         self.slot.on_stall(lambda error: self.cancel.set())
         self.channel = channel
@@ -225,7 +225,7 @@ class Queries:
     def _admit(self, principal: Principal, query_id: str, sql: str, channel: str) -> Slot:
         """Return a slot for planning or running ``sql``, taken before anything is parsed; a refusal is audited."""
         try:
-            return self.admission.acquire(principal.key, "queries", query_id)
+            return self.admission.acquire(principal.share_key, "queries", query_id)
         except DstpError as exc:
             self._audit_failure(principal, query_id, sql, channel, exc)
             raise
