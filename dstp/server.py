@@ -163,9 +163,9 @@ class DstpServer:
             catalog.handles.chunks.start()
         self.service = DstpService(catalog, s, clock=self.clock)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
-            from dstp.federation import ClientRemoteSource
+            from dstp.federation import ClientRemoteSource, load_remote_credentials
 
-            remote_source = ClientRemoteSource()
+            remote_source = ClientRemoteSource(load_remote_credentials(s.remote_credentials))
             catalog.attach_remote_source(remote_source)
             self._undo.append(remote_source.close)
         # Limits of the process (SECURITY.md): the audit log's own file, repeated errors rate-limited.

@@ -169,6 +169,12 @@ class Settings:
         "", "File the audit log (one JSON line per query and download) is appended to; empty: the dstp.audit "
         "logger only, which goes to the server log."
     )
+    remote_credentials: Path | None = _setting(
+        None, "JSON file of the credentials this server presents to other dstp servers, by name "
+        '({"b_reader": {"token": "dstp_…", "tls": true, "ca_file": "b.pem"}}; mode 600): a <remote '
+        'credential="b_reader"> dataset is read with that one. None, or a <remote> naming none: the other server '
+        "is asked anonymously (never with this process's $DSTP_TOKEN)."
+    )
     # -- identity and TLS (docs/security-auth.md) --
     auth_failures_per_minute: int = _setting(
         30, "Failed authentications (a wrong, revoked or expired token) one source address may make per minute; "
@@ -229,7 +235,7 @@ class Settings:
 
 
 #: Settings that name a file or folder (their default is None, so the type cannot be told from it).
-_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir"}
+_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir", "remote_credentials"}
 
 
 def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:
