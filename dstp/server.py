@@ -242,6 +242,7 @@ class DstpServer:
                 hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                 idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                 max_idle_per_address=s.max_idle_data_connections_per_address,
+                max_connections=s.data_max_connections, max_pending=s.data_max_pending,
             )
             channel.start()
             self._extras.append(channel)
@@ -262,6 +263,7 @@ class DstpServer:
                     hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                     idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                     max_idle_per_address=s.max_idle_data_connections_per_address,
+                    max_connections=s.data_max_connections, max_pending=s.data_max_pending,
                 )
                 channel.start()
                 self._extras.append(channel)
