@@ -150,6 +150,10 @@ class FileIdentity:
     inode: int
     size: int
     mtime_ns: int
+    #: The inode's change time: set by the kernel on every change (content, permissions, links) and never
+    #: settable from user space, so a replacement that reuses the freed inode with size and mtime copied
+    #: (``touch -r``) still differs.
+    ctime_ns: int = 0
 
 
 def _replaced(path: Path) -> DataFileError:
@@ -160,12 +164,13 @@ def _replaced(path: Path) -> DataFileError:
 
 
 def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None:
-    """Raise DataFileError unless ``st`` is the file ``first`` saw: the same file, size and modification time.
+    """Raise DataFileError unless ``st`` is the file ``first`` saw: the same inode, unchanged since (its ctime),
+    the same size and modification time.
 
     Every read checks it — a query's and a bulk download's alike — so a file rewritten or cut short after the
     scan is never served as the version the catalog (and a download's size and checksum) describe.
     """
-    if (st.st_dev, st.st_ino) != (first.device, first.inode):
+    if (st.st_dev, st.st_ino, st.st_ctime_ns) != (first.device, first.inode, first.ctime_ns):
         raise _replaced(path)
     if (st.st_size, st.st_mtime_ns) != (first.size, first.mtime_ns):
         what = "cut short" if st.st_size < first.size else "changed"
@@ -230,7 +235,7 @@ class FileHandles:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise DataFileError(f"{path.name} is not a regular file; only files are published")
-            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             with self._identity_lock:
                 first = self._identity.setdefault(path, seen)
             if first.real != seen.real:
