@@ -170,13 +170,18 @@ def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None
     Every read checks it — a query's and a bulk download's alike — so a file rewritten or cut short after the
     scan is never served as the version the catalog (and a download's size and checksum) describe.
     """
-    if (st.st_dev, st.st_ino, st.st_ctime_ns) != (first.device, first.inode, first.ctime_ns):
+    if (st.st_dev, st.st_ino) != (first.device, first.inode):
         raise _replaced(path)
     if (st.st_size, st.st_mtime_ns) != (first.size, first.mtime_ns):
         what = "cut short" if st.st_size < first.size else "changed"
         raise DataFileError(
             f"{path.name} was {what} on disk after the catalog was scanned ({first.size} → {st.st_size} bytes); "
             "restart the server to publish the new version"
+        )
+    if st.st_ctime_ns != first.ctime_ns:  # size and mtime kept (touch -r), or its permissions or links changed
+        raise DataFileError(
+            f"{path.name} was changed on disk after the catalog was scanned (its inode changed, though its size "
+            "and modification time are as they were); restart the server to publish what is there now"
         )
 
 
