@@ -84,6 +84,11 @@ class Slot:
         self._aborts: list[Abort] = []
         self._freed = False
         self._released = False
+        #: Records and Arrow bytes the consumer took, when it says so (``count_delivery``): what the audit log
+        #: and the day's quota count — a stalled reader's last batch, produced but never taken, is not.
+        self.counts_delivery = False
+        self.delivered_rows = 0
+        self.delivered_bytes = 0
 
     # -- the producer's view of its consumer ------------------------------------------------
 
@@ -100,6 +105,15 @@ class Slot:
         """The consumer took something but the producer still waits (an ACK): restart the stall timer."""
         if self._blocked_since is not None:
             self._blocked_since = self._admission.clock()
+
+    def count_delivery(self) -> None:
+        """Count what the consumer takes (``taken``) as what was sent, rather than what was produced."""
+        self.counts_delivery = True
+
+    def taken(self, rows: int, nbytes: int) -> None:
+        """The consumer took ``rows`` records of ``nbytes`` Arrow bytes."""
+        self.delivered_rows += rows
+        self.delivered_bytes += nbytes
 
     def on_stall(self, abort: Abort) -> None:
         """Run ``abort(error)`` if the slot is reclaimed (at once if it already was)."""

@@ -185,13 +185,17 @@ class Execution:
             self._released = True
             self._admission.unregister(self.query_id)
             summary = self.summary
-            self.slot.release(summary.bytes)
+            slot = self.slot
+            # What the client's channel took, when it counts that (a stalled reader never took its last batch).
+            rows, sent = (slot.delivered_rows, slot.delivered_bytes) if slot.counts_delivery else \
+                (summary.rows, summary.bytes)
+            slot.release(sent)
             if self._audit is not None:
                 handle = self.handle
                 self._audit.record("query", self.query_id, principal=handle.principal.name,
                                    credential=handle.principal.key, channel=self.channel,
                                    datasets=_dataset_ids(handle.prepared), outcome=self.outcome,
-                                   rows=summary.rows, sent=summary.bytes,
+                                   rows=rows, sent=sent,
                                    seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql)
 
 

@@ -292,3 +292,45 @@ def test_many_concurrent_clients_are_queued_not_refused(ccm3_only: Path, tmp_pat
         assert collections.Counter(codes) == {grpc.StatusCode.OK: 80}
     finally:
         srv.stop()
+
+
+# -- the audit log ------------------------------------------------------------------------------------------
+
+def test_the_audit_log_counts_what_a_stalled_reader_took_not_what_was_made(ccm3_only: Path, tmp_path: Path) -> None:
+    # Before: the audit line of a stalled reader counted every row the query had produced, the batch stuck in
+    # front of the reader included.
+    import json
+
+    clock = Clock()
+    audit = tmp_path / "audit.jsonl"
+    srv, _ = start(ccm3_only, clock, tmp_path, audit_log=str(audit))
+    assert srv.endpoints is not None and srv.service is not None
+    admission = srv.service.admission
+    try:
+        with httpx.Client(base_url=f"http://{srv.endpoints.http}", timeout=PROBE_DEADLINE_S) as http:
+            assert http.get("/query", params={"sql": TINY}).text.count("\n") == 4
+        sock = _stalled_http_reader(srv.endpoints.http, "127.0.0.1")
+        try:
+            eventually(lambda: admission.held() == 1, "the stalled reader holds no slot")
+
+            def stuck() -> bool:
+                first = admission.waiting_on_readers()
+                time.sleep(0.3)  # real time for the socket buffers to fill; no timer of the server is waited out
+                return len(first) == 1 and admission.waiting_on_readers() == first
+
+            eventually(stuck, "the reader never stalled")
+            (query_id,) = admission.running()
+            execution = admission.get(query_id)
+            produced = execution.summary.rows  # type: ignore[union-attr]
+            clock.advance(31)
+            eventually(lambda: admission.held() == 0, "the stalled reader kept its slot")
+        finally:
+            sock.close()
+    finally:
+        srv.stop()
+    lines = {r["id"]: r for r in map(json.loads, audit.read_text().splitlines())}
+    stalled = lines[query_id]
+    assert stalled["outcome"] == "stalled"
+    assert 0 < stalled["rows"] < produced  # the batch that never left the server is not counted
+    (whole,) = [r for r in lines.values() if r["sql"] == TINY]
+    assert whole["outcome"] == "ok" and whole["rows"] == 3
