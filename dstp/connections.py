@@ -262,6 +262,13 @@ class Warden:
         return sum(closed.values())
 
 
+    def shut_all(self) -> int:
+        """Shut down every connection of the door (a server stopping whose calls would not end); return how many."""
+        connections = _connections_on(self.port, [Path("/proc/self/net/tcp"), Path("/proc/self/net/tcp6")])
+        descriptors = _socket_descriptors()
+        return sum(_shut_down(descriptors.get(c.inode), c.inode) for c in connections)
+
+
 def _peer_key(peer: str) -> tuple[str, int]:
     address = peer_address(peer)
     try:

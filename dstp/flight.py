@@ -470,11 +470,22 @@ class FlightServer:
         self._thread = threading.Thread(target=server.serve, name=f"dstp-flight-{self.endpoint}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop serving and join the thread."""
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop serving and join the thread.
+
+        pyarrow's shutdown waits for every call in flight, however long (a DoGet whose reader stopped
+        reading: forever): after ``grace`` seconds the door's connections are shut down under them.
+        """
         if self.warden is not None:
             self.warden.stop()
-        self.server.shutdown()
+        stopping = threading.Thread(target=self.server.shutdown, name=f"dstp-flight-stop-{self.endpoint}",
+                                    daemon=True)
+        stopping.start()
+        stopping.join(grace)
+        if stopping.is_alive() and self.warden is not None:
+            log.info("Flight: calls still running %g s after shutdown; closing their connections", grace)
+            self.warden.shut_all()
+        stopping.join(5)
         self._thread.join(5)
 
     def __repr__(self) -> str:

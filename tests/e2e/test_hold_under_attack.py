@@ -334,3 +334,35 @@ def test_the_audit_log_counts_what_a_stalled_reader_took_not_what_was_made(ccm3_
     assert 0 < stalled["rows"] < produced  # the batch that never left the server is not counted
     (whole,) = [r for r in lines.values() if r["sql"] == TINY]
     assert whole["outcome"] == "ok" and whole["rows"] == 3
+
+
+# -- stopping -------------------------------------------------------------------------------------------------
+
+def test_stop_closes_every_door_while_a_flight_call_drains(ccm3_only: Path, tmp_path: Path) -> None:
+    # Before: doors stopped one after another, Flight first; pyarrow's shutdown waits for every call in flight,
+    # so a DoGet whose reader stopped reading held the stop, and HTTP kept answering (80 s after a SIGTERM).
+    srv, _ = start(ccm3_only, Clock(), tmp_path, flight_port=0)
+    assert srv.endpoints is not None
+    host, port = srv.endpoints.http.rsplit(":", 1)
+    # A 64 KiB receive window (no BDP probing): the server's writes back up after a few batches.
+    client = fl.connect(f"grpc+tcp://{srv.endpoints.flight}", generic_options=[("grpc.http2.bdp_probe", 0)])
+    stopping = threading.Thread(target=srv.stop, daemon=True)
+    try:
+        info = client.get_flight_info(fl.FlightDescriptor.for_command("select * from ccm3"))
+        reader = client.do_get(info.endpoints[0].ticket)
+        reader.read_chunk()  # one batch, then nothing: the server's writes back up
+
+        def http_closed() -> bool:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return False
+            except OSError:
+                return True
+
+        stopping.start()
+        eventually(http_closed, "HTTP still accepts connections while the server stops", seconds=10)
+        stopping.join(30)
+        assert not stopping.is_alive(), "the stop waited on a Flight call that nobody reads"
+    finally:
+        client.close()
+        stopping.join(30)
