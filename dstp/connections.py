@@ -86,6 +86,8 @@ _TCP_INFO_BYTES = 104
 _LAST_DATA_SENT, _LAST_DATA_RECV = struct.Struct("=I"), struct.Struct("=I")
 _LAST_DATA_SENT_AT, _LAST_DATA_RECV_AT = 44, 52
 _ESTABLISHED = "01"
+#: How soon the warden looks again after it had to close connections (seconds).
+FLOODED_INTERVAL_S = 0.02
 #: A connection that sent or received a byte this recently (ms) is at work, call or not.
 ACTIVE_MS = 1000.0
 
@@ -201,11 +203,15 @@ class Warden:
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        wait = self.interval_s
+        while not self._stop.wait(wait):
             try:
-                self.scan()
+                closed = self.scan()
             except Exception:  # noqa: BLE001 - the door goes on; the log says why the cap did not act
                 log.exception("%s: connection scan failed", self.name)
+                closed = 0
+            # Under a flood that reopens what is closed, look again soon: the door's total fills between scans.
+            wait = FLOODED_INTERVAL_S if closed else self.interval_s
 
     def scan(self) -> int:
         """Look at the door's connections once and shut down those over a cap or idle; return how many."""

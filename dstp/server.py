@@ -184,7 +184,7 @@ class DstpServer:
         self.door_cap = door_connection_cap(s.max_connections, self.descriptor_limit)
         self._grpc_warden = door_warden("gRPC", s, self.door_cap, idle_s=0.0)  # gRPC times idle ones out itself
         log.info("open files: limit %d; each of gRPC and Flight holds at most %d connections, %d per address",
-                 self.descriptor_limit, self.door_cap, s.max_connections_per_address)
+                 self.descriptor_limit, self.door_cap, door_per_address_cap(s, self.door_cap))
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=s.grpc_workers, thread_name_prefix="dstp-grpc"),
             options=grpc_options(s, self.door_cap),
@@ -360,9 +360,15 @@ def door_warden(name: str, s: Settings, cap: int, *, idle_s: float) -> Warden:
     It keeps the door below its total by a margin, so a flood from many addresses, trimmed from the
     addresses holding the most, leaves room for a new client's connection.
     """
-    margin = max(1, min(cap // 8, s.max_connections_per_address))
-    return Warden(name, 0, max_connections=max(1, cap - margin), max_per_address=s.max_connections_per_address,
-                  idle_s=idle_s)
+    per_address = door_per_address_cap(s, cap)
+    margin = max(1, min(cap // 8, per_address))
+    return Warden(name, 0, max_connections=max(1, cap - margin), max_per_address=per_address, idle_s=idle_s)
+
+
+def door_per_address_cap(s: Settings, cap: int) -> int:
+    """Return the connections one address may hold on a door of ``cap``: max_connections_per_address, and at
+    most an eighth of the cap (a server with few descriptors must not fill from two addresses)."""
+    return max(1, min(s.max_connections_per_address, max(4, cap // 8)))
 
 
 def _check_catalog_root(root: Path) -> None:
