@@ -128,9 +128,9 @@ class Settings:
         "so no door can take the descriptors of the others and of the files."
     )
     max_connections_per_address: int = _setting(
-        64, "Connections one source address may hold on the gRPC, Flight and HTTP doors, each: over it, that "
-        "address's newest idle ones are closed (gRPC, Flight: within a scan, 0.1 s) or its oldest waiting for a "
-        "request (HTTP)."
+        64, "Connections one source address may hold on the gRPC, Flight and HTTP doors, each (gRPC and Flight: at "
+        "most an eighth of max_connections too): over it, that address's newest idle ones are closed (gRPC, Flight: "
+        "within a scan, 0.1 s) or its oldest waiting for a request (HTTP)."
     )
     connection_idle_timeout_s: float = _setting(
         300.0, "Seconds a gRPC or Flight connection may stay open with no call in flight and no byte sent either "
