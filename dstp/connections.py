@@ -115,18 +115,21 @@ def _hex_address(raw: str) -> tuple[str, int]:
 def _connections_on(port: int, tables: Iterable[Path]) -> list[_Connection]:
     """Return the established connections whose local port is ``port``, from /proc/net/tcp tables."""
     found = []
+    suffix = f":{port:04X}"
     for table in tables:
         try:
             lines = table.read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != _ESTABLISHED:
+            head = line.split(None, 4)  # sl, local, remote, st, rest: most lines end here (a flood's are many)
+            if len(head) < 5 or head[3] != _ESTABLISHED or not head[1].endswith(suffix):
                 continue
-            local, remote = _hex_address(fields[1]), _hex_address(fields[2])
-            if local[1] == port and fields[9] != "0":  # inode 0: still in the kernel's accept queue
-                found.append(_Connection(int(fields[9]), remote[0], remote[1]))
+            fields = line.split()
+            if len(fields) < 10 or fields[9] == "0":  # inode 0: still in the kernel's accept queue
+                continue
+            remote = _hex_address(fields[2])
+            found.append(_Connection(int(fields[9]), remote[0], remote[1]))
     return found
 
 
