@@ -106,7 +106,7 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
                 code = proc.wait()
                 errors.seek(0)
                 raise RuntimeError(f"dstp serve exited with {code} before listening: {errors.read()[-600:]}")
-            m = re.match(r"\s+(grpc|http|data|udt)\s+(\S+)", line)
+            m = re.match(r"\s+(grpc|http|data|udt|flight)\s+(\S+)", line)
             if m:
                 server.endpoints[m.group(1)] = m.group(2)
             if line.startswith("try:"):

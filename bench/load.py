@@ -127,12 +127,18 @@ class Tally:
         self.samples += other.samples[: max(0, 5 - len(self.samples))]
 
 
+def _token(spec: dict[str, Any], index: int) -> str:
+    """Return client ``index``'s token: its own from ``tokens`` (one principal each), else the shared one."""
+    tokens = spec.get("tokens") or ()
+    return str(tokens[index % len(tokens)]) if tokens else str(spec["token"])
+
+
 def _grpc_client(spec: dict[str, Any], stop_at: float, start_at: float, index: int) -> Tally:
     import dstp
 
     tally = Tally()
     expected = spec["expected"]
-    with dstp.connect(spec["grpc"], token=spec["token"], tls=bool(spec["ca"]) or None, ca_file=spec["ca"],
+    with dstp.connect(spec["grpc"], token=_token(spec, index), tls=bool(spec["ca"]) or None, ca_file=spec["ca"],
                       timeout=120) as client:
         i = index
         while time.monotonic() < start_at:
@@ -167,7 +173,8 @@ def _http_client(spec: dict[str, Any], stop_at: float, start_at: float, index: i
     tally = Tally()
     expected = spec["expected"]
     scheme = "https" if spec["ca"] else "http"
-    headers = {"Authorization": f"Bearer {spec['token']}"} if spec["token"] else {}
+    token = _token(spec, index)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(base_url=f"{scheme}://{spec['http']}", verify=spec["ca"] or True, headers=headers,
                       timeout=120) as http:
         i = index

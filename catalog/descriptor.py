@@ -93,12 +93,17 @@ class CorrelationKey:
 
 @dataclass(frozen=True, slots=True)
 class RemoteSpec:
-    """``<remote server="host:port" dataset="ocean"/>``: the dataset is served by another dstp server."""
+    """``<remote server="host:port" dataset="ocean" credential="b_reader"/>``: the dataset is served by another
+    dstp server.
+
+    ``credential`` names an entry of this server's own credentials file (the ``remote_credentials`` setting)
+    that is presented to the other server; "" (none named): it is asked anonymously. Never the server
+    process's ``$DSTP_TOKEN``: an operator's own token must not be re-published by accident (SECURITY.md).
+    """
 
     server: str
     dataset: str
-    #: Hook for the token this server presents to the other one (not yet in the schema).
-    token: str | None = None
+    credential: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +272,8 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         embargo_until=date.fromisoformat(access.get("embargo-until")[:10])
         if access is not None and access.get("embargo-until") else None,
         path=path,
-        remote=RemoteSpec(remote_el.get("server"), remote_el.get("dataset")) if remote_el is not None else None,
+        remote=RemoteSpec(remote_el.get("server"), remote_el.get("dataset"), remote_el.get("credential") or "")
+        if remote_el is not None else None,
     )
     _check_consistency(desc, root)
     return desc
@@ -372,7 +378,8 @@ def render_descriptor(desc: Descriptor) -> bytes:
             sub(files, "part", glob=part)
         coords = sub(root, "coordinates")
     else:  # a remote dataset has no files, coordinates or attributes of its own
-        sub(root, "remote", server=desc.remote.server, dataset=desc.remote.dataset)
+        sub(root, "remote", server=desc.remote.server, dataset=desc.remote.dataset,
+            credential=desc.remote.credential or None)
         coords = etree.Element(_NS + "coordinates")
     for c in desc.coordinates:
         el = sub(

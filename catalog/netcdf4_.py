@@ -169,6 +169,10 @@ class FileIdentity:
     inode: int
     size: int
     mtime_ns: int
+    #: The inode's change time: set by the kernel on every change (content, permissions, links) and never
+    #: settable from user space, so a replacement that reuses the freed inode with size and mtime copied
+    #: (``touch -r``) still differs.
+    ctime_ns: int = 0
 
 
 def _replaced(path: Path) -> DataFileError:
@@ -179,7 +183,8 @@ def _replaced(path: Path) -> DataFileError:
 
 
 def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None:
-    """Raise DataFileError unless ``st`` is the file ``first`` saw: the same file, size and modification time.
+    """Raise DataFileError unless ``st`` is the file ``first`` saw: the same inode, unchanged since (its ctime),
+    the same size and modification time.
 
     Every read checks it — a query's and a bulk download's alike — so a file rewritten or cut short after the
     scan is never served as the version the catalog (and a download's size and checksum) describe.
@@ -191,6 +196,11 @@ def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None
         raise DataFileError(
             f"{path.name} was {what} on disk after the catalog was scanned ({first.size} → {st.st_size} bytes); "
             "restart the server to publish the new version"
+        )
+    if st.st_ctime_ns != first.ctime_ns:  # size and mtime kept (touch -r), or its permissions or links changed
+        raise DataFileError(
+            f"{path.name} was changed on disk after the catalog was scanned (its inode changed, though its size "
+            "and modification time are as they were); restart the server to publish what is there now"
         )
 
 
@@ -251,7 +261,7 @@ class FileHandles:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise DataFileError(f"{path.name} is not a regular file; only files are published")
-            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             with self._identity_lock:
                 first = self._identity.setdefault(path, seen)
             if first.real != seen.real:

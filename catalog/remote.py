@@ -18,10 +18,20 @@ layer stays free of sockets and gRPC.
 What the remote dataset offers (columns, types, dimensions, calendars, keys)
 is asked for on first use and kept for ``SCHEMA_TTL_S`` seconds; a coordinate's
 values (for nearest matching) likewise.
+
+Who this server is to the other one: ``<remote credential="b_reader">`` names
+an entry of this server's credentials file (resolved by the RemoteSource, never
+an environment variable); without one it asks anonymously. Whatever this server
+can read there it could re-publish, so the descriptor's own access policy may
+never be looser than the remote dataset's (public < registered < restricted):
+a descriptor that publishes to everyone a dataset the other server does not
+serve to anonymous callers is refused on first use, as not found, with the
+reason in the log for the operator (SECURITY.md, "Federation").
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,9 +42,15 @@ import pyarrow as pa
 
 from dstp.catalog.columns import ColumnTraits
 from dstp.catalog.descriptor import Descriptor
-from dstp.errors import DatasetNotFoundError
+from dstp.errors import CatalogError, DatasetNotFoundError
 
-__all__ = ["RemoteColumn", "RemoteDataset", "RemoteSchema", "RemoteSource", "RemoteStream", "SCHEMA_TTL_S"]
+__all__ = ["RemoteColumn", "RemoteDataset", "RemoteSchema", "RemoteSource", "RemoteStream", "SCHEMA_TTL_S",
+           "looser_than"]
+
+log = logging.getLogger("dstp.catalog")
+
+#: Access policies from the loosest to the strictest.
+POLICY_ORDER = ("public", "registered", "restricted")
 
 #: Seconds a remote dataset's schema and coordinates are kept before they are asked for again.
 SCHEMA_TTL_S = 300.0
@@ -65,6 +81,17 @@ class RemoteSchema:
     star: tuple[str, ...]
     #: (key name, column) pairs, as the remote descriptor declares them.
     keys: tuple[tuple[str, str], ...] = ()
+    #: How the other server serves it: "public" only if it answers anonymous callers; else its policy as it
+    #: reports it ("registered", "restricted"; "restricted" when it cannot tell).
+    access_policy: str = "restricted"
+
+
+def looser_than(policy: str, other: str) -> bool:
+    """Return whether access ``policy`` lets in more callers than ``other`` (an unknown policy: the strictest)."""
+    def rank(p: str) -> int:
+        return POLICY_ORDER.index(p) if p in POLICY_ORDER else len(POLICY_ORDER)
+
+    return rank(policy) < rank(other)
 
 
 class RemoteStream(Protocol):
@@ -83,13 +110,14 @@ class RemoteStream(Protocol):
 class RemoteSource(Protocol):
     """How this server reaches other dstp servers (injected by the server assembly)."""
 
-    def schema(self, server: str, dataset: str, token: str | None) -> RemoteSchema:
-        """Return what ``dataset`` of ``server`` offers; DatasetNotFoundError / ServerError if it cannot."""
+    def schema(self, server: str, dataset: str, credential: str) -> RemoteSchema:
+        """Return what ``dataset`` of ``server`` offers, asked with the named ``credential`` ("" none);
+        DatasetNotFoundError / ServerError if it cannot."""
 
-    def coordinate(self, server: str, dataset: str, column: str, token: str | None) -> np.ndarray:
+    def coordinate(self, server: str, dataset: str, column: str, credential: str) -> np.ndarray:
         """Return the values of a 1-D coordinate column of a remote dataset, in grid order."""
 
-    def stream(self, server: str, sql: str, token: str | None, cancel: threading.Event | None) -> RemoteStream:
+    def stream(self, server: str, sql: str, credential: str, cancel: threading.Event | None) -> RemoteStream:
         """Start ``sql`` (dstp SQL over the remote's own dataset names) on ``server``; return its records."""
 
 
@@ -130,9 +158,10 @@ class RemoteDataset:
         return self.descriptor.remote.dataset
 
     @property
-    def token(self) -> str | None:
+    def credential(self) -> str:
+        """The name of the credential presented to the other server ("" none: asked anonymously)."""
         assert self.descriptor.remote is not None
-        return self.descriptor.remote.token
+        return self.descriptor.remote.credential
 
     def schema(self) -> RemoteSchema:
         """Return the remote dataset's schema (asked for at most every SCHEMA_TTL_S seconds)."""
@@ -142,10 +171,26 @@ class RemoteDataset:
                     raise DatasetNotFoundError(
                         f"dataset {self.id!r} is served by {self.server}, and this server was started without a "
                         "way to reach other servers")
-                self._schema = self.source.schema(self.server, self.remote_id, self.token)
+                schema = self.source.schema(self.server, self.remote_id, self.credential)
+                self._check_policy(schema)
+                self._schema = schema
                 self._fetched = self.clock()
                 self._coordinates.clear()
             return self._schema
+
+    def _check_policy(self, schema: RemoteSchema) -> None:
+        """Refuse to serve a remote dataset under a policy looser than the other server's own."""
+        ours = self.descriptor.access_policy
+        if self.descriptor.embargo_until is not None:
+            ours = "restricted"  # until the embargo ends, only its groups: as strict as it gets
+        if not looser_than(ours, schema.access_policy):
+            return
+        log.warning("dataset %s (%s of %s) is not served: its descriptor publishes it as %s, but %s serves it as "
+                    "%s; give its <access> a policy at least as strict (restricted with groups, or registered)",
+                    self.id, self.remote_id, self.server, ours, self.server, schema.access_policy)
+        raise CatalogError(f"dataset {self.id!r} cannot be served: this server would publish it more openly than "
+                           f"{self.server} does; its operator must make its access policy stricter (the server log "
+                           "says how)")
 
     def _column(self, name: str) -> RemoteColumn:
         for column in self.schema().columns:
@@ -208,7 +253,7 @@ class RemoteDataset:
             if held is not None and self.clock() - held[0] <= SCHEMA_TTL_S:
                 return held[1]
         assert self.source is not None
-        values = self.source.coordinate(self.server, schema.dataset, name, self.token)
+        values = self.source.coordinate(self.server, schema.dataset, name, self.credential)
         with self._lock:
             self._coordinates[name] = (self.clock(), values)
         return values

@@ -48,7 +48,8 @@ exit status:
   130  interrupted (Ctrl-C); with -o, FILE was not touched (143 for SIGTERM)
 
 With -o, the records are written to .FILE.dstp-partial-<pid> beside FILE and renamed to FILE only when
-the last batch and the server's summary have arrived, so a FILE that exists is complete. An accepted
+the last batch and the server's summary have arrived, so a FILE that exists is complete (one left by a
+killed dstp is removed by the next query -o FILE). An accepted
 truncated result is marked in every format: a last line '# dstp-truncated: {...}' in CSV (on stdout
 too), an empty last record batch with dstp:truncated metadata in Arrow, dstp:truncated file metadata in
 Parquet, the global attribute dstp_truncated in netCDF.

@@ -38,6 +38,7 @@ does not catch Flight errors, pyarrow/_flight.pyx ``_get_schema``);
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import traceback
@@ -51,6 +52,7 @@ from dstp import __version__
 from dstp import _flight_sql as sql_
 from dstp.auth import ANONYMOUS, Principal
 from dstp.auth.tls import TlsMaterial
+from dstp.connections import Warden, peer_address
 from dstp.errors import DstpError, MethodNotAllowedError, ProtocolError, QueryError, ServerError, TicketError
 from dstp.service import DstpService
 from dstp.transport.sources import QuerySource
@@ -162,31 +164,73 @@ def _refusal_format(format_exception: Callable[..., list[str]]) -> Callable[...,
     return formatted
 
 
+#: What failed GetSchema authentications are counted under (pyarrow's middleware does not know the peer).
+UNKNOWN_ADDRESS = "an unknown address (Flight GetSchema)"
+
+
 class _Identity(fl.ServerMiddleware):  # type: ignore[misc]
-    def __init__(self, principal: Principal) -> None:
-        self.principal = principal
+    """A call's credential, authenticated once its handler knows the caller's address (``principal``).
+
+    With a warden (dstp/connections.py) the call is counted on its connection from then until it completes
+    (a DoGet stream included), so the per-address cap never closes a busy connection.
+    """
+
+    def __init__(self, authenticate: Callable[[str | None, str], Principal], authorization: str | None,
+                 warden: Warden | None) -> None:
+        self.authenticate = authenticate
+        self.authorization = authorization
+        self.warden = warden
+        self._principal: Principal | None = None
+        self._counted: Any = None
+
+    def principal(self, peer: str) -> Principal:
+        """Return the call's principal (AuthenticationError, LimitExceededError when it has none)."""
+        if self.warden is not None and self._counted is None:
+            self._counted = self.warden.call(peer)
+            self._counted.__enter__()
+        if self._principal is None:
+            self._principal = self.authenticate(self.authorization, peer_address(peer))
+        elif not self._principal.authenticated and not self._principal.source:
+            self._principal = dataclasses.replace(self._principal, source=peer_address(peer))
+        return self._principal
+
+    def call_completed(self, exception: Any) -> None:
+        if self._counted is not None:
+            self._counted.__exit__(None, None, None)
+            self._counted = None
 
 
 class _IdentityFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
-    """Reads ``authorization`` from each call's headers and turns it into a Principal (or refuses the call)."""
+    """Reads ``authorization`` from each call's headers; a call without one is refused here when the server
+    needs a token. A credential is checked in the handler, where the caller's address is known (failed
+    authentications are counted per address)."""
 
-    def __init__(self, authenticate: Callable[[str | None], Principal]) -> None:
+    def __init__(self, authenticate: Callable[[str | None, str], Principal], warden: Warden | None) -> None:
         self.authenticate = authenticate
+        self.warden = warden
 
     def start_call(self, info: Any, headers: dict[str, list[str]]) -> _Identity:
         values = headers.get("authorization") or headers.get("Authorization") or []
-        try:
-            return _Identity(self.authenticate(values[0] if values else None))
-        except Exception as exc:  # noqa: BLE001 - every failure leaves as a Flight error
-            raise flight_error(exc) from None
+        authorization = values[0] if values else None
+        identity = _Identity(self.authenticate, authorization, self.warden)
+        # GetSchema's handler cannot answer UNAUTHENTICATED (see _SchemaRefusal): its credential is checked here,
+        # where the caller's address is not known — its failures count under one name for all addresses.
+        if authorization is None or info.method == fl.FlightMethod.GET_SCHEMA:
+            try:
+                identity._principal = self.authenticate(authorization, "" if authorization is None else
+                                                        UNKNOWN_ADDRESS)
+            except Exception as exc:  # noqa: BLE001 - every failure leaves as a Flight error
+                raise flight_error(exc) from None
+        return identity
 
 
 class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     """The Flight (and Flight SQL) face of a :class:`DstpService`."""
 
     def __init__(self, service: DstpService, location: str, *,
-                 authenticate: Callable[[str | None], Principal] | None = None, **kwargs: Any) -> None:
-        middleware = {AUTH_MIDDLEWARE: _IdentityFactory(authenticate)} if authenticate is not None else {}
+                 authenticate: Callable[[str | None, str], Principal] | None = None, warden: Warden | None = None,
+                 **kwargs: Any) -> None:
+        middleware = {AUTH_MIDDLEWARE: _IdentityFactory(authenticate, warden)} if authenticate is not None else {}
         super().__init__(location, middleware=middleware, **kwargs)
         self.service = service
 
@@ -194,7 +238,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def _principal(self, context: fl.ServerCallContext) -> Principal:
         identity = context.get_middleware(AUTH_MIDDLEWARE)
-        return identity.principal if identity is not None else ANONYMOUS
+        return identity.principal(context.peer()) if identity is not None else ANONYMOUS
 
     # -- the catalog ------------------------------------------------------------------------------
 
@@ -203,7 +247,13 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
 
     def list_flights(self, context: fl.ServerCallContext, criteria: bytes) -> Iterator[fl.FlightInfo]:
         try:
-            principal = self._principal(context)
+            principal = self._principal(context)  # here, not in the generator: a refusal keeps its status
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+        return self._flights(principal)
+
+    def _flights(self, principal: Principal) -> Iterator[fl.FlightInfo]:
+        try:
             for summary in self.service.datasets(principal):
                 prepared = self.service.prepare(self._select_all(summary.id), principal)
                 yield fl.FlightInfo(prepared.schema, fl.FlightDescriptor.for_path(summary.id), [],
@@ -280,6 +330,9 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def get_schema(self, context: fl.ServerCallContext, descriptor: fl.FlightDescriptor) -> fl.SchemaResult:
         try:
             principal = self._principal(context)
+        except Exception as exc:  # noqa: BLE001 - a refused credential is a Flight error, not a schema refusal
+            raise flight_error(exc) from None
+        try:
             kind, payload = self._command(descriptor)
             if kind == "meta":
                 name, message = payload
@@ -334,10 +387,15 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                ("ClosePreparedStatement", "Forget a prepared statement (nothing is held)"))
 
     def list_actions(self, context: fl.ServerCallContext) -> list[tuple[str, str]]:
-        return list(self.ACTIONS)  # nothing here can fail
+        try:
+            self._principal(context)  # a bad credential is refused here too
+        except Exception as exc:  # noqa: BLE001
+            raise flight_error(exc) from None
+        return list(self.ACTIONS)
 
     def do_action(self, context: fl.ServerCallContext, action: fl.Action) -> Iterator[bytes]:
         try:
+            self._principal(context)  # a bad credential is refused whatever the action
             if action.type == "CreatePreparedStatement":
                 body = action.body.to_pybytes() if action.body is not None else b""
                 query = _prepared_statement_query(body)
@@ -399,16 +457,35 @@ def _batches(source: QuerySource, context: fl.ServerCallContext, cancel: threadi
 class FlightServer:
     """A started Flight server on its own thread; ``endpoint`` is ``host:port``, ``location`` its URI."""
 
-    def __init__(self, server: DstpFlightServer, host: str, scheme: str = "grpc+tcp") -> None:
+    def __init__(self, server: DstpFlightServer, host: str, scheme: str = "grpc+tcp",
+                 warden: Warden | None = None) -> None:
         self.server = server
         self.endpoint = f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"
         self.location = f"{scheme}://{self.endpoint}"
+        #: Keeps the connections within their caps and idle timeout (Arrow Flight has none of its own).
+        self.warden = warden
+        if warden is not None:
+            warden.port = server.port
+            warden.start()
         self._thread = threading.Thread(target=server.serve, name=f"dstp-flight-{self.endpoint}", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop serving and join the thread."""
-        self.server.shutdown()
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop serving and join the thread.
+
+        pyarrow's shutdown waits for every call in flight, however long (a DoGet whose reader stopped
+        reading: forever): after ``grace`` seconds the door's connections are shut down under them.
+        """
+        if self.warden is not None:
+            self.warden.stop()
+        stopping = threading.Thread(target=self.server.shutdown, name=f"dstp-flight-stop-{self.endpoint}",
+                                    daemon=True)
+        stopping.start()
+        stopping.join(grace)
+        if stopping.is_alive() and self.warden is not None:
+            log.info("Flight: calls still running %g s after shutdown; closing their connections", grace)
+            self.warden.shut_all()
+        stopping.join(5)
         self._thread.join(5)
 
     def __repr__(self) -> str:
@@ -416,8 +493,8 @@ class FlightServer:
 
 
 def start_flight_server(service: DstpService, host: str, port: int, *,
-                        authenticate: Callable[[str | None], Principal] | None = None,
-                        tls: TlsMaterial | None = None) -> FlightServer:
+                        authenticate: Callable[[str | None, str], Principal] | None = None,
+                        tls: TlsMaterial | None = None, warden: Warden | None = None) -> FlightServer:
     """Return a Flight server for ``service`` listening on ``host``:``port`` (0 picks a free port).
 
     With ``tls`` it speaks ``grpc+tls`` with the server's certificate, like the gRPC control plane.
@@ -425,10 +502,11 @@ def start_flight_server(service: DstpService, host: str, port: int, *,
     scheme = "grpc+tls" if tls is not None else "grpc+tcp"
     extra: dict[str, Any] = {"tls_certificates": [(tls.cert_pem, tls.key_pem)]} if tls is not None else {}
     try:
-        server = DstpFlightServer(service, f"{scheme}://{host}:{port}", authenticate=authenticate, **extra)
+        server = DstpFlightServer(service, f"{scheme}://{host}:{port}", authenticate=authenticate, warden=warden,
+                                  **extra)
     except (OSError, pa.ArrowException) as exc:
         raise OSError(f"cannot listen on {host}:{port} (the Flight endpoint; is another server using it? "
                       f"use --flight-port): {exc}") from None
-    flight = FlightServer(server, host, scheme)
+    flight = FlightServer(server, host, scheme, warden)
     log.info("dstp serving Arrow Flight on %s", flight.location)
     return flight

@@ -38,6 +38,7 @@ from typing import Any, Iterator, Sequence
 import grpc
 
 from dstp.auth import ANONYMOUS, Authenticator, Principal
+from dstp.connections import Warden, peer_address
 from dstp.errors import DstpError, QueryError, ServerError, TicketError
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
@@ -120,11 +121,16 @@ class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates every call from its ``authorization`` metadata; the servicer sees the Principal.
 
     The credential is checked on the worker thread that runs the call (a token
-    store read, or a JWKS fetch, never blocks the server's polling thread).
+    store read, or a JWKS fetch, never blocks the server's polling thread),
+    with the caller's address (``context.peer()``): failed authentications are
+    counted per address, and anonymous callers get a fair share per address.
+    With a ``warden`` (dstp/connections.py) each call is counted on its
+    connection while it runs, so the per-address cap never closes a busy one.
     """
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, warden: Warden | None = None) -> None:
         self.authenticator = authenticator
+        self.warden = warden
 
     def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = continuation(handler_call_details)
@@ -132,24 +138,31 @@ class AuthInterceptor(grpc.ServerInterceptor):
             return None
         metadata = handler_call_details.invocation_metadata or ()
         authorization = next((str(v) for k, v in metadata if k == "authorization"), None)
+        warden = self.warden
 
         def authenticated(context: grpc.ServicerContext) -> _AuthenticatedContext:
             with grpc_errors(context):
-                return _AuthenticatedContext(context, self.authenticator.authenticate(authorization))
+                principal = self.authenticator.authenticate(authorization, peer_address(context.peer()))
+                return _AuthenticatedContext(context, principal)
             raise AssertionError("unreachable")
+
+        def counted(context: grpc.ServicerContext) -> Any:
+            return warden.call(context.peer()) if warden is not None else contextlib.nullcontext()
 
         if handler.unary_unary is not None:
             behavior = handler.unary_unary
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
-                return behavior(request, authenticated(context))
+                with counted(context):
+                    return behavior(request, authenticated(context))
 
             return handler._replace(unary_unary=unary)
         if handler.unary_stream is not None:
             streaming = handler.unary_stream
 
             def stream(request: Any, context: grpc.ServicerContext) -> Any:
-                return streaming(request, authenticated(context))
+                with counted(context):
+                    yield from streaming(request, authenticated(context))
 
             return handler._replace(unary_stream=stream)
         return handler  # dstp has no client-streaming rpcs

@@ -36,6 +36,7 @@ import platformdirs
 from dstp.auth import Authenticator
 from dstp.auth.tls import TlsMaterial, default_names, load_tls, self_signed
 from dstp.catalog.registry import Catalog
+from dstp.connections import Warden, door_connection_cap, raise_descriptor_limit
 from dstp.errors import CatalogError
 from dstp.grpc_app import AuthInterceptor, DstpServicer, add_to_server
 from dstp.log_limits import limit_repeated_logs
@@ -118,6 +119,10 @@ class DstpServer:
         #: The certificate the server speaks TLS with (None: plaintext).
         self.tls: TlsMaterial | None = None
         self._grpc: grpc.Server | None = None
+        self._grpc_warden: Warden | None = None
+        #: The process's open-file limit once raised at start, and the connection cap of gRPC and Flight.
+        self.descriptor_limit = 0
+        self.door_cap = 0
         self._stopped = threading.Event()
         self._extras: list = []  # data channels and the HTTP server, each with stop()
         self._undo: list[Callable[[], None]] = []  # logging set up at start, undone at stop
@@ -158,9 +163,9 @@ class DstpServer:
             catalog.handles.chunks.start()
         self.service = DstpService(catalog, s, clock=self.clock)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
-            from dstp.federation import ClientRemoteSource
+            from dstp.federation import ClientRemoteSource, load_remote_credentials
 
-            remote_source = ClientRemoteSource()
+            remote_source = ClientRemoteSource(load_remote_credentials(s.remote_credentials))
             catalog.attach_remote_source(remote_source)
             self._undo.append(remote_source.close)
         # Limits of the process (SECURITY.md): the audit log's own file, repeated errors rate-limited.
@@ -175,16 +180,16 @@ class DstpServer:
                      self.authenticator.tokens.path if self.authenticator.tokens else "none",
                      f", OIDC issuer {s.oidc_issuer}" if s.oidc_issuer else "")
         warm_up(s)
-        options = [
-            ("grpc.max_send_message_length", s.grpc_max_message_bytes),
-            ("grpc.max_receive_message_length", s.grpc_max_message_bytes),
-            ("grpc.so_reuseport", 0),
-        ]
+        self.descriptor_limit = raise_descriptor_limit()
+        self.door_cap = door_connection_cap(s.max_connections, self.descriptor_limit)
+        self._grpc_warden = door_warden("gRPC", s, self.door_cap, idle_s=0.0)  # gRPC times idle ones out itself
+        log.info("open files: limit %d; each of gRPC and Flight holds at most %d connections, %d per address",
+                 self.descriptor_limit, self.door_cap, door_per_address_cap(s, self.door_cap))
         self._grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=s.grpc_workers, thread_name_prefix="dstp-grpc"),
-            options=options,
-            maximum_concurrent_rpcs=s.grpc_workers * 4,
-            interceptors=[AuthInterceptor(self.authenticator)],
+            options=grpc_options(s, self.door_cap),
+            maximum_concurrent_rpcs=grpc_concurrent_rpcs(s),
+            interceptors=[AuthInterceptor(self.authenticator, self._grpc_warden)],
         )
         servicer = DstpServicer(self.service)
         if self.cluster or self.local_cluster:  # dask lives in dstp/cluster/ only
@@ -208,6 +213,9 @@ class DstpServer:
         if port == 0:
             raise OSError(_listen_message(s.host, s.port, "gRPC", "--port", errno.EADDRINUSE))
         self._grpc.start()
+        self._grpc_warden.port = port
+        self._grpc_warden.start()
+        self._undo.append(self._grpc_warden.stop)
         self.endpoints = Endpoints(grpc=f"{s.host}:{port}", tls=self.tls.fingerprint if self.tls else "")
         self.service.register_channel(ChannelInfo("grpc", self.endpoints.grpc))
         self._start_extras()
@@ -234,6 +242,7 @@ class DstpServer:
                 hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                 idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                 max_idle_per_address=s.max_idle_data_connections_per_address,
+                max_connections=s.data_max_connections, max_pending=s.data_max_pending,
             )
             channel.start()
             self._extras.append(channel)
@@ -254,6 +263,7 @@ class DstpServer:
                     hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                     idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,
                     max_idle_per_address=s.max_idle_data_connections_per_address,
+                    max_connections=s.data_max_connections, max_pending=s.data_max_pending,
                 )
                 channel.start()
                 self._extras.append(channel)
@@ -262,8 +272,9 @@ class DstpServer:
         if s.flight_port >= 0:
             from dstp.flight import start_flight_server
 
+            warden = door_warden("Flight", s, self.door_cap, idle_s=s.connection_idle_timeout_s)
             flight = start_flight_server(service, s.host, s.flight_port, authenticate=self.authenticator.authenticate,
-                                         tls=self.tls)
+                                         tls=self.tls, warden=warden)
             self._extras.append(flight)
             endpoints.flight = flight.endpoint
             # Known to the service (not a data channel: no tickets are offered on it) so pages can link to it.
@@ -276,13 +287,20 @@ class DstpServer:
         self._stopped.set()
         if self.service is not None:
             self.service.cancel_all()
-        for extra in reversed(self._extras):
-            try:
-                extra.stop()
-            except Exception:  # noqa: BLE001 - keep stopping the rest
-                log.exception("error while stopping %r", extra)
-        if self._grpc is not None:
-            self._grpc.stop(grace).wait()
+        # Every door stops at once, each on its own thread: one that takes long to drain (a Flight call whose
+        # reader stopped reading) must not leave the others answering meanwhile (HTTP answered for 80 s after a
+        # SIGTERM while Flight drained).
+        done = self._grpc.stop(grace) if self._grpc is not None else None
+        stoppers = [threading.Thread(target=_stop_quietly, args=(extra,), name=f"dstp-stop-{i}", daemon=True)
+                    for i, extra in enumerate(reversed(self._extras))]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(grace + 15)
+            if t.is_alive():
+                log.warning("a door did not stop within %g s; going on", grace + 15)
+        if done is not None:
+            done.wait()
         if self.service is not None:
             self.service.close()
         if self.catalog is not None:
@@ -301,6 +319,56 @@ class DstpServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stop_quietly(extra: Any) -> None:
+    try:
+        extra.stop()
+    except Exception:  # noqa: BLE001 - keep stopping the rest
+        log.exception("error while stopping %r", extra)
+
+
+def grpc_options(s: Settings, cap: int) -> list[tuple[str, Any]]:
+    """Return the gRPC server's channel arguments: message sizes, and the connection limits of SECURITY.md."""
+    return [
+        ("grpc.max_send_message_length", s.grpc_max_message_bytes),
+        ("grpc.max_receive_message_length", s.grpc_max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        # The door's total: a connection over it is closed as it is accepted (the per-address cap: door_warden).
+        ("grpc.max_allowed_incoming_connections", cap),
+        # A connection without a call for this long gets a GOAWAY (an idle preface-and-SETTINGS flood ends).
+        ("grpc.max_connection_idle_ms", int(s.connection_idle_timeout_s * 1000)),
+        # The TLS handshake and the HTTP/2 preface must be done by then.
+        ("grpc.server_handshake_timeout_ms", int(s.handshake_timeout_s * 1000)),
+        # Keepalive enforcement, gRPC's defaults written out: a client pinging more often than every 5 min without
+        # a call is sent a GOAWAY after 2 strikes. No max_connection_age: a long Fetch stream must not be cut.
+        ("grpc.http2.min_ping_interval_without_data_ms", 300_000),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+
+def grpc_concurrent_rpcs(s: Settings) -> int:
+    """Return gRPC's cap on calls at once: room for every slot, every waiter of the admission queue and every
+    worker's other call, so a query is queued by admission (max_waiting, admission_wait_s), never refused
+    before it ("Concurrent RPC limit exceeded" took 37 % of 64 clients' calls at grpc_workers x 4)."""
+    return max(s.grpc_workers * 4, s.max_concurrent_queries + s.max_waiting + s.grpc_workers)
+
+
+def door_warden(name: str, s: Settings, cap: int, *, idle_s: float) -> Warden:
+    """Return the warden of a door whose server has no per-address cap (gRPC, Flight; dstp/connections.py).
+
+    It keeps the door below its total by a margin, so a flood from many addresses, trimmed from the
+    addresses holding the most, leaves room for a new client's connection.
+    """
+    per_address = door_per_address_cap(s, cap)
+    margin = max(1, min(cap // 8, per_address))
+    return Warden(name, 0, max_connections=max(1, cap - margin), max_per_address=per_address, idle_s=idle_s)
+
+
+def door_per_address_cap(s: Settings, cap: int) -> int:
+    """Return the connections one address may hold on a door of ``cap``: max_connections_per_address, and at
+    most an eighth of the cap (a server with few descriptors must not fill from two addresses)."""
+    return max(1, min(s.max_connections_per_address, max(4, cap // 8)))
 
 
 def _check_catalog_root(root: Path) -> None:

@@ -93,7 +93,8 @@ class Settings:
     )
     max_waiting: int = _setting(64, "Requests that may wait for a slot at once; more are refused at once.")
     quota_concurrent_queries: int = _setting(
-        0, "Slots one principal may hold at once (a token; all anonymous requests count as one principal); "
+        -1, "Slots one principal may hold at once (a token; anonymous requests count as one principal per source "
+        "address); -1: half of max_concurrent_queries, rounded up, so no one principal can hold every slot; "
         "0: max_concurrent_queries."
     )
     quota_bytes_per_day: int = _setting(
@@ -121,6 +122,32 @@ class Settings:
         64, "Kept data connections one source address may hold per data channel; past it that address's oldest "
         "idle one is closed."
     )
+    max_connections: int = _setting(
+        0, "Connections the gRPC door, and the Flight door, each hold at once (gRPC closes one over it as it is "
+        "accepted). 0: an eighth of the process's open-file limit (raised to its hard limit at start), at most 4,096, "
+        "so no door can take the descriptors of the others and of the files."
+    )
+    max_connections_per_address: int = _setting(
+        64, "Connections one source address may hold on the gRPC, Flight and HTTP doors, each (gRPC and Flight: at "
+        "most an eighth of max_connections too): over it, that address's newest idle ones are closed (gRPC, Flight: "
+        "within a scan, 0.1 s) or its oldest waiting for a request (HTTP)."
+    )
+    connection_idle_timeout_s: float = _setting(
+        300.0, "Seconds a gRPC or Flight connection may stay open with no call in flight and no byte sent either "
+        "way before the server closes it (clients reconnect on their next call)."
+    )
+    handshake_timeout_s: float = _setting(
+        10.0, "Seconds a new gRPC connection has for its TLS handshake and HTTP/2 preface."
+    )
+    data_max_connections: int = _setting(
+        512, "Data connections one data channel (striped, UDT) serves at once that presented a valid ticket; "
+        "connections still sending their HELLO are counted apart (data_max_pending), so a flood of them never "
+        "takes these."
+    )
+    data_max_pending: int = _setting(
+        256, "Data connections one data channel holds before their HELLO is complete (read by one thread, not one "
+        "each); at the limit the oldest of the address holding the most is closed."
+    )
     http_header_timeout_s: float = _setting(10.0, "Seconds an HTTP client has to send a request's headers.")
     http_body_timeout_s: float = _setting(30.0, "Seconds an HTTP client has to send a request's body.")
     http_max_body_bytes: int = _setting(
@@ -142,7 +169,18 @@ class Settings:
         "", "File the audit log (one JSON line per query and download) is appended to; empty: the dstp.audit "
         "logger only, which goes to the server log."
     )
+    remote_credentials: Path | None = _setting(
+        None, "JSON file of the credentials this server presents to other dstp servers, by name "
+        '({"b_reader": {"token": "dstp_…", "tls": true, "ca_file": "b.pem"}}; mode 600): a <remote '
+        'credential="b_reader"> dataset is read with that one. None, or a <remote> naming none: the other server '
+        "is asked anonymously (never with this process's $DSTP_TOKEN)."
+    )
     # -- identity and TLS (docs/security-auth.md) --
+    auth_failures_per_minute: int = _setting(
+        30, "Failed authentications (a wrong, revoked or expired token) one source address may make per minute; "
+        "past it, that address's credentials are refused unread (RESOURCE_EXHAUSTED / HTTP 429 with a retry-after) "
+        "until the minute ends. Each failure is logged with its address. 0: no limit."
+    )
     allow_anonymous: str = _setting(
         "auto", "Serve requests that carry no token: auto (only while every published dataset is plainly public: "
         "no restricted, registered or embargoed one), true, or false."
@@ -197,7 +235,7 @@ class Settings:
 
 
 #: Settings that name a file or folder (their default is None, so the type cannot be told from it).
-_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir"}
+_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir", "remote_credentials"}
 
 
 def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:

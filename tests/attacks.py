@@ -1,4 +1,4 @@
-"""The attacks of issue 13 as real clients: raw gRPC stubs, raw sockets, half-sent HTTP requests.
+"""The attacks of issues 13 and 33 as real clients: raw gRPC stubs, raw sockets, half-sent HTTP requests.
 
 Each attack runs on threads of its own until ``stop()``; ``running()`` says it still runs, so a test
 can require that a probe was answered *while* the attack went on. Sizes are kept small for CI (tens
@@ -101,9 +101,10 @@ class PlanningBomb(Attack):
 class StalledGrpcReaders(Attack):
     """``clients`` gRPC Run streams of a large result, each reading one message and then nothing."""
 
-    def __init__(self, target: str, clients: int, sql: str = "select * from ccm3") -> None:
+    def __init__(self, target: str, clients: int, sql: str = "select * from ccm3", token: str = "") -> None:
         super().__init__()
         self.sql = sql
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.started = threading.Semaphore(0)
         self.outcomes: list[str] = []
         self._channels = [grpc.insecure_channel(target) for _ in range(clients)]
@@ -112,7 +113,7 @@ class StalledGrpcReaders(Attack):
             self._spawn(self._run, pb_grpc.DstpStub(channel))
 
     def _run(self, stub: pb_grpc.DstpStub) -> None:
-        call = stub.Run(pb.QueryRequest(sql=self.sql))
+        call = stub.Run(pb.QueryRequest(sql=self.sql), metadata=self.metadata)
         self._calls.append(call)
         try:
             next(call)  # the plan: the query runs and holds a slot
@@ -215,4 +216,147 @@ class HalfSentHttpRequests(Attack):
                 with self._lock:
                     self.cut += 1
             finally:
+                sock.close()
+
+
+#: What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+class IdleHttp2Flood(Attack):
+    """From each of ``sources``, ``per_source`` connections that send the HTTP/2 preface and an empty SETTINGS
+    frame and then nothing (no token, no call), reopened when the server closes them, at most ``max_opens`` opens
+    in all (issue 33: 2 x 10,000 of them took a server to 19,999 of its 20,000 descriptors)."""
+
+    def __init__(self, endpoint: str, sources: list[str], per_source: int, max_opens: int = 5_000) -> None:
+        super().__init__()
+        self.endpoint = host_port(endpoint)
+        self.opened = 0
+        self.cut = 0
+        self.max_opens = max_opens
+        self._lock = threading.Lock()
+        for source in sources:
+            self._spawn(self._run, source, per_source)
+
+    def _open(self, source: str) -> socket.socket | None:
+        with self._lock:
+            if self.opened >= self.max_opens:
+                return None
+            self.opened += 1
+        sock = socket.socket()
+        try:
+            sock.bind((source, 0))
+            sock.connect(self.endpoint)
+            sock.sendall(HTTP2_PREFACE)
+            sock.setblocking(False)
+            return sock
+        except OSError:
+            sock.close()
+            with self._lock:
+                self.cut += 1
+            return None
+
+    def _run(self, source: str, count: int) -> None:
+        held: list[socket.socket] = []
+        try:
+            while not self._stop.is_set():
+                while len(held) < count and not self._stop.is_set():
+                    sock = self._open(source)
+                    if sock is None:
+                        break
+                    held.append(sock)
+                self._stop.wait(0.05)
+                alive = []
+                for sock in held:  # whatever the server sends is read and dropped; a close is counted
+                    try:
+                        while sock.recv(65536):
+                            pass
+                        sock.close()
+                        with self._lock:
+                            self.cut += 1
+                    except BlockingIOError:
+                        alive.append(sock)
+                    except OSError:
+                        sock.close()
+                        with self._lock:
+                            self.cut += 1
+                held = alive
+        finally:
+            for sock in held:
+                sock.close()
+
+
+class TokenGuessing(Attack):
+    """Guesses API tokens over one gRPC connection, ``attempts`` times; collects the status codes."""
+
+    def __init__(self, target: str, attempts: int) -> None:
+        super().__init__()
+        self.codes: list[grpc.StatusCode] = []
+        self.details: list[str] = []
+        self._channel = grpc.insecure_channel(target)
+        stub = pb_grpc.DstpStub(self._channel)
+        for i in range(attempts):
+            try:
+                stub.ListDatasets(pb.ListDatasetsRequest(), metadata=(("authorization", f"Bearer dstp_guess{i:08d}"),))
+                self.codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as exc:
+                self.codes.append(exc.code())
+                self.details.append(exc.details() or "")
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class PendingHelloFlood(Attack):
+    """From each of ``sources``, ``per_source`` data connections that send nothing (pending HELLOs), reopened
+    when cut, at most ``max_opens`` opens in all (issue 33: 32 addresses x 16 reached the data port's cap)."""
+
+    def __init__(self, endpoint: str, sources: list[str], per_source: int, max_opens: int = 5_000) -> None:
+        super().__init__()
+        self.endpoint = host_port(endpoint)
+        self.opened = 0
+        self.cut = 0
+        self.max_opens = max_opens
+        self._lock = threading.Lock()
+        for source in sources:
+            self._spawn(self._run, source, per_source)
+
+    def _run(self, source: str, count: int) -> None:
+        held: list[socket.socket] = []
+        try:
+            while not self._stop.is_set():
+                while len(held) < count and not self._stop.is_set():
+                    with self._lock:
+                        if self.opened >= self.max_opens:
+                            break
+                        self.opened += 1
+                    sock = socket.socket()
+                    try:
+                        sock.bind((source, 0))
+                        sock.connect(self.endpoint)
+                        sock.sendall(b"DSTP")  # the start of a header, and never the rest
+                        sock.setblocking(False)
+                        held.append(sock)
+                    except OSError:
+                        sock.close()
+                        with self._lock:
+                            self.cut += 1
+                self._stop.wait(0.05)
+                alive = []
+                for sock in held:
+                    try:
+                        while sock.recv(65536):
+                            pass
+                        sock.close()
+                        with self._lock:
+                            self.cut += 1
+                    except BlockingIOError:
+                        alive.append(sock)
+                    except OSError:
+                        sock.close()
+                        with self._lock:
+                            self.cut += 1
+                held = alive
+        finally:
+            for sock in held:
                 sock.close()

@@ -16,6 +16,16 @@ a new one beyond that closes that address's oldest, so a flood from one host
 cannot lock out the transfers of others (nor a fast client behind the same
 address, whose HELLO is done in a round trip).
 
+TCP connections are read by one thread until their HELLO is whole
+(:class:`~dstp.transport.hellos.HelloReader`: ``max_pending`` of them at most,
+the oldest of the biggest holder closed beyond that), and kept connections
+wait there for their next HELLO: neither costs a thread. Only a whole HELLO
+takes one of the ``max_connections`` slots (and a thread, for its transfer),
+so a flood of unfinished HELLOs from many addresses never takes the capacity
+of the clients that present a ticket. Connections a selector cannot watch
+(UDT, in-memory) still have a thread each from their arrival, within
+``max_connections``.
+
 Every HELLO proves it comes from the client the ticket was issued to: its
 ``proof`` is an HMAC over the ticket, the stripe, an ``attempt`` number and
 ``acked``, keyed from the ticket key only that client received
@@ -62,6 +72,7 @@ from dstp.transport.frames import (
     recv_payload,
     send_frame,
 )
+from dstp.transport.hellos import HelloReader, selectable
 from dstp.transport.sources import MessageSource
 from dstp.transport.tickets import check_proof, hello_proof, seal_key
 from dstp.transport.transfer import Transfer
@@ -191,6 +202,7 @@ class DataChannelServer:
         idle_timeout: float = 120.0,
         max_idle_connections: int = 256,
         max_idle_per_address: int = 64,
+        max_pending: int = 256,
     ) -> None:
         self.kind = kind
         #: Whether transfers are sealed (AES-256-GCM): the offers of this channel say cipher "aes-256-gcm".
@@ -205,8 +217,12 @@ class DataChannelServer:
         self._slots = threading.BoundedSemaphore(max_connections)
         # Connections still in their HELLO: conn -> (source address, clock time it arrived), oldest first.
         self._pending: dict[Conn, tuple[str, float]] = {}
-        self.hello_timeouts = 0
-        self.evicted = 0
+        self._hello_timeouts = 0
+        self._evicted = 0
+        #: TCP connections until their HELLO is whole, and kept ones between transfers: one thread for all.
+        self._hellos = HelloReader(kind, on_hello=self._hello_arrived, on_wake=self._idle_woke,
+                                   on_gone=self._idle_gone, hello_timeout=hello_timeout, max_pending=max_pending,
+                                   max_pending_per_address=max_pending_per_address, timer=timer)
         self._transfers: dict[bytes, Transfer] = {}
         #: Transfers that ended cleanly, by ticket, with when (timer): a stripe whose HELLO was still on its
         #: way is kept rather than refused, for as long as a HELLO may wait (hello_timeout + HELLO_GRACE_S).
@@ -230,7 +246,23 @@ class DataChannelServer:
     def endpoint(self) -> str:
         return self.listener.endpoint
 
+    @property
+    def evicted(self) -> int:
+        """Connections closed before their HELLO was whole because their address (or all) had too many."""
+        return self._evicted + self._hellos.evicted
+
+    @property
+    def hello_timeouts(self) -> int:
+        """Connections refused because their HELLO was not whole within hello_timeout."""
+        return self._hello_timeouts + self._hellos.hello_timeouts
+
+    def pending(self) -> int:
+        """Return how many connections are still sending their HELLO."""
+        with self._lock:
+            return len(self._pending) + self._hellos.pending()
+
     def start(self) -> None:
+        self._hellos.start()
         for target, name in ((self._accept_loop, "accept"), (self._janitor, "janitor")):
             t = threading.Thread(target=target, name=f"dstp-{self.kind}-{name}", daemon=True)
             t.start()
@@ -244,7 +276,9 @@ class DataChannelServer:
             idle = list(self._idle)
             self._idle.clear()
         for conn in idle:
-            conn.close()
+            if selectable(conn) is None:
+                conn.close()
+        self._hellos.stop()  # closes what it watches: unfinished HELLOs, kept connections
         for t in transfers:
             t.abandon("server stopping")
         for t in self._threads:
@@ -261,13 +295,48 @@ class DataChannelServer:
                 log.warning("%s channel: accept failed: %s", self.kind, exc)
                 self._stopped.wait(0.5)
                 continue
+            self.accepted += 1
+            if selectable(conn) is not None:
+                self._hellos.add(conn, peer)  # no thread, no slot until its HELLO is whole
+                continue
             if not self._slots.acquire(blocking=False):
                 self._refuse(conn, TransportError("the server has too many data connections; try again"))
                 continue
-            self.accepted += 1
             self._admit_pending(conn, peer)
             threading.Thread(target=self._handle, args=(conn, peer), name=f"dstp-{self.kind}-conn",
                              daemon=True).start()
+
+    def _hello_arrived(self, conn: Conn, peer: str, hello: bytes) -> None:
+        """A TCP connection's HELLO is whole (on the HELLO reader's thread): give it a slot and a thread."""
+        if not self._slots.acquire(blocking=False):
+            self._hellos.refuse(conn, peer, TransportError("the server has too many data connections; try again"))
+            return
+        threading.Thread(target=self._handle, args=(conn, peer, hello), name=f"dstp-{self.kind}-conn",
+                         daemon=True).start()
+
+    def _idle_woke(self, conn: Conn) -> bool:
+        """A kept connection's next HELLO began: return whether it was still kept (then it is no longer idle)."""
+        with self._lock:
+            kept = self._idle.pop(conn, None) is not None
+        if kept:
+            self.reused += 1
+        return kept
+
+    def _idle_gone(self, conn: Conn) -> None:
+        with self._lock:
+            self._idle.pop(conn, None)
+
+    def _close_idle(self, conn: Conn) -> None:
+        """Close a kept connection (expired, over a cap): through the HELLO reader if it watches it."""
+        sock = selectable(conn)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # the client sees it closed now; the reader releases it
+            except OSError:
+                pass
+            self._hellos.drop(conn)
+        else:
+            conn.close()  # its thread wakes from its idle wait and ends
 
     def _admit_pending(self, conn: Conn, peer: str) -> None:
         """Track a connection until its HELLO is done; at its address's cap, close that address's oldest."""
@@ -279,7 +348,7 @@ class DataChannelServer:
                 del self._pending[oldest]
             self._pending[conn] = (address, self.timer())
         if oldest is not None:
-            self.evicted += 1
+            self._evicted += 1
             oldest.close()  # its handshake thread wakes, refuses it and frees its slot
 
     def _hello_done(self, conn: Conn) -> None:
@@ -299,11 +368,13 @@ class DataChannelServer:
             pass
         getattr(conn, "close_after_error", conn.close)()
 
-    def _handle(self, conn: Conn, peer: str) -> None:
+    def _handle(self, conn: Conn, peer: str, first: bytes = b"") -> None:
         try:
-            first = b""
             while True:
                 if not self._serve_one(conn, peer, first):
+                    return
+                if selectable(conn) is not None:
+                    self._hellos.add_idle(conn, peer)  # its next HELLO is awaited there, without this thread
                     return
                 first = self._idle_wait(conn, peer)  # the first bytes of its next HELLO
                 if not first:
@@ -363,7 +434,7 @@ class DataChannelServer:
                 del self._idle[c]
         for c in over:
             self.idle_evicted += 1
-            c.close()  # its thread wakes from its idle wait and ends
+            self._close_idle(c)
 
     def _idle_wait(self, conn: Conn, peer: str) -> bytes:
         """Wait on a kept connection for its next HELLO; return its first bytes, or b"" when it is over.
@@ -396,7 +467,7 @@ class DataChannelServer:
                 del self._idle[conn]
         for conn in stale:
             self.idle_expired += 1
-            conn.close()
+            self._close_idle(conn)
         return len(stale)
 
     # -- the HELLO ----------------------------------------------------------------------
@@ -501,7 +572,7 @@ class DataChannelServer:
                                if elapsed - since > self.hello_timeout + HELLO_GRACE_S]:
                     del self._finished[ticket]
             for conn in late:  # a HELLO trickled in byte by byte still has one deadline
-                self.hello_timeouts += 1
+                self._hello_timeouts += 1
                 _wake(conn)
             self.expire_idle()
             for t in transfers:

@@ -15,6 +15,7 @@ resumed by moving ``OUT`` to the partial name first.)
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -28,12 +29,16 @@ from dstp.errors import IntegrityError, ProtocolError
 from dstp.transport import native
 from dstp.transport.crc import combine, crc32c
 
-__all__ = ["Block", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "split_ranges",
+__all__ = ["Block", "DiskWriteError", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "split_ranges",
            "subtract_ranges"]
 
 CHECKSUM_CHUNK = 64 * 2**20
 STATE_SUFFIX = ".dstp-partial"
 PARTIAL_SUFFIX = STATE_SUFFIX + ".data"
+
+
+class DiskWriteError(OSError):
+    """The download's own disk failed it (full, over quota, read-only): said once, naming the folder."""
 
 
 def partial_path(out: Path) -> Path:
@@ -200,17 +205,45 @@ class FileSink:
         state = {"dataset": r.dataset, "file": r.name, "size": r.size, "mtime_ns": r.mtime_ns,
                  "offset": r.offset, "length": r.length, "crc32c": r.crc32c, "done": self.done}
         tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self.state_path)
+        try:
+            tmp.write_text(json.dumps(state))
+            tmp.replace(self.state_path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # never a half-written state beside the download
+            raise self._disk_error(exc) from None
 
     # -- writing ------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create or reuse the partial file at its final size."""
+        """Create or reuse the partial file at its final size (OSError naming the disk if it cannot hold it)."""
         self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._check_space()
         self._fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size != self.remote.length:
             os.ftruncate(self._fd, self.remote.length)
+
+    def _check_space(self) -> None:
+        """Refuse a download the disk of ``out`` has no room for, before a byte is fetched (the partial file is
+        sparse: it would fail half-way, on every stripe at once)."""
+        try:
+            have = os.stat(self.partial).st_blocks * 512
+        except OSError:
+            have = 0
+        needed = self.remote.length - sum(e - s for s, e in self.done) - min(have, self.remote.length)
+        disk = os.statvfs(self.out.parent)
+        free = disk.f_bavail * disk.f_frsize
+        if needed > free:
+            raise DiskWriteError(errno.ENOSPC, f"not enough space on the disk of {self.out.parent} for {self.out.name}: "
+                                        f"{needed:,} bytes needed, {free:,} free; free some, or download to "
+                                        "another folder (-o)")
+
+    def _disk_error(self, exc: OSError) -> DiskWriteError:
+        """Return ``exc`` as one error that names the disk and what to do."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskWriteError(exc.errno, f"the disk of {self.out.parent} is full ({exc.strerror}) while writing "
+                                      f"{self.out.name}: free space there and run the same command again (it resumes "
+                                      f"from {self.partial.name}), or download to another folder (-o)")
+        return DiskWriteError(exc.errno, f"cannot write {self.partial}: {exc.strerror or exc}")
 
     def _check_range(self, sequence: int, offset: int, length: int) -> int:
         start = offset - self.remote.offset
@@ -237,8 +270,11 @@ class FileSink:
         start = self._check_range(sequence, offset, payload.nbytes)
         assert self._fd is not None
         written = 0
-        while written < payload.nbytes:
-            written += os.pwrite(self._fd, payload[written:], start + written)
+        try:
+            while written < payload.nbytes:
+                written += os.pwrite(self._fd, payload[written:], start + written)
+        except OSError as exc:
+            raise self._disk_error(exc) from None
         return Block(offset, payload.nbytes, crc)
 
     def block_done(self, block: Block) -> None:

@@ -42,6 +42,7 @@ from dstp.errors import (
     error_from_status,
 )
 from dstp.transport import native
+from dstp.transport.files import DiskWriteError
 from dstp.transport.codec import TransferSummary
 from dstp.transport.frames import (
     CIPHERS,
@@ -150,7 +151,8 @@ class StripedReceiver:
         self._pending: dict[int, Any] = {}
         self._next = 0
         self._end_seq: int | None = None
-        self._error: DstpError | None = None
+        #: What ends the transfer for the caller: a DstpError, or the OSError of a sink that cannot write (a full disk).
+        self._error: DstpError | DiskWriteError | None = None
         self._live: dict[int, Conn] = {}
         self._send_locks = {i: threading.Lock() for i in range(self.streams)}
         self._finished = False
@@ -250,6 +252,9 @@ class StripedReceiver:
                     self._release(stripe, conn)
                 return  # clean end: transfer complete
             except _Fatal:
+                return
+            except DiskWriteError as exc:  # the sink cannot write (a full disk): the transfer ends, once, with it
+                self._fail(exc)
                 return
             except DstpError as exc:
                 with self._cond:
@@ -398,7 +403,7 @@ class StripedReceiver:
             parts.append(f"stripe {stripe}: {', '.join(state)}")
         return "; ".join(parts)
 
-    def _fail(self, error: DstpError) -> None:
+    def _fail(self, error: DstpError | DiskWriteError) -> None:
         with self._cond:
             if self._error is None and not self._finished:
                 self._error = error

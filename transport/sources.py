@@ -56,6 +56,12 @@ class Pace(Protocol):
     def on_stall(self, abort: Callable[[DstpError], None]) -> None:
         """Run ``abort(error)`` if the consumer is declared stalled (or the time limit passes meanwhile)."""
 
+    def count_delivery(self) -> None:
+        """From now on, what is counted as sent is what the consumer took (``taken``), not what was produced."""
+
+    def taken(self, rows: int, nbytes: int) -> None:
+        """The consumer took (the channel finished handing over) ``rows`` records of ``nbytes`` Arrow bytes."""
+
 
 class _Unwatched:
     """The pace of a source nobody watches (sources made outside a service, in tests and benchmarks)."""
@@ -70,6 +76,12 @@ class _Unwatched:
         pass
 
     def on_stall(self, abort: Callable[[DstpError], None]) -> None:
+        pass
+
+    def count_delivery(self) -> None:
+        pass
+
+    def taken(self, rows: int, nbytes: int) -> None:
         pass
 
 
@@ -134,6 +146,7 @@ class QuerySource:
 
     def messages(self) -> Iterator[tuple[Any, int]]:
         pace = self.pace
+        pace.count_delivery()  # a message counts as sent once the channel asks for the next one
         schema = self.encoder.schema_message()
         pace.blocked()
         yield IpcMessage((schema,), schema.size), 0
@@ -143,6 +156,7 @@ class QuerySource:
             pace.blocked()  # until the channel takes it: a reader that stops reading leaves it here
             yield message, 0
             pace.unblocked()
+            pace.taken(batch.num_rows, batch.nbytes)
 
     def summary(self) -> TransferSummary:
         return query_transfer_summary(self.execution.summary)

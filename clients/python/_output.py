@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from dstp.client._stream import QueryStream
 
 __all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "csv_truncation_line", "partial_name",
-           "save_result", "preview_text", "truncation_metadata", "write_netcdf"]
+           "preview_text", "remove_stale_partials", "save_result", "truncation_metadata", "write_netcdf"]
 
 #: What ``save_result`` writes, by file extension.
 FILE_FORMATS = {".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".parquet": "parquet", ".csv": "csv",
@@ -204,6 +204,38 @@ def partial_name(out: Path) -> Path:
     return out.with_name(f".{out.name}.dstp-partial-{os.getpid()}")
 
 
+def remove_stale_partials(out: Path) -> list[Path]:
+    """Remove the temporary files of earlier saves to ``out`` whose process is gone (killed before it could
+    clean up); return them. A file of a process still running (another save of the same name) is kept."""
+    removed = []
+    prefix = f".{out.name}.dstp-partial-"
+    try:
+        names = [p for p in out.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return []
+    for path in names:
+        pid = path.name[len(prefix):]
+        if not pid.isdigit() or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Return whether process ``pid`` exists (a pid reused by another process counts: the file is kept)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, another user's
+        return True
+    return True
+
+
 def _write(stream: QueryStream, path: Path, kind: str, check: Callable[[], str | None],
            time_units: Mapping[str, str] | None) -> int:
     """Write the stream's records to ``path`` as ``kind``; ``check()`` runs once they are all in
@@ -310,6 +342,7 @@ def save_result(stream: QueryStream, out: str | os.PathLike[str], *, allow_trunc
             raise err
         return reason
 
+    remove_stale_partials(out)  # a killed save of the same file left one: it would stay, hidden, forever
     partial = partial_name(out)
     try:
         rows = _write(stream, partial, kind, check, time_units)

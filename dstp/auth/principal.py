@@ -28,11 +28,21 @@ class Principal:
     credential: str = ""
     #: When the credential stops being valid (a JWT's ``exp``, a token's expiry; seconds since 1970), or None.
     expires: float | None = None
+    #: The address the request came from (set for anonymous requests by each door): anonymous callers get
+    #: one fair share per address (``share_key``), not one share for all of them together.
+    source: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
         """Return the stable identity tickets are bound to (and quotas counted by): one per credential."""
         return f"{self.via}:{self.credential}" if self.authenticated else "anonymous"
+
+    @property
+    def share_key(self) -> str:
+        """Return what slots and quotas are counted by: the credential, or for anonymous requests the address."""
+        if self.authenticated or not self.source:
+            return self.key
+        return f"anonymous@{self.source}"
 
     def describe(self) -> str:
         """Return the principal as a person reads it: ``alice (polar, admins)``, ``anonymous``."""

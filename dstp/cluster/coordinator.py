@@ -421,7 +421,7 @@ class Coordinator:
         labels = [f"{label}.p{s.index}" for s in specs]
         s = self.settings
         stream = within_limits(prepared, s.max_result_rows, s.max_result_bytes)
-        slot = service.admission.acquire(principal.key, "queries", query_id)
+        slot = service.admission.acquire(principal.share_key, "queries", query_id)
         futures: list[Any] = []
         try:
             futures = [self._submit(labels[i], sql, p.spec, compression, list(p.workers),

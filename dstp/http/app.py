@@ -271,10 +271,14 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)
 
-    async def refuse(scope: Any, receive: Any, send: Any, err: AuthenticationError) -> None:
-        """Answer a request whose credential was refused: the login page for a browser, else 401 JSON."""
+    async def refuse(scope: Any, receive: Any, send: Any, err: DstpError) -> None:
+        """Answer a request whose credential was refused: the login page for a browser, else 401 JSON (429 when
+        its address failed to authenticate too often)."""
         request = Request(scope, receive)
         response = error_response(request, err)
+        if not isinstance(err, AuthenticationError):
+            await response(scope, receive, send)
+            return
         if isinstance(response, HTMLResponse):
             response = login_page(request, ANONYMOUS, err.message, status=401)
         response.headers["WWW-Authenticate"] = 'Bearer realm="dstp"'

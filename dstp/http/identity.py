@@ -23,14 +23,14 @@ from typing import Any, Awaitable, Callable
 import anyio
 
 from dstp.auth import ANONYMOUS, SESSION_COOKIE, Authenticator, Principal, SessionStore
-from dstp.errors import AuthenticationError
+from dstp.errors import AuthenticationError, DstpError, LimitExceededError
 
 __all__ = ["OPEN_PATHS", "Identify", "header", "session_id"]
 
 #: Paths that answer whatever the credential (prefixes).
 OPEN_PATHS = ("/login", "/logout", "/static/")
 
-Refuse = Callable[[Any, Any, Any, AuthenticationError], Awaitable[None]]
+Refuse = Callable[[Any, Any, Any, DstpError], Awaitable[None]]
 
 
 def header(scope: Any, name: bytes) -> str | None:
@@ -77,11 +77,16 @@ class Identify:
             await self.app(scope, receive, send)
             return
         authorization = self.credential(scope)
+        client = scope.get("client")
+        source = str(client[0]) if client else ""  # failed logins counted, anonymous shares kept, per address
         try:
             if authorization is None:
-                principal: Principal = self.authenticator.authenticate(None)
+                principal: Principal = self.authenticator.authenticate(None, source)
             else:  # a token store read or a JWKS fetch: off the event loop
-                principal = await anyio.to_thread.run_sync(self.authenticator.authenticate, authorization)
+                principal = await anyio.to_thread.run_sync(self.authenticator.authenticate, authorization, source)
+        except LimitExceededError as exc:  # too many failed authentications from this address
+            await self.refuse(scope, receive, send, exc)
+            return
         except AuthenticationError as exc:
             if not str(scope.get("path", "")).startswith(OPEN_PATHS):
                 await self.refuse(scope, receive, send, exc)

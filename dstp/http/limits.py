@@ -10,9 +10,11 @@ for a minute. :func:`guarded_protocol` returns uvicorn's h11 protocol with
   one is closed. Deadlines are measured by the server's monotonic ``clock``
   (never the wall clock: a step of it would cut every connection) and checked
   every ``SWEEP_S`` seconds, so a test advances the clock instead of sleeping;
-* a **connection cap** (``http_max_connections``): a new connection over the
-  cap closes the oldest one still waiting for its request, or, if every
-  connection is busy with a response, is answered 503 and closed;
+* a **connection cap** (``http_max_connections``) and a **cap per source
+  address** (``max_connections_per_address``): a new connection over either
+  closes the oldest one (of its address, or of all) still waiting for its
+  request, or, if every such connection is busy with a response, is answered
+  503 and closed;
 * a **request head cap** (:attr:`HttpLimits.max_head_bytes`: the request line
   and headers together, sized so a GET URL holds a query of ``max_sql_length``
   characters however they percent-encode). A request over it is answered
@@ -100,6 +102,7 @@ class HttpLimits:
     allowed_hosts: tuple[str, ...] = ("*",)
     clock: Callable[[], float] = time.monotonic
     max_sql_length: int = 16_384
+    max_per_address: int = 64
 
     @property
     def max_head_bytes(self) -> int:
@@ -110,7 +113,7 @@ class HttpLimits:
     def from_settings(cls, settings: Any, clock: Callable[[], float] = time.monotonic) -> "HttpLimits":
         return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.http_max_body_bytes,
                    settings.http_max_connections, allowed_hosts(settings.allowed_hosts, settings.host), clock,
-                   settings.max_sql_length)
+                   settings.max_sql_length, settings.max_connections_per_address)
 
 
 def allowed_hosts(configured: tuple[str, ...], listen_host: str) -> tuple[str, ...]:
@@ -182,6 +185,7 @@ class _Sweeper:
     def __init__(self, limits: HttpLimits) -> None:
         self.limits = limits
         self.connections: dict[H11Protocol, tuple[Any, float]] = {}  # protocol -> (h11 state, since)
+        self.addresses: dict[H11Protocol, str] = {}  # protocol -> the client's address
         self._armed = False
         self.closed_for_timeout = 0
         self.evicted = 0
@@ -189,21 +193,33 @@ class _Sweeper:
         self.sweeps = 0
 
     def opened(self, protocol: H11Protocol) -> bool:
-        """Track a new connection; return False if it must be refused (cap reached, nothing to evict)."""
+        """Track a new connection; return False if it must be refused (a cap reached, nothing to evict).
+
+        Over its address's cap, a connection closes that address's oldest one still waiting for a request;
+        over the total, the oldest such of any address.
+        """
         now = self.limits.clock()
-        if len(self.connections) >= self.limits.max_connections:
-            waiting = [(since, p) for p, (state, since) in self.connections.items() if state is h11.IDLE]
+        address = _address(protocol)
+        same = [p for p in self.connections if self.addresses.get(p) == address]
+        for crowd, cap in ((same, self.limits.max_per_address), (list(self.connections), self.limits.max_connections)):
+            if len(crowd) < cap:
+                continue
+            waiting = [(self.connections[p][1], p) for p in crowd if self.connections[p][0] is h11.IDLE]
             if not waiting:
                 return False
             _, oldest = min(waiting, key=lambda item: item[0])
             self.evicted += 1
             self._close(oldest)
+            if crowd is same:
+                break  # one closed: under both caps again
         self.connections[protocol] = (protocol.conn.their_state, now)
+        self.addresses[protocol] = address
         self._arm(protocol.loop)
         return True
 
     def closed(self, protocol: H11Protocol) -> None:
         self.connections.pop(protocol, None)
+        self.addresses.pop(protocol, None)
 
     def update(self, protocol: H11Protocol) -> None:
         """Note the phase a connection is in after it received data or finished a response."""
@@ -237,9 +253,17 @@ class _Sweeper:
 
     def _close(self, protocol: H11Protocol) -> None:
         self.connections.pop(protocol, None)
+        self.addresses.pop(protocol, None)
         transport = protocol.transport
         if transport is not None and not transport.is_closing():
             transport.abort()  # nothing of ours is pending on a connection still sending its request
+
+
+def _address(protocol: H11Protocol) -> str:
+    """Return the address a connection comes from ("" when the transport cannot tell)."""
+    transport = protocol.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def guarded_protocol(limits: HttpLimits) -> tuple[type[H11Protocol], _Sweeper]:

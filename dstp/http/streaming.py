@@ -70,6 +70,7 @@ class ResultStream:
         self._lock = threading.Lock()
         self._done = False
         self._first = b""
+        self._taken = (0, 0)  # rows and Arrow bytes of the chunk last produced, counted once it is handed over
 
     def _step(self) -> bytes | None:
         """Return the next chunk (blocking), or None after the last."""
@@ -89,8 +90,10 @@ class ResultStream:
                 self._done = True
                 self._batches.close()  # stops the scan now; the rest is never read
                 self.rows += batch.num_rows
+                self._taken = (batch.num_rows, batch.nbytes)
                 return self._encoder.encode(batch) + self._encoder.end()
             self.rows += batch.num_rows
+            self._taken = (batch.num_rows, batch.nbytes)
             return self._encoder.encode(batch)
 
     async def _next(self) -> bytes | None:
@@ -107,10 +110,13 @@ class ResultStream:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pace = self.execution.slot
+        pace.count_delivery()  # the audit counts what was handed to the client's connection, not what was made
         if self._first:
+            taken, self._taken = self._taken, (0, 0)
             pace.blocked()
             yield self._first
             pace.unblocked()
+            pace.taken(*taken)
         while True:
             try:
                 chunk = await self._next()
@@ -125,9 +131,11 @@ class ResultStream:
             if chunk is None:
                 return
             if chunk:
+                taken, self._taken = self._taken, (0, 0)
                 pace.blocked()  # until the server has handed it to the client's connection
                 yield chunk
                 pace.unblocked()
+                pace.taken(*taken)
 
     def _close(self) -> None:
         if not self._done:

@@ -72,7 +72,7 @@ class RemoteScan:
             raise QueryError(f"{self.dataset.id} is served by {self.dataset.server}, which this server cannot reach")
         self.counter.queries.append(self.sql)
         try:
-            stream = source.stream(self.dataset.server, self.sql, self.dataset.token, self.cancel)
+            stream = source.stream(self.dataset.server, self.sql, self.dataset.credential, self.cancel)
         except BaseException as exc:  # refused before any record: kept, so the query reports the server's words
             if self.error is None:
                 self.error = exc

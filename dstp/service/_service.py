@@ -194,7 +194,7 @@ class DstpService:
 
     def usage(self, principal: Principal = ANONYMOUS) -> Usage:
         """Return what ``principal`` runs now and fetched today, against its quotas."""
-        return self.admission.usage(principal.key, principal.name)
+        return self.admission.usage(principal.share_key, principal.name)
 
     def cancel_all(self) -> None:
         """Interrupt every running query (server shutdown)."""

@@ -84,6 +84,11 @@ class Slot:
         self._aborts: list[Abort] = []
         self._freed = False
         self._released = False
+        #: Records and Arrow bytes the consumer took, when it says so (``count_delivery``): what the audit log
+        #: and the day's quota count — a stalled reader's last batch, produced but never taken, is not.
+        self.counts_delivery = False
+        self.delivered_rows = 0
+        self.delivered_bytes = 0
 
     # -- the producer's view of its consumer ------------------------------------------------
 
@@ -100,6 +105,15 @@ class Slot:
         """The consumer took something but the producer still waits (an ACK): restart the stall timer."""
         if self._blocked_since is not None:
             self._blocked_since = self._admission.clock()
+
+    def count_delivery(self) -> None:
+        """Count what the consumer takes (``taken``) as what was sent, rather than what was produced."""
+        self.counts_delivery = True
+
+    def taken(self, rows: int, nbytes: int) -> None:
+        """The consumer took ``rows`` records of ``nbytes`` Arrow bytes."""
+        self.delivered_rows += rows
+        self.delivered_bytes += nbytes
 
     def on_stall(self, abort: Abort) -> None:
         """Run ``abort(error)`` if the slot is reclaimed (at once if it already was)."""
@@ -189,15 +203,18 @@ class Admission:
                 raise self._refusal(key, what, cap, waited=False)
             waiter = _Waiter(key, what, label)
             self._queue.append(waiter)
-            deadline = time.monotonic() + self.wait_s
-            while waiter.slot is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+        deadline = time.monotonic() + self.wait_s
+        # Each waiter sleeps on its own event, set when a slot is handed to it: a freed slot wakes one thread,
+        # not every waiter (64 waiting clients woke 64 threads per slot, and the 2 cores went to the GIL).
+        while True:
+            waiter.done.wait(max(0.0, deadline - time.monotonic()))
+            with self._cond:
+                if waiter.slot is not None:
+                    return waiter.slot
+                if time.monotonic() >= deadline:
                     self._queue.remove(waiter)
                     self._dispatch()
                     raise self._refusal(key, what, cap, waited=True)
-                self._cond.wait(remaining)
-            return waiter.slot
 
     def _grant(self, key: str, what: str, label: str) -> Slot:
         slot = Slot(self, key, what, label, self.clock())
@@ -215,9 +232,10 @@ class Admission:
             waiter = min(eligible, key=lambda w: self._held_by[w.key])  # min() keeps the earliest of equals
             self._queue.remove(waiter)
             waiter.slot = self._grant(waiter.key, waiter.what, waiter.label)
+            waiter.done.set()
             granted = True
         if granted:
-            self._cond.notify_all()
+            self._cond.notify_all()  # wait_idle() and friends; waiters sleep on their own event
 
     def _refusal(self, key: str, what: str, cap: int, *, waited: bool) -> LimitExceededError:
         retry = min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, math.ceil(self._hold_seconds)))

@@ -131,7 +131,7 @@ class Files:
                cancel: threading.Event | None = None, principal: Principal = ANONYMOUS,
                channel: str = "") -> FileSource:
         """Return the blocks of a redeemed file request, holding a slot until the source is closed."""
-        slot = self.admission.acquire(principal.key, "transfers", label)
+        slot = self.admission.acquire(principal.share_key, "transfers", label)
         handles = self.catalog.get(request.dataset_id).handles if request.dataset_id else None
 
         def opener(path: Path) -> BinaryIO:
@@ -163,7 +163,7 @@ class Files:
         with self._lock:
             if key in self._checksums:
                 return self._checksums[key]
-        slot = self.admission.acquire(principal.key, "transfers", f"checksum of {path.name}")
+        slot = self.admission.acquire(principal.share_key, "transfers", f"checksum of {path.name}")
         try:
             here = Path(f"/proc/self/fd/{fd}")  # exactly the file checked, whatever the path names now
             value = crc32c_of_file(here if here.exists() else path, offset, length)

@@ -121,7 +121,7 @@ class Execution:
         #: The engine's run (kept for adapters written before ``plan``/``settings``; use those).
         self.execution = run
         #: The slot it holds: producers mark on it when they wait on the reader (a stalled one loses it).
-        self.slot = slot if slot is not None else admission.acquire(handle.principal.key, "queries", handle.query_id)
+        self.slot = slot if slot is not None else admission.acquire(handle.principal.share_key, "queries", handle.query_id)
         self.slot.deadline = self.slot.started + run.settings.query_time_limit_s
         self.slot.on_stall(lambda error: self.cancel.set())
         self.channel = channel
@@ -185,13 +185,17 @@ class Execution:
             self._released = True
             self._admission.unregister(self.query_id)
             summary = self.summary
-            self.slot.release(summary.bytes)
+            slot = self.slot
+            # What the client's channel took, when it counts that (a stalled reader never took its last batch).
+            rows, sent = (slot.delivered_rows, slot.delivered_bytes) if slot.counts_delivery else \
+                (summary.rows, summary.bytes)
+            slot.release(sent)
             if self._audit is not None:
                 handle = self.handle
                 self._audit.record("query", self.query_id, principal=handle.principal.name,
                                    credential=handle.principal.key, channel=self.channel,
                                    datasets=_dataset_ids(handle.prepared), outcome=self.outcome,
-                                   rows=summary.rows, sent=summary.bytes,
+                                   rows=rows, sent=sent,
                                    seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql)
 
 
@@ -225,7 +229,7 @@ class Queries:
     def _admit(self, principal: Principal, query_id: str, sql: str, channel: str) -> Slot:
         """Return a slot for planning or running ``sql``, taken before anything is parsed; a refusal is audited."""
         try:
-            return self.admission.acquire(principal.key, "queries", query_id)
+            return self.admission.acquire(principal.share_key, "queries", query_id)
         except DstpError as exc:
             self._audit_failure(principal, query_id, sql, channel, exc)
             raise

@@ -1,7 +1,7 @@
 """Quotas: what one principal may use — slots at once, bytes per UTC day — and what it has used.
 
-A principal is counted by its key (``Principal.key``: one per token; every
-anonymous request shares ``"anonymous"``). Admission asks :meth:`Quotas.concurrency`
+A principal is counted by its share key (``Principal.share_key``: one per token;
+anonymous requests one per source address, ``"anonymous@127.0.0.1"``). Admission asks :meth:`Quotas.concurrency`
 how many slots a key may hold and :meth:`Quotas.check_bytes` before it grants
 one; a finished transfer adds what it sent (:meth:`Quotas.add_bytes`). Usage
 is kept in memory from the server's start and resets at 00:00 UTC; a user sees
@@ -24,7 +24,8 @@ DAY_SECONDS = 86_400.0
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What one principal may use; 0 means no limit of the principal's own."""
+    """What one principal may use; 0 means no limit of the principal's own (for concurrent queries, -1: half
+    the server's slots, rounded up — so one principal never holds every slot)."""
 
     concurrent_queries: int = 0
     bytes_per_day: int = 0
@@ -73,6 +74,8 @@ class Quotas:
     def concurrency(self, key: str) -> int:
         """Return how many slots ``key`` may hold at once."""
         own = self.quota(key).concurrent_queries
+        if own < 0:
+            return max(1, -(-self.server_slots // 2))
         return min(own, self.server_slots) if own > 0 else self.server_slots
 
     def bytes_today(self, key: str) -> int:

@@ -21,7 +21,7 @@ import pytest
 import dstp
 from attacks import HalfSentHttpRequests, PlanningBomb, StalledGrpcReaders, TricklingHellos, planning_bomb
 from clock import Clock
-from dstp.auth import TokenStore
+from dstp.auth import Principal, TokenStore
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
@@ -249,8 +249,8 @@ def test_a_second_clients_tiny_query_is_answered_while_every_attack_runs(ccm3_on
                 r = answered_within(PROBE_DEADLINE_S, lambda: http.get("/query", params={"sql": TINY}))
                 assert r.status_code == 200 and r.text.count("\n") == 4
         assert all(a.running() for a in attacks), "an attack ended before the probes did"
-        usage = srv.service.usage()
-        assert usage.running <= 2  # anonymous never held more than its quota
+        usage = srv.service.usage(Principal("anonymous", source="127.0.0.1"))
+        assert usage.running <= 2  # anonymous (from this address) never held more than its quota
     finally:
         for attack in attacks:
             attack.stop()

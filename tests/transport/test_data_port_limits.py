@@ -109,6 +109,7 @@ def test_a_silent_connection_is_woken_at_its_deadline(data_server) -> None:
     sock = _connect(srv)
     try:
         sock.sendall(b"DST")  # three bytes of a header, then silence
+        eventually(lambda: srv._extras[-1].pending() == 1, "the server did not take the connection")
         clock.advance(6)
         answer = _error_of(sock)  # the janitor wakes the handshake, which still sends its ERROR
     finally:
@@ -186,3 +187,35 @@ def test_a_fresh_buffer_takes_memory_only_as_it_is_written() -> None:
     small = fresh_buffer(100)
     assert small.nbytes == 100 and bytes(small) == bytes(100)
     del buffers
+
+
+def test_a_hello_flood_from_many_addresses_costs_no_threads_and_starves_no_transfer(tmp_path: Path,
+                                                                                    catalog_root: Path) -> None:
+    # Before (issue 33): a thread per pending connection and one cap of 512 for all connections: 32 addresses x 16
+    # pending HELLOs took the server from 55 to 482 threads and 30 of 80 striped transfers failed with "too many
+    # data connections". Here 40 addresses x 16, the defaults otherwise.
+    import threading
+
+    from attacks import PendingHelloFlood
+
+    root = tmp_path / "catalog"
+    shutil.copytree(catalog_root / "ccm3", root / "ccm3")
+    srv = DstpServer(Settings(catalog_root=root, port=0, http_port=-1, data_port=0, udt_port=-1))
+    srv.start()
+    assert srv.endpoints is not None
+    channel = srv._extras[-1]
+    threads_before = threading.active_count()
+    sources = [f"127.0.{1 + i // 200}.{2 + i % 200}" for i in range(40)]
+    try:
+        with PendingHelloFlood(srv.endpoints.data, sources, per_source=16, max_opens=4000) as flood:
+            eventually(lambda: flood.opened >= 640, "the flood did not open its connections")
+            eventually(lambda: channel.pending() >= 200, "the server did not take the flood's connections")
+            # 40 threads of the flood itself, and none more of the server's
+            assert threading.active_count() - threads_before <= 40 + 8
+            with dstp.connect(srv.endpoints.grpc) as c:
+                for _ in range(10):
+                    assert c.query(TINY, transport="striped", streams=4).num_rows == 3
+            assert flood.running() and channel.pending() <= 256
+            assert channel.evicted > 0  # the flood evicted itself, the transfers went through
+    finally:
+        srv.stop()
