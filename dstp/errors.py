@@ -78,6 +78,7 @@ __all__ = [
     "UnknownColumnError",
     "error_from_status",
     "error_table",
+    "with_caret",
 ]
 
 
@@ -96,6 +97,30 @@ class DstpError(Exception):
     def to_dict(self) -> dict[str, object]:
         """Return the JSON error body shared by every adapter."""
         return {"error": {"code": self.code, "message": self.message}}
+
+
+def with_caret(message: str, sql: str | None, line: int | None, column: int | None, token: str | None) -> str:
+    """Return ``message`` with where it points: (line, column), then the line of ``sql`` and a caret under ``token``."""
+    if line is None or column is None:
+        return message
+    where = f"{message} (line {line}, column {column})"
+    if sql is None:
+        return where
+    lines = sql.splitlines() or [sql]
+    if not 1 <= line <= len(lines):
+        return where
+    text = lines[line - 1]
+    width = max(1, len(token or "")) if token else 1
+    start = max(0, column - width)
+    width = min(width, 40)
+    # A long line is shown as a window around the caret: messages travel in gRPC headers (16 KiB).
+    if len(text) > 120:
+        left = max(0, start - 50)
+        right = min(len(text), start + width + 50)
+        text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
+        start -= left - (1 if left else 0)
+    caret = " " * start + "^" * width
+    return f"{where}\n  {text}\n  {caret}"
 
 
 class QueryError(DstpError):
@@ -125,26 +150,7 @@ class QueryError(DstpError):
         super().__init__(self._with_position(message))
 
     def _with_position(self, message: str) -> str:
-        if self.line is None or self.column is None:
-            return message
-        where = f"{message} (line {self.line}, column {self.column})"
-        if self.sql is None:
-            return where
-        lines = self.sql.splitlines() or [self.sql]
-        if not 1 <= self.line <= len(lines):
-            return where
-        text = lines[self.line - 1]
-        width = max(1, len(self.token or "")) if self.token else 1
-        start = max(0, self.column - width)
-        width = min(width, 40)
-        # A long line is shown as a window around the caret: messages travel in gRPC headers (16 KiB).
-        if len(text) > 120:
-            left = max(0, start - 50)
-            right = min(len(text), start + width + 50)
-            text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
-            start -= left - (1 if left else 0)
-        caret = " " * start + "^" * width
-        return f"{where}\n  {text}\n  {caret}"
+        return with_caret(message, self.sql, self.line, self.column, self.token)
 
     def to_dict(self) -> dict[str, object]:
         body = super().to_dict()
@@ -193,6 +199,22 @@ class DatasetNotFoundError(NotFoundError):
     """No dataset with that id is published."""
 
     code = "dataset_not_found"
+    line: int | None = None
+    column: int | None = None
+
+    def __init__(self, message: str, *, sql: str | None = None, line: int | None = None, column: int | None = None,
+                 token: str | None = None) -> None:
+        """``sql``, ``line``, ``column``, ``token``: where a query names it (a caret under the name, as QueryError)."""
+        self.line, self.column = line, column
+        super().__init__(with_caret(message, sql, line, column, token))
+
+    def to_dict(self) -> dict[str, object]:
+        body = super().to_dict()
+        if self.line is not None:
+            err = body["error"]
+            assert isinstance(err, dict)
+            err["line"], err["column"] = self.line, self.column
+        return body
 
 
 class FileNotPublishedError(NotFoundError):
