@@ -89,6 +89,11 @@ REFUSED = "bad request to the agent: "
 class AgentError(Exception):
     """The agent ran the request and it failed; the message says why, as ``dstp get`` would."""
 
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        #: The dstp error code of the failure (``connection_error``: no server answers), "" if none.
+        self.code = code
+
 
 class _Gone(BaseException):
     """The caller shut down its side: stop the download (a BaseException, like Ctrl-C, so nothing swallows it)."""
@@ -202,7 +207,7 @@ def _answer(answer: dict[str, Any], field: str) -> Any:
     if "error" in answer:
         if str(answer["error"]).startswith(REFUSED):
             raise AgentRefused(str(answer["error"])[len(REFUSED):])
-        raise AgentError(str(answer["error"]))
+        raise AgentError(str(answer["error"]), str(answer.get("code") or ""))
     raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
 
 
@@ -517,7 +522,7 @@ class Agent:
                 _quietly(send, {"stopped": {"partial": str(partial_path(out)), "state": f"{out}{STATE_SUFFIX}"}})
                 return
             except (DstpError, OSError, ValueError) as exc:
-                send({"error": str(exc)})
+                send({"error": str(exc), "code": getattr(exc, "code", "")})
                 return
             except Exception as exc:  # a bug: say so to the caller and in the agent's log, keep serving
                 log.exception("request for %s failed", out)

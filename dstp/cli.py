@@ -32,8 +32,9 @@ from dstp.commands import (
     run_command,
     stopped,
     terminate,
+    unreachable_hint,
 )
-from dstp.errors import DstpError
+from dstp.errors import DstpError, ServerUnreachableError
 
 __all__ = ["main"]
 
@@ -435,7 +436,7 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         return None
     except AgentError as exc:
         finish()
-        error(str(exc))
+        error(f"{exc}\n{unreachable_hint(args)}" if exc.code == ServerUnreachableError.code else str(exc))
         return 1
     except (KeyboardInterrupt, Terminated) as exc:
         saved = getattr(exc, "agent_answer", {}).get("stopped")
@@ -768,6 +769,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dstp command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "server"):  # where the address came from, for "cannot reach" (dstp.commands.unreachable_hint)
+        from_env = os.environ.get("DSTP_SERVER")
+        args.server_origin = "--server" if args.server != (from_env or DEFAULT_SERVER) else \
+            "DSTP_SERVER" if from_env else "default"
     if threading.current_thread() is threading.main_thread() and args.func is not cmd_serve:
         signal.signal(signal.SIGINT, _interrupt)
     return run_command(args.func, args)

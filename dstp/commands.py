@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from dstp.errors import DstpError, DstpTruncationWarning
+from dstp.errors import DstpError, DstpTruncationWarning, ServerUnreachableError
 
 __all__ = ["AGENT_QUERY_OPTIONS", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TRUNCATED", "Terminated", "error",
-           "progress_display", "query_on", "run_command", "stopped", "terminate"]
+           "progress_display", "query_on", "run_command", "stopped", "terminate", "unreachable_hint"]
 
 
 def error(message: str) -> None:
@@ -244,13 +244,27 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
 
 #: What ``dstp query`` hands to ``dstp agent``: its options, by name (see dstp/agent.py).
 AGENT_QUERY_OPTIONS = ("sql", "output", "allow_truncated", "format", "max_rows", "transport", "streams", "compression",
-                       "explain", "verbose", "progress")
+                       "explain", "verbose", "progress", "server", "server_origin")
+
+
+def unreachable_hint(args: argparse.Namespace) -> str:
+    """Return how to reach a server, after "cannot reach the dstp server at …": start one, or name the running one
+    (and where the address tried came from: ``--server``, ``$DSTP_SERVER`` or the default)."""
+    server = getattr(args, "server", None)
+    origin = {"--server": "given with --server", "DSTP_SERVER": "from $DSTP_SERVER",
+              "default": "the default"}.get(str(getattr(args, "server_origin", "")), "")
+    tried = f" (tried {server}{', ' + origin if origin else ''})" if server else ""
+    return ("  no server running? start one: `dstp serve` (the sample datasets) or `dstp serve DIR` (your catalog);\n"
+            f"  another server? name it: --server HOST:PORT, or export DSTP_SERVER=HOST:PORT{tried}")
 
 
 def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Run one command's function; return its exit status, saying on stderr why it failed (as ``dstp`` does)."""
     try:
         return int(func(args) or 0)
+    except ServerUnreachableError as exc:
+        error(f"{exc}\n{unreachable_hint(args)}")
+        return 1
     except DstpError as exc:
         error(str(exc))
         return 1

@@ -31,6 +31,7 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     │   └── TicketExpiredError          PERMISSION_DENIED    403  ticket_expired
     ├── AuthenticationError             UNAUTHENTICATED      401  unauthenticated
     ├── TransportError                  UNAVAILABLE          503  transport_error
+    │   ├── ServerUnreachableError      UNAVAILABLE          503  connection_error
     │   ├── TransportUnavailableError   FAILED_PRECONDITION  409  transport_unavailable
     │   ├── IntegrityError              DATA_LOSS            502  integrity_error
     │   └── ProtocolError               INVALID_ARGUMENT     400  protocol_error
@@ -70,6 +71,7 @@ __all__ = [
     "QueryTimeoutError",
     "RouteNotFoundError",
     "ServerError",
+    "ServerUnreachableError",
     "TicketError",
     "TicketExpiredError",
     "TransportError",
@@ -305,6 +307,12 @@ class TransportError(DstpError):
     grpc_status = "UNAVAILABLE"
     http_status = 503
     code = "transport_error"
+
+
+class ServerUnreachableError(TransportError):
+    """No dstp server answers at the address (nothing listens there, the name does not resolve, TLS mismatch)."""
+
+    code = "connection_error"
 
 
 class TransportUnavailableError(TransportError):
