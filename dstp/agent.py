@@ -54,11 +54,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator
 
-__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentRefused", "AgentUnavailable", "default_socket_path",
-           "get_via_agent", "query_via_agent"]
+__all__ = ["AGENT_ENV", "AGENT_PID_ENV", "Agent", "AgentError", "AgentRefused", "AgentUnavailable",
+           "get_via_agent", "new_socket_path", "query_via_agent"]
 
 #: The environment variable that names the agent's socket.
 AGENT_ENV = "DSTP_AGENT_SOCK"
+#: The environment variable that names a background agent's process (``dstp agent -k`` stops it).
+AGENT_PID_ENV = "DSTP_AGENT_PID"
 PROTOCOL = 1
 #: Longest request line the agent reads (a request is a few hundred bytes).
 MAX_REQUEST_BYTES = 1 << 16
@@ -99,12 +101,17 @@ class _Gone(BaseException):
     """The caller shut down its side: stop the download (a BaseException, like Ctrl-C, so nothing swallows it)."""
 
 
-def default_socket_path() -> Path:
-    """Return where ``dstp agent`` listens by default: ``$XDG_RUNTIME_DIR``, else a private folder in /tmp."""
+def new_socket_path() -> Path:
+    """Return a socket path of a new agent's own: ``agent.sock`` in a fresh folder only this user may enter
+    (``$XDG_RUNTIME_DIR/dstp-agent-XXXXXXXX``, else the same in /tmp), made now.
+
+    One socket per agent, as ssh-agent makes one: two terminals or logins that each start an agent get
+    two, and a shell uses the one its ``DSTP_AGENT_SOCK`` names (a fixed path per user made the second
+    agent fail, or every terminal share the first).
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
-        return Path(runtime) / "dstp-agent.sock"
-    return Path(tempfile.gettempdir()) / f"dstp-{os.getuid()}" / "agent.sock"
+    base = runtime if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="dstp-agent-", dir=base)) / "agent.sock"  # mkdtemp: mode 0700
 
 
 # ---------------------------------------------------------------------- the caller (inside `dstp get`)

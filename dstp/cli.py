@@ -450,18 +450,58 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
 def cmd_agent(args: argparse.Namespace) -> int:
     import shlex
 
-    from dstp.agent import AGENT_ENV, default_socket_path
+    from dstp.agent import AGENT_ENV, new_socket_path
 
-    path = Path(args.socket).absolute() if args.socket else default_socket_path()
+    if args.kill:
+        return _kill_agent()
+    # As ssh-agent: each agent its own socket, in a fresh private folder (removed when it stops), unless --socket.
+    made = None
+    if args.socket:
+        path = Path(args.socket).absolute()
+    else:
+        path = new_socket_path()
+        made = path.parent
     export = f"export {AGENT_ENV}={shlex.quote(str(path))}"
-    if args.background:
-        return _agent_in_background(args, path, export)
-    agent = _start_agent(args, path)
+    if not args.foreground:
+        return _agent_in_background(args, path, export, made)
+    try:
+        agent = _start_agent(args, path)
+    except BaseException:
+        _remove_folder(made)
+        raise
     print(export, flush=True)
     print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` and `dstp query` run here on "
           f"connections kept warm (a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.",
           file=sys.stderr, flush=True)
-    return _run_agent(agent)
+    return _run_agent(agent, made)
+
+
+def _remove_folder(folder: Path | None) -> None:
+    """Remove the private folder made for an agent's socket (and its log), if one was made."""
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_agent() -> int:
+    """``dstp agent -k``: stop the background agent $DSTP_AGENT_PID names; print the shell lines that forget it."""
+    from dstp.agent import AGENT_ENV, AGENT_PID_ENV
+
+    pid = os.environ.get(AGENT_PID_ENV, "")
+    if not pid.isdigit():
+        error(f"${AGENT_PID_ENV} names no agent: stop the one you started with kill PID (`dstp agent` printed it)")
+        return 1
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except ProcessLookupError:
+        print(f"dstp: no agent runs as pid {pid} any more", file=sys.stderr)
+    except PermissionError:
+        error(f"pid {pid} is not a process of yours: ${AGENT_PID_ENV} is stale; not stopped")
+        return 1
+    print(f"unset {AGENT_ENV} {AGENT_PID_ENV}", flush=True)
+    print(f"dstp agent (pid {pid}) stopped", file=sys.stderr, flush=True)
+    return 0
 
 
 def _start_agent(args: argparse.Namespace, path: Path) -> Any:
@@ -474,24 +514,27 @@ def _start_agent(args: argparse.Namespace, path: Path) -> Any:
     return agent
 
 
-def _run_agent(agent: Any) -> int:
-    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed)."""
+def _run_agent(agent: Any, made: Path | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed, and its folder if made for it)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     agent.close()
     print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr, flush=True)
+    _remove_folder(made)
     return 0
 
 
-def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> int:
+def _agent_in_background(args: argparse.Namespace, path: Path, export: str, made: Path | None) -> int:
     """Fork an agent that outlives this command (its output to SOCKET.log); print the shell lines to use it.
 
     This process returns once the agent listens (or has said why it cannot), so
-    ``eval "$(dstp agent --background)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
+    ``eval "$(dstp agent)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
     The fork comes before anything starts a thread or loads gRPC.
     """
+    from dstp.agent import AGENT_PID_ENV
+
     log_path = path.with_name(path.name + ".log")
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -503,9 +546,9 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> i
             os.waitpid(pid, 0)
             error(answer or f"the agent ended before it listened; see {log_path}")
             return 1
-        print(f"{export}\nexport DSTP_AGENT_PID={pid}", flush=True)
-        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid}",
-              file=sys.stderr, flush=True)
+        print(f"{export}\nexport {AGENT_PID_ENV}={pid}", flush=True)
+        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid} "
+              '(or eval "$(dstp agent -k)")', file=sys.stderr, flush=True)
         return 0
     os.close(read_end)
     os.setsid()  # not stopped by the terminal's Ctrl-C or hang-up
@@ -519,10 +562,11 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> i
         agent = _start_agent(args, path)
     except (OSError, DstpError) as exc:
         os.write(write_end, str(exc).encode())
+        _remove_folder(made)
         return 1
     os.write(write_end, b"listening")
     os.close(write_end)
-    return _run_agent(agent)
+    return _run_agent(agent, made)
 
 
 # ---------------------------------------------------------------------- tokens
@@ -718,10 +762,12 @@ def build_parser() -> argparse.ArgumentParser:
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser("agent", help="keep connections warm for `dstp get` and `dstp query` (export DSTP_AGENT_SOCK "
-                                     "it prints)",
-                       description="Run until Ctrl-C (with --background: until killed), listening on a Unix socket "
-                                   "only your user can use. With "
+    p = sub.add_parser("agent", help="keep connections warm for `dstp get` and `dstp query`: eval \"$(dstp agent)\"",
+                       description="Start an agent in the background, as ssh-agent, listening on a Unix socket of its "
+                                   "own that only your user can use, and print the shell lines that name it "
+                                   "(DSTP_AGENT_SOCK) and its process (DSTP_AGENT_PID); it runs until killed "
+                                   "(--foreground: until Ctrl-C). Each agent has its own socket: two terminals "
+                                   "that start one get two, and a shell uses the one it was told of. With "
                                    "DSTP_AGENT_SOCK naming that socket (the agent prints the line to export), "
                                    "`dstp get` hands its download to the agent, and `dstp query` its query (with its "
                                    "stdout and stderr, which the agent writes to), and the agent keeps a client per "
@@ -731,12 +777,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "download in the agent and keeps what arrived, on a `dstp query` stops the "
                                    "query, as without the agent.")
     p.add_argument("--socket", default=None, metavar="PATH",
-                   help="where to listen (default: $XDG_RUNTIME_DIR/dstp-agent.sock, else /tmp/dstp-UID/agent.sock)")
+                   help="where to listen (default: agent.sock in a new private folder per agent, "
+                        "$XDG_RUNTIME_DIR/dstp-agent-XXXXXXXX or /tmp/dstp-agent-XXXXXXXX, removed when it stops)")
     p.add_argument("--client-idle", type=float, default=600.0, metavar="S",
                    help="close a server's connections after S seconds unused (default 600)")
-    p.add_argument("--background", action="store_true",
-                   help="fork, print the shell lines to use the agent and return: eval \"$(dstp agent --background)\" "
-                        "(its output goes to SOCKET.log; stop it with kill $DSTP_AGENT_PID)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--foreground", action="store_true",
+                      help="stay attached and log to stderr until Ctrl-C (default: fork, print the shell lines that "
+                           "set DSTP_AGENT_SOCK and DSTP_AGENT_PID and return, as ssh-agent: eval \"$(dstp agent)\"; "
+                           "its output goes to SOCKET.log)")
+    mode.add_argument("--background", action="store_true", help="fork and return (the default; kept for scripts)")
+    mode.add_argument("-k", "--kill", action="store_true",
+                      help="stop the agent $DSTP_AGENT_PID names and print the lines that unset both variables: "
+                           "eval \"$(dstp agent -k)\"")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(func=cmd_agent)
 

@@ -225,6 +225,49 @@ def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_ser
     assert not sock.exists()
 
 
+def _stopped(pid: int) -> None:
+    ended = os.pidfd_open(pid)  # readable once the agent has exited (it is not our child to wait for)
+    try:
+        assert select.select([ended], [], [], 60)[0], f"the agent {pid} did not stop"
+    finally:
+        os.close(ended)
+
+
+def test_each_agent_has_a_socket_of_its_own_as_ssh_agent(data_server, catalog_root, tmp_path) -> None:
+    """Two terminals (or logins) of one user that each start an agent get two; each shell uses the one it started."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**agent_env(""), "XDG_RUNTIME_DIR": str(runtime)}
+    del env[AGENT_ENV]
+    terminal = f'eval "$({" ".join(DSTP)} agent)" 2>/dev/null; echo "$DSTP_AGENT_SOCK $DSTP_AGENT_PID"'
+    started = []
+    try:
+        for _ in range(2):
+            shell = subprocess.run(["bash", "-c", terminal], env=env, capture_output=True, text=True, timeout=60)
+            sock, pid = shell.stdout.split()
+            started.append((Path(sock), int(pid)))
+        (first, _), (second, _) = started
+        assert first != second and first.parent != second.parent
+        for sock, pid in started:
+            assert sock.parent.parent == runtime and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+            assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+            out = tmp_path / f"via-{pid}.nc"
+            run = _get(data_server.endpoints.grpc, out, sock, "-v")
+            assert run.returncode == 0 and f"agent: {sock}, on a new client" in run.stderr, run.stderr
+            assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+        for sock, pid in started:  # eval "$(dstp agent -k)" stops the shell's own agent and forgets it
+            killed = subprocess.run(["bash", "-c", f'eval "$({" ".join(DSTP)} agent -k)"; echo "[$DSTP_AGENT_SOCK]"'],
+                                    env={**env, AGENT_ENV: str(sock), "DSTP_AGENT_PID": str(pid)},
+                                    capture_output=True, text=True, timeout=60)
+            assert killed.returncode == 0 and killed.stdout.strip() == "[]", killed.stderr
+            _stopped(pid)
+            assert not sock.parent.exists()  # its private folder went with it
+        started.clear()
+    finally:
+        for _, pid in started:
+            os.kill(pid, signal.SIGTERM)
+
+
 def test_an_agent_that_dies_mid_request_is_an_error_not_a_silent_fallback(data_server, tmp_path) -> None:
     sock = tmp_path / "dying.sock"
     listener = socket.socket(socket.AF_UNIX)
