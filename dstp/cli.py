@@ -207,14 +207,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(d) for d in datasets], indent=2))
         return 0
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table("id", "title", "attributes", "grid", "records", "time span", box=None)
-    for d in datasets:
-        span = f"{d.time_start[:10]} … {d.time_end[:10]}" if d.time_start else ""
-        table.add_row(d.id, d.title, ", ".join(d.attributes), " × ".join(d.default_grid),
-                      f"{d.default_grid_rows:,}", span)
-    Console().print(table)
+    from dstp.listings import ls_table
+
+    console = Console()
+    if not datasets:
+        print("no datasets on this server (or none you may read)")
+        return 0
+    console.print(ls_table(datasets, console.width))
     return 0
 
 

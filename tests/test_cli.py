@@ -81,6 +81,30 @@ def test_ls_and_describe(served: str) -> None:
     assert "temperature" in described and "K" in described and "noleap" in described
 
 
+@pytest.mark.parametrize("width", [60, 80, 100, 132, 200])
+def test_ls_gives_each_dataset_one_line_that_fits_the_terminal(served: str, width: int) -> None:
+    import json
+
+    from rich.cells import cell_len
+
+    listed = json.loads(run("ls", "--json", "--server", served).stdout)
+    proc = subprocess.run([*DSTP, "ls", "--server", served], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": str(width)})
+    lines = proc.stdout.rstrip("\n").split("\n")
+    assert len(lines) == 1 + len(listed) and len(listed) >= 4, proc.stdout  # a header, then one line each
+    assert all(cell_len(line.rstrip()) < width for line in lines), proc.stdout
+    header = lines[0].split()
+    for d, line in zip(listed, lines[1:]):
+        cells = line.split()
+        assert cells[0] == d["id"] and f"{d['default_grid_rows']:,}" in cells, line  # never shortened
+        assert line.split(d["id"], 1)[1].strip()[:12] == d["title"][:12], line
+        if width >= 80 and d["time_start"]:
+            assert f"{d['time_start'][:10]} … {d['time_end'][:10]}" in line, line
+        if "attributes" in header:
+            assert d["attributes"][0] in line, line
+    assert ("attributes" in header) == (width >= 132) and ("grid" in header) == (width >= 100), lines[0]
+
+
 def test_errors_are_one_line_messages_not_tracebacks(served: str) -> None:
     proc = run("query", "select nosuch from ccm3", "--server", served, check=False)
     assert proc.returncode == 1

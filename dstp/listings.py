@@ -1,0 +1,95 @@
+"""What ``dstp ls`` prints: one line per dataset that fits the terminal.
+
+A table whose cells wrap is unreadable in an 80-column terminal (each dataset of ``dstp ls`` took 5–8
+lines), so every cell stays on its line and the table is laid out for the width it has: the id and the
+record count always show in full, the title takes what is left (shortened with "…"), and the columns
+that matter least go first when there is no room — the attributes, then the grid, then the time span's
+days. rich draws it; this module only decides what goes in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.table import Table
+
+__all__ = ["fit_names", "ls_table"]
+
+#: A title narrower than this says too little: optional columns go first.
+MIN_TITLE = 20
+#: The attributes column is shown only this wide or wider.
+MIN_ATTRIBUTES = 22
+#: Padding rich puts around each cell of a table without a box (one space each side).
+PAD = 2
+
+
+def fit_names(names: Sequence[str], width: int) -> str:
+    """Return as many of ``names`` as fit in ``width`` characters, comma-separated, then ``+N`` for the rest."""
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        rest = len(names) - i - 1
+        candidate = ", ".join([*shown, name])
+        tail = f", +{rest}" if rest else ""
+        if len(candidate) + len(tail) > width:
+            more = len(names) - len(shown)
+            return ", ".join(shown) + (f", +{more}" if shown else f"{len(names)} attributes")
+        shown.append(name)
+    return ", ".join(shown)
+
+
+def _span(d: Any, days: bool) -> str:
+    if not d.time_start:
+        return ""
+    cut = 10 if days else 7
+    return f"{d.time_start[:cut]} … {d.time_end[:cut]}"
+
+
+def ls_table(datasets: Sequence[Any], width: int) -> Table:
+    """Return the table of ``dstp ls`` for a terminal ``width`` columns wide: one line per dataset."""
+    ids = max([len("id"), *(len(d.id) for d in datasets)])
+    records = max([len("records"), *(len(f"{d.default_grid_rows:,}") for d in datasets)])
+    grids = [("×".join(d.default_grid)) for d in datasets]
+    grid = max([len("grid"), *(len(g) for g in grids)])
+    spans = {days: max([len("time span"), *(len(_span(d, days)) for d in datasets)]) for days in (True, False)}
+    names = max([0, *(len(", ".join(d.attributes)) for d in datasets)])
+    titles = max([len("title"), *(len(d.title) for d in datasets)])
+    budget = width - 1  # a line as wide as the terminal wraps in some terminals
+    # Richest layout first: (grid shown, span with days, span shown, attributes shown).
+    layouts = [(True, True, True, True), (True, True, True, False), (False, True, True, False),
+               (False, False, True, False), (False, False, False, False)]
+    for with_grid, days, with_span, with_attributes in layouts:
+        fixed = ids + records + 3 * PAD
+        fixed += (grid + PAD) if with_grid else 0
+        fixed += (spans[days] + PAD) if with_span else 0
+        fixed += PAD if with_attributes else 0
+        room = budget - fixed
+        if with_attributes and room >= MIN_TITLE + MIN_ATTRIBUTES:
+            title = min(titles, room - MIN_ATTRIBUTES)  # the title first, the attributes what is left
+            attributes = min(names, room - title)
+            break
+        if not with_attributes and room >= MIN_TITLE:
+            title, attributes = min(titles, room), 0
+            break
+    else:
+        title, attributes = max(MIN_TITLE, budget - ids - records - 3 * PAD), 0
+    table = Table(box=None, show_edge=False)
+    table.add_column("id", no_wrap=True, min_width=ids)
+    table.add_column("title", no_wrap=True, overflow="ellipsis", width=title)
+    if attributes:
+        table.add_column("attributes", no_wrap=True, overflow="ellipsis", width=attributes)
+    if with_grid:
+        table.add_column("grid", no_wrap=True)
+    table.add_column("records", no_wrap=True, justify="right")
+    if with_span:
+        table.add_column("time span", no_wrap=True)
+    for d, g in zip(datasets, grids):
+        row = [d.id, d.title]
+        if attributes:
+            row.append(fit_names(d.attributes, attributes))
+        if with_grid:
+            row.append(g)
+        row.append(f"{d.default_grid_rows:,}")
+        if with_span:
+            row.append(_span(d, days))
+        table.add_row(*row)
+    return table
