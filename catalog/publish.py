@@ -556,10 +556,42 @@ def publish(
             f"the drafted glob {desc.files_glob!r} would also match {sorted(set(matched) - set(wanted))}; "
             "move the files into a folder of their own"
         )
-    text = render_descriptor(desc)
+    text = _note_units_per_file(render_descriptor(desc), desc, [Path(f) for f in files])
     _check_servable(text, desc.path)
     desc.path.write_bytes(text)
     return desc.path
+
+
+def _note_units_per_file(text: bytes, desc: Descriptor, files: Sequence[Path]) -> bytes:
+    """Return the descriptor with a comment above each time coordinate whose files state its units differently
+    (monthly files counting days from their own month): its ``units`` are only the first file's."""
+    from lxml import etree
+
+    from dstp.catalog.cf import is_time_units
+
+    metas = [inspect_file(f.resolve()) for f in sorted(files, key=lambda f: Path(f).name)]
+    root = etree.fromstring(text)
+    noted = False
+    for c in desc.coordinates:
+        stated = []
+        for meta in metas:
+            var = meta.variables.get(c.variable or c.name)
+            units = str(var.attrs.get("units", "")) if var is not None else ""
+            if is_time_units(units):
+                stated.append((units, meta.path.name))
+        distinct = list(dict.fromkeys(u for u, _ in stated))
+        el = next((e for e in root.iter("{*}coordinate") if e.get("name") == c.name), None)
+        if len(distinct) < 2 or el is None:
+            continue
+        note = (f" {c.name}: the files state its units differently ({stated[0][0]} in {stated[0][1]} … "
+                f"{stated[-1][0]} in {stated[-1][1]}, {len(distinct)} different); each file's times are decoded "
+                "with its own units, so units= below is only the first file's ")
+        comment = etree.Comment(note.replace("--", "- -"))
+        previous = el.getprevious()
+        comment.tail = (previous.tail if previous is not None else el.getparent().text) or "\n"
+        el.addprevious(comment)
+        noted = True
+    return etree.tostring(root, xml_declaration=True, encoding="UTF-8") if noted else text
 
 
 def _check_servable(text: bytes, path: Path) -> None:

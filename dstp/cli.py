@@ -239,53 +239,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(d), indent=2))
         return 0
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console()
-    s = d.summary
-    con.print(f"[bold]{s.id}[/bold] — {s.title}")
-    if s.summary:
-        con.print(s.summary)
-    con.print(f"{len(d.files)} file(s), {s.size_bytes / 2**20:.1f} MiB; select * has {s.default_grid_rows:,} records "
-              f"on ({', '.join(s.default_grid)})")
-    dims = Table("dimension", "size", "coordinate", "from", "to", "units", box=None, title="dimensions")
-    for x in d.dimensions:
-        order = {1: "↑", -1: "↓"}.get(x.order, "")
-        dims.add_row(x.name, str(x.size), f"{x.coordinate} {order}", x.min, x.max,
-                     x.units + (f" ({x.calendar})" if x.calendar else ""))
-    con.print(dims)
-    attrs = Table("attribute", "units", "dimensions", "type", "description", box=None, title="attributes")
-    for a in d.attributes:
-        attrs.add_row(a.name, a.units, " × ".join(a.dimensions), a.arrow_type + (" (packed)" if a.packed else ""),
-                      a.description)
-    con.print(attrs)
-    other = [c for c in d.coordinates if c.role not in ("dimension", "")]
-    if other:
-        coords = Table("coordinate", "role", "dimensions", "units", "type", "note", box=None,
-                       title="other coordinates (auxiliary, scalar, bounds, derived)")
-        for c in other:
-            coords.add_row(c.name, c.role, " × ".join(c.dimensions) or "(scalar)", c.units, c.arrow_type, c.note)
-        con.print(coords)
-    for m in d.grid_mappings:
-        con.print(f"grid mapping [bold]{m.name}[/bold]: {m.grid_mapping_name} — {m.proj or m.problem}")
-    feature = dict(d.global_attributes).get("dstp:feature_type")
-    if feature:
-        layout = dict(d.global_attributes).get("dstp:layout", "")
-        con.print(f"feature type: {feature}" + (f"; {layout}" if layout else ""))
-    if d.correlation_keys:
-        con.print("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
-    files = Table("file", "size", "format", d.aggregate_dimension or "", "", box=None, title="files")
-    for f in d.files:
-        first = f.first or (str(f.start) if f.count else "")
-        last = f.last or (str(f.start + f.count - 1) if f.count else "")
-        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, first, last)
-    con.print(files)
-    for a in d.attributes:
-        if a.missing_from:
-            con.print(f"[yellow]{a.name} is NULL on the records of {', '.join(a.missing_from)}[/yellow] "
-                      "(the variable is not in those files)")
-    for warning in d.warnings:
-        con.print(f"[yellow]warning:[/yellow] {warning}")
+    from dstp.listings import describe_lines
+
+    console = Console()
+    for part in describe_lines(d):
+        console.print(part)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What ``dstp ls`` prints: one line per dataset that fits the terminal.
+"""What ``dstp ls`` and ``dstp describe`` print: one line per dataset that fits the terminal, then a dataset whole.
 
 A table whose cells wrap is unreadable in an 80-column terminal (each dataset of ``dstp ls`` took 5–8
 lines), so every cell stays on its line and the table is laid out for the width it has: the id and the
@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from rich.table import Table
 
-__all__ = ["fit_names", "ls_table"]
+__all__ = ["describe_lines", "fit_names", "ls_table"]
 
 #: A title narrower than this says too little: optional columns go first.
 MIN_TITLE = 20
@@ -93,3 +93,57 @@ def ls_table(datasets: Sequence[Any], width: int) -> Table:
             row.append(_span(d, days))
         table.add_row(*row)
     return table
+
+
+def describe_lines(d: Any) -> list[Any]:
+    """Return what ``dstp describe`` prints, in order: lines of text and rich tables."""
+    from dstp.metadata import file_axis, units_label
+
+    out: list[Any] = []
+    s = d.summary
+    out.append(f"[bold]{s.id}[/bold] — {s.title}")
+    if s.summary:
+        out.append(s.summary)
+    out.append(f"{len(d.files)} file(s), {s.size_bytes / 2**20:.1f} MiB; select * has {s.default_grid_rows:,} records "
+               f"on ({', '.join(s.default_grid)})")
+    dims = Table("dimension", "size", "coordinate", "from", "to", "units", box=None, title="dimensions")
+    for x in d.dimensions:
+        order = {1: "↑", -1: "↓"}.get(x.order, "")
+        dims.add_row(x.name, str(x.size), f"{x.coordinate} {order}", x.min, x.max,
+                     units_label(d, x) + (f" ({x.calendar})" if x.calendar else ""))
+    out.append(dims)
+    attrs = Table("attribute", "units", "dimensions", "type", "description", box=None, title="attributes")
+    for a in d.attributes:
+        attrs.add_row(a.name, a.units, " × ".join(a.dimensions), a.arrow_type + (" (packed)" if a.packed else ""),
+                      a.description)
+    out.append(attrs)
+    other = [c for c in d.coordinates if c.role not in ("dimension", "")]
+    if other:
+        coords = Table("coordinate", "role", "dimensions", "units", "type", "note", box=None,
+                       title="other coordinates (auxiliary, scalar, bounds, derived)")
+        for c in other:
+            coords.add_row(c.name, c.role, " × ".join(c.dimensions) or "(scalar)", c.units, c.arrow_type, c.note)
+        out.append(coords)
+    for m in d.grid_mappings:
+        out.append(f"grid mapping [bold]{m.name}[/bold]: {m.grid_mapping_name} — {m.proj or m.problem}")
+    feature = dict(d.global_attributes).get("dstp:feature_type")
+    if feature:
+        layout = dict(d.global_attributes).get("dstp:layout", "")
+        out.append(f"feature type: {feature}" + (f"; {layout}" if layout else ""))
+    if d.correlation_keys:
+        out.append("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
+    axis = file_axis(d)
+    files = Table("file", "size", "format", f"first {axis}" if axis else "", f"last {axis}" if axis else "",
+                  box=None, title="files")
+    for f in d.files:
+        first = f.first or (str(f.start) if f.count else "")
+        last = f.last or (str(f.start + f.count - 1) if f.count else "")
+        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, first, last)
+    out.append(files)
+    for a in d.attributes:
+        if a.missing_from:
+            out.append(f"[yellow]{a.name} is NULL on the records of {', '.join(a.missing_from)}[/yellow] "
+                       "(the variable is not in those files)")
+    for warning in d.warnings:
+        out.append(f"[yellow]warning:[/yellow] {warning}")
+    return out

@@ -23,7 +23,7 @@ import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from dstp.auth import Principal
-from dstp.metadata import DatasetDetails
+from dstp.metadata import DatasetDetails, file_axis, units_label
 from dstp.service import DstpService
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
 from dstp.http.quicklook import geographic_columns
@@ -184,6 +184,9 @@ def dataset_page(view: CatalogView, dataset_id: str, principal: Principal) -> di
             if values:  # where the point forms start: the middle of the axis, as labelled
                 points[x.name] = labels[x.name][len(values) // 2]
     return details_json(d) | {
+        "file_axis": file_axis(d),
+        # A dimension's units as shown: "per file: A … B" where its files state them differently.
+        "units_labels": {x.name: units_label(d, x) for x in d.dimensions},
         "quicklook": {"map_attributes": mappable, "series_attributes": series, "values": choices,
                       "labels": labels, "points": points},
         "links": {
@@ -201,6 +204,8 @@ def _file_range(f: Mapping[str, Any]) -> str:
     first, last = f.get("first", ""), f.get("last", "")
     if first:
         return _when(first) if first == last or not last else f"{_when(first)} … {_when(last)}"
+    if f["count"] == 0 and f["start"] == 0:
+        return "all of the dataset"  # a file not aggregated along an axis, and no time axis to tell
     if f["count"] <= 1:
         return f"index {f['start']}"
     return f"index {f['start']} … {f['start'] + f['count'] - 1}"
