@@ -172,8 +172,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
+    notes: list[str] = []
     path = publish([Path(f) for f in args.files], args.id, rename=rename, title=args.title,
-                   overwrite=args.overwrite, group=args.group)
+                   overwrite=args.overwrite, group=args.group, notes=notes)
+    for note in notes:
+        print(f"dstp: warning: {note}", file=sys.stderr)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
     return 0
 
