@@ -182,12 +182,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from dstp.catalog.packing import fills_in_packed_range
     from dstp.catalog.registry import Catalog
 
     catalog = Catalog.scan(Path(args.root))
     for ds in catalog:
         print(f"ok      {ds.id:20s} {len(ds.files)} file(s), {len(ds.attributes)} attributes  ({ds.descriptor.path})")
-        for warning in ds.warnings:
+        for warning in (*ds.warnings, *fills_in_packed_range(ds)):
             print(f"warning {ds.id:20s} {warning}")
         for column in ds.attributes.values():
             missing = ds.missing_from(column)
