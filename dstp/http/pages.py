@@ -26,7 +26,7 @@ from dstp.auth import Principal
 from dstp.metadata import DatasetDetails, file_axis, units_label
 from dstp.service import DstpService
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
-from dstp.http.quicklook import geographic_columns
+from dstp.http.quicklook import geographic_columns, plain_number
 from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.http.shapes import column_json, details_json, summary_json
@@ -148,14 +148,10 @@ def _labels(values: list[Any]) -> list[str]:
     ordered = sorted(set(values))
     half = min((b - a for a, b in zip(ordered, ordered[1:])), default=math.inf) / 2
     for digits in range(4, 18):
-        labels = [_trim(f"{v:.{digits}g}") for v in values]
+        labels = [plain_number(v, digits) for v in values]  # 100000, not 1e+05
         if all(abs(float(text) - v) < half for text, v in zip(labels, values)):
             return labels
     return [repr(v) for v in values]
-
-
-def _trim(number: str) -> str:
-    return "0" if number == "-0" else number
 
 
 def _when(text: str) -> str:
@@ -180,9 +176,12 @@ def dataset_page(view: CatalogView, dataset_id: str, principal: Principal) -> di
         if x.size <= MAX_LISTED_VALUES:
             values = view.values(dataset_id, x.name, principal)
             choices[x.name] = [_shown(v) for v in values]
-            labels[x.name] = _labels(values)
+            plain = _labels(values)
             if values:  # where the point forms start: the middle of the axis, as labelled
-                points[x.name] = labels[x.name][len(values) // 2]
+                points[x.name] = plain[len(values) // 2]
+            # What the options say: numbers with their units ("100000 Pa"); times as dates.
+            numeric = all(isinstance(v, float) for v in values) and x.units and " since " not in x.units
+            labels[x.name] = [f"{label} {x.units}" for label in plain] if numeric else plain
     return details_json(d) | {
         "file_axis": file_axis(d),
         # A dimension's units as shown: "per file: A … B" where its files state them differently.
