@@ -23,8 +23,10 @@ import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from dstp.auth import Principal
+from dstp.errors import DstpError
 from dstp.metadata import DatasetDetails, file_axis, units_label
-from dstp.service import DstpService
+from dstp.service import DstpService, QueryHandle
+from dstp.transport.codec import size_estimate
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
 from dstp.http.quicklook import geographic_columns, plain_number
 from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier
@@ -81,6 +83,22 @@ class CatalogView:
             return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
         finally:
             execution.close()
+
+    def estimate(self, sql: str, principal: Principal) -> dict[str, Any]:
+        """Return how big ``sql``'s result will be, from its plan, without running it (QueryError if it does not
+        plan): records and bytes (exact, or the most there can be), grid points read, and whether the server's
+        max_result_rows would cut it."""
+        handle = QueryHandle("", self.service.prepare(sql, principal), principal=principal)
+        estimate = size_estimate(handle.estimated_rows, handle.estimated_bytes, handle.max_rows, handle.max_bytes,
+                                 handle.prepared.scan_rows)
+        cap = self.service.settings.max_result_rows
+        records = estimate["records"]
+        # Whether max_result_rows cuts it: known when the count is exact or the bound is under the cap.
+        over = None if records < 0 else False if records <= cap else True if estimate["exact"] else None
+        if records > cap:
+            estimate["text"] += (f" (the server stops a result at {cap:,} records)" if estimate["exact"]
+                                 else f"; the server stops a result at {cap:,} records")
+        return estimate | {"max_result_rows": cap, "over_max_result_rows": over}
 
     def values(self, dataset_id: str, dimension: str, principal: Principal) -> list[Any]:
         """Return the coordinate values of one dimension, in index order."""
@@ -210,6 +228,14 @@ def _file_range(f: Mapping[str, Any]) -> str:
     return f"index {f['start']} … {f['start'] + f['count'] - 1}"
 
 
+def _estimate_or_why(view: CatalogView, sql: str, principal: Principal) -> dict[str, Any]:
+    """Return the size estimate of the builder's SQL, or why it has none ({"error": message}: it does not plan)."""
+    try:
+        return view.estimate(sql, principal)
+    except DstpError as exc:
+        return {"error": exc.message}
+
+
 def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints,
                  principal: Principal) -> dict[str, Any]:
     """Return the query builder page for ``state`` (or for the verbatim ``sql`` when given)."""
@@ -231,6 +257,7 @@ def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoi
                   "limit": state.limit, "sql": sql or "", "group": list(state.groups),
                   "agg": [a.encode() for a in state.aggregates]},
         "sql": text,
+        "estimate": _estimate_or_why(view, text, principal),
         "preview_url": query_url(text, "json", limit=100),
         "downloads": download_links(text),
         "snippets": snippets(text, endpoints),
