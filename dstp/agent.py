@@ -322,11 +322,11 @@ class _Watcher:
                 with contextlib.suppress(ValueError, AttributeError):
                     self.reason = str(json.loads(said.split(b"\n", 1)[0]).get("stop", ""))
                 if self.reason and not self.answered.is_set():
+                    self.gone.set()  # before saying so: whoever reads the log may rely on it being set
                     log.info("the caller of %s was %s; stopping at the next batch", self._out, self.reason)
-                    self.gone.set()
         if not self.answered.is_set() and not self.gone.is_set():
-            log.info("the caller of %s left; stopping at the next block", self._out)
             self.gone.set()
+            log.info("the caller of %s left; stopping at the next block", self._out)
 
     def stop_query(self) -> None:
         """Raise what stopped the caller (``dstp query`` handles it as its own Ctrl-C or SIGTERM) once it left."""

@@ -172,6 +172,41 @@ def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(own_serve
     assert 0 < resumed < len(source)
 
 
+@pytest.mark.parametrize("said", [b"", b'{"stop": "terminated"}\n'])
+def test_a_caller_that_left_is_marked_gone_before_the_log_says_so(said: bytes) -> None:
+    """Whoever sees "stopping at the next block" in the log may let the next block through: the download must
+    already know its caller left (a test opened its gate on that line, and under load the download finished)."""
+    import logging
+
+    from dstp.agent import _Watcher
+
+    ours, theirs = socket.socketpair()
+    seen: list[bool] = []
+    watcher: Any = None
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "stopping at the next" in record.getMessage():
+                seen.append(watcher.gone.is_set())
+
+    log = logging.getLogger("dstp.agent")
+    handler, level = Seen(logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        watcher = _Watcher(ours, lambda answer: None, False, Path("out.nc"))
+        theirs.sendall(said)
+        theirs.shutdown(socket.SHUT_WR)
+        assert watcher.gone.wait(30)
+        watcher.close()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        theirs.close()
+        ours.close()
+    assert seen == [True]
+
+
 def test_kept_clients_are_closed_once_unused_for_their_idle_time() -> None:
     now = [0.0]
     closed: list[str] = []
