@@ -57,7 +57,7 @@ from dstp.catalog.netcdf4_ import (
 )
 from dstp.errors import CatalogError, DataFileError, DescriptorError
 
-__all__ = ["draft_descriptor", "publish", "coordinate_axis"]
+__all__ = ["draft_descriptor", "drafted_summary", "drafted_title", "publish", "coordinate_axis"]
 
 # Attributes describing storage, not meaning: kept out of a descriptor's <cf> list.
 _ENCODING_ATTRS = {"_FillValue", "missing_value", "scale_factor", "add_offset", "_ChunkSizes",
@@ -153,6 +153,25 @@ def _common_glob(names: Sequence[str]) -> str:
     if len(prefix) + len(suffix) > min(len(n) for n in names):
         suffix = ""
     return f"{prefix}*{suffix}"
+
+
+def drafted_title(attributes: Sequence[AttributeSpec], glob: str) -> str:
+    """Return a title for files without an ACDD ``title``: what the variables are (their long names), and which
+    files ("2 metre temperature and mean sea level pressure (era5_*.nc)") — never the bare id."""
+    named = list(dict.fromkeys(a.description or a.name for a in attributes))
+    shown = named[:3]
+    words = ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else shown[0]
+    if len(named) > 3:
+        words = ", ".join(shown) + f" and {len(named) - 3} more"
+    return f"{words[:1].upper()}{words[1:]} ({glob})"
+
+
+def drafted_summary(attributes: Sequence[AttributeSpec], files: int) -> str:
+    """Return a summary for files with no ACDD ``summary`` nor CF ``comment``: each variable with its units."""
+    shown = [f"{a.description or a.name} ({a.name}{', ' + a.units if a.units else ''})" for a in attributes[:8]]
+    more = f" and {len(attributes) - 8} more" if len(attributes) > 8 else ""
+    return (f"{', '.join(shown)}{more}, from {files} file{'s' if files != 1 else ''}. Drafted by dstp publish: the "
+            "files have no summary attribute; write one in the descriptor.")
 
 
 def draft_descriptor(
@@ -304,14 +323,16 @@ def draft_descriptor(
     g = first.attrs
     keys = _correlation_keys(coordinates)
     keywords = re.split(r"\s*[,;]\s*", str(g.get("keywords", "")).strip()) if g.get("keywords") else []
+    glob = _common_glob([f.name for f in paths])
     return Descriptor(
         id=dataset_id,
-        title=title or _str_or_none(g.get("title")) or dataset_id,
-        summary=_str_or_none(g.get("summary") or g.get("comment") or g.get("history")),
+        title=title or _str_or_none(g.get("title")) or drafted_title(attributes, glob),
+        # ACDD summary or CF comment; never history, which logs how the files were made, not what they hold.
+        summary=_str_or_none(g.get("summary") or g.get("comment")) or drafted_summary(attributes, len(paths)),
         license=_str_or_none(g.get("license")),
         source=_str_or_none(g.get("source") or g.get("institution")),
         keywords=tuple(k for k in keywords if k),
-        files_glob=_common_glob([p.name for p in paths]),
+        files_glob=glob,
         aggregate=aggregate,
         parts=parts,
         coordinates=tuple(coordinates),
@@ -676,10 +697,22 @@ def publish(
     title: str | None = None,
     overwrite: bool = False,
     group: str | None = None,
+    notes: list[str] | None = None,
 ) -> Path:
-    """Draft a descriptor for ``files`` and write it beside them; return its path."""
+    """Draft a descriptor for ``files`` and write it beside them; return its path.
+
+    ``notes`` gets what was drafted rather than taken from the files (a title, a summary), for the caller to say.
+    """
     desc = draft_descriptor(files, dataset_id, rename=rename, title=title, group=group)
     assert desc.path is not None
+    if notes is not None:
+        stated = _union([inspect_file(Path(f).resolve()) for f in files]).attrs
+        if title is None and not _str_or_none(stated.get("title")):
+            notes.append(f"the files have no title attribute (ACDD): the title was drafted from their variables, "
+                         f"{desc.title!r}; give a better one with --title or in {desc.path.name}")
+        if not _str_or_none(stated.get("summary") or stated.get("comment")):
+            notes.append(f"the files have no summary attribute (ACDD): the summary was drafted from their variables; "
+                         f"write one in {desc.path.name}")
     if desc.path.exists() and not overwrite:
         raise CatalogError(f"{desc.path} exists; pass --overwrite to replace it")
     matched = sorted(p.name for p in desc.path.parent.iterdir() if fnmatch.fnmatch(p.name, desc.files_glob))
@@ -689,10 +722,42 @@ def publish(
             f"the drafted glob {desc.files_glob!r} would also match {sorted(set(matched) - set(wanted))}; "
             "move the files into a folder of their own"
         )
-    text = render_descriptor(desc)
+    text = _note_units_per_file(render_descriptor(desc), desc, [Path(f) for f in files])
     _check_servable(text, desc.path)
     desc.path.write_bytes(text)
     return desc.path
+
+
+def _note_units_per_file(text: bytes, desc: Descriptor, files: Sequence[Path]) -> bytes:
+    """Return the descriptor with a comment above each time coordinate whose files state its units differently
+    (monthly files counting days from their own month): its ``units`` are only the first file's."""
+    from lxml import etree
+
+    from dstp.catalog.cf import is_time_units
+
+    metas = [inspect_file(f.resolve()) for f in sorted(files, key=lambda f: Path(f).name)]
+    root = etree.fromstring(text)
+    noted = False
+    for c in desc.coordinates:
+        stated = []
+        for meta in metas:
+            var = meta.variables.get(c.variable or c.name)
+            units = str(var.attrs.get("units", "")) if var is not None else ""
+            if is_time_units(units):
+                stated.append((units, meta.path.name))
+        distinct = list(dict.fromkeys(u for u, _ in stated))
+        el = next((e for e in root.iter("{*}coordinate") if e.get("name") == c.name), None)
+        if len(distinct) < 2 or el is None:
+            continue
+        note = (f" {c.name}: the files state its units differently ({stated[0][0]} in {stated[0][1]} … "
+                f"{stated[-1][0]} in {stated[-1][1]}, {len(distinct)} different); each file's times are decoded "
+                "with its own units, so units= below is only the first file's ")
+        comment = etree.Comment(note.replace("--", "- -"))
+        previous = el.getprevious()
+        comment.tail = (previous.tail if previous is not None else el.getparent().text) or "\n"
+        el.addprevious(comment)
+        noted = True
+    return etree.tostring(root, xml_declaration=True, encoding="UTF-8") if noted else text
 
 
 def _check_servable(text: bytes, path: Path) -> None:

@@ -49,7 +49,8 @@ TREE_END = "\n\n"
 #: R class names that are not ``dstp_<code>`` (kept: R users catch them by these names).
 R_NAMES = {"invalid_query": "dstp_query_error", "bad_ticket": "dstp_ticket_error", "internal": "dstp_server_error"}
 #: Conditions only the R client raises: code -> (parent code, what it means).
-R_ONLY = {"connection_error": ("transport_error", "client side: the server cannot be reached")}
+#: (None now: the server that cannot be reached is ServerUnreachableError, code connection_error, in both clients.)
+R_ONLY: dict[str, tuple[str, str]] = {}
 
 
 def tree(rows: list[ErrorRow] | None = None, indent: str = "    ") -> str:

@@ -54,11 +54,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator
 
-__all__ = ["AGENT_ENV", "Agent", "AgentError", "AgentRefused", "AgentUnavailable", "default_socket_path",
-           "get_via_agent", "query_via_agent"]
+__all__ = ["AGENT_ENV", "AGENT_PID_ENV", "Agent", "AgentError", "AgentRefused", "AgentUnavailable",
+           "get_via_agent", "new_socket_path", "query_via_agent"]
 
 #: The environment variable that names the agent's socket.
 AGENT_ENV = "DSTP_AGENT_SOCK"
+#: The environment variable that names a background agent's process (``dstp agent -k`` stops it).
+AGENT_PID_ENV = "DSTP_AGENT_PID"
 PROTOCOL = 1
 #: Longest request line the agent reads (a request is a few hundred bytes).
 MAX_REQUEST_BYTES = 1 << 16
@@ -89,17 +91,27 @@ REFUSED = "bad request to the agent: "
 class AgentError(Exception):
     """The agent ran the request and it failed; the message says why, as ``dstp get`` would."""
 
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        #: The dstp error code of the failure (``connection_error``: no server answers), "" if none.
+        self.code = code
+
 
 class _Gone(BaseException):
     """The caller shut down its side: stop the download (a BaseException, like Ctrl-C, so nothing swallows it)."""
 
 
-def default_socket_path() -> Path:
-    """Return where ``dstp agent`` listens by default: ``$XDG_RUNTIME_DIR``, else a private folder in /tmp."""
+def new_socket_path() -> Path:
+    """Return a socket path of a new agent's own: ``agent.sock`` in a fresh folder only this user may enter
+    (``$XDG_RUNTIME_DIR/dstp-agent-XXXXXXXX``, else the same in /tmp), made now.
+
+    One socket per agent, as ssh-agent makes one: two terminals or logins that each start an agent get
+    two, and a shell uses the one its ``DSTP_AGENT_SOCK`` names (a fixed path per user made the second
+    agent fail, or every terminal share the first).
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK):
-        return Path(runtime) / "dstp-agent.sock"
-    return Path(tempfile.gettempdir()) / f"dstp-{os.getuid()}" / "agent.sock"
+    base = runtime if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="dstp-agent-", dir=base)) / "agent.sock"  # mkdtemp: mode 0700
 
 
 # ---------------------------------------------------------------------- the caller (inside `dstp get`)
@@ -202,7 +214,7 @@ def _answer(answer: dict[str, Any], field: str) -> Any:
     if "error" in answer:
         if str(answer["error"]).startswith(REFUSED):
             raise AgentRefused(str(answer["error"])[len(REFUSED):])
-        raise AgentError(str(answer["error"]))
+        raise AgentError(str(answer["error"]), str(answer.get("code") or ""))
     raise AgentError(f"the agent answered something this dstp does not know: {sorted(answer)}")
 
 
@@ -310,11 +322,11 @@ class _Watcher:
                 with contextlib.suppress(ValueError, AttributeError):
                     self.reason = str(json.loads(said.split(b"\n", 1)[0]).get("stop", ""))
                 if self.reason and not self.answered.is_set():
+                    self.gone.set()  # before saying so: whoever reads the log may rely on it being set
                     log.info("the caller of %s was %s; stopping at the next batch", self._out, self.reason)
-                    self.gone.set()
         if not self.answered.is_set() and not self.gone.is_set():
-            log.info("the caller of %s left; stopping at the next block", self._out)
             self.gone.set()
+            log.info("the caller of %s left; stopping at the next block", self._out)
 
     def stop_query(self) -> None:
         """Raise what stopped the caller (``dstp query`` handles it as its own Ctrl-C or SIGTERM) once it left."""
@@ -517,7 +529,7 @@ class Agent:
                 _quietly(send, {"stopped": {"partial": str(partial_path(out)), "state": f"{out}{STATE_SUFFIX}"}})
                 return
             except (DstpError, OSError, ValueError) as exc:
-                send({"error": str(exc)})
+                send({"error": str(exc), "code": getattr(exc, "code", "")})
                 return
             except Exception as exc:  # a bug: say so to the caller and in the agent's log, keep serving
                 log.exception("request for %s failed", out)

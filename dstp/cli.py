@@ -32,8 +32,9 @@ from dstp.commands import (
     run_command,
     stopped,
     terminate,
+    unreachable_hint,
 )
-from dstp.errors import DstpError
+from dstp.errors import DstpError, ServerUnreachableError
 
 __all__ = ["main"]
 
@@ -172,19 +173,23 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
+    notes: list[str] = []
     path = publish([Path(f) for f in args.files], args.id, rename=rename, title=args.title,
-                   overwrite=args.overwrite, group=args.group)
+                   overwrite=args.overwrite, group=args.group, notes=notes)
+    for note in notes:
+        print(f"dstp: warning: {note}", file=sys.stderr)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from dstp.catalog.packing import fills_in_packed_range
     from dstp.catalog.registry import Catalog
 
     catalog = Catalog.scan(Path(args.root))
     for ds in catalog:
         print(f"ok      {ds.id:20s} {len(ds.files)} file(s), {len(ds.attributes)} attributes  ({ds.descriptor.path})")
-        for warning in ds.warnings:
+        for warning in (*ds.warnings, *fills_in_packed_range(ds)):
             print(f"warning {ds.id:20s} {warning}")
         for column in ds.attributes.values():
             missing = ds.missing_from(column)
@@ -207,14 +212,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(d) for d in datasets], indent=2))
         return 0
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table("id", "title", "attributes", "grid", "records", "time span", box=None)
-    for d in datasets:
-        span = f"{d.time_start[:10]} … {d.time_end[:10]}" if d.time_start else ""
-        table.add_row(d.id, d.title, ", ".join(d.attributes), " × ".join(d.default_grid),
-                      f"{d.default_grid_rows:,}", span)
-    Console().print(table)
+    from dstp.listings import ls_table
+
+    console = Console()
+    if not datasets:
+        print("no datasets on this server (or none you may read)")
+        return 0
+    console.print(ls_table(datasets, console.width))
     return 0
 
 
@@ -239,53 +244,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(d), indent=2))
         return 0
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console()
-    s = d.summary
-    con.print(f"[bold]{s.id}[/bold] — {s.title}")
-    if s.summary:
-        con.print(s.summary)
-    con.print(f"{len(d.files)} file(s), {s.size_bytes / 2**20:.1f} MiB; select * has {s.default_grid_rows:,} records "
-              f"on ({', '.join(s.default_grid)})")
-    dims = Table("dimension", "size", "coordinate", "from", "to", "units", box=None, title="dimensions")
-    for x in d.dimensions:
-        order = {1: "↑", -1: "↓"}.get(x.order, "")
-        dims.add_row(x.name, str(x.size), f"{x.coordinate} {order}", x.min, x.max,
-                     x.units + (f" ({x.calendar})" if x.calendar else ""))
-    con.print(dims)
-    attrs = Table("attribute", "units", "dimensions", "type", "description", box=None, title="attributes")
-    for a in d.attributes:
-        attrs.add_row(a.name, a.units, " × ".join(a.dimensions), a.arrow_type + (" (packed)" if a.packed else ""),
-                      a.description)
-    con.print(attrs)
-    other = [c for c in d.coordinates if c.role not in ("dimension", "")]
-    if other:
-        coords = Table("coordinate", "role", "dimensions", "units", "type", "note", box=None,
-                       title="other coordinates (auxiliary, scalar, bounds, derived)")
-        for c in other:
-            coords.add_row(c.name, c.role, " × ".join(c.dimensions) or "(scalar)", c.units, c.arrow_type, c.note)
-        con.print(coords)
-    for m in d.grid_mappings:
-        con.print(f"grid mapping [bold]{m.name}[/bold]: {m.grid_mapping_name} — {m.proj or m.problem}")
-    feature = dict(d.global_attributes).get("dstp:feature_type")
-    if feature:
-        layout = dict(d.global_attributes).get("dstp:layout", "")
-        con.print(f"feature type: {feature}" + (f"; {layout}" if layout else ""))
-    if d.correlation_keys:
-        con.print("correlation keys: " + ", ".join(f"{k.name}={k.column}" for k in d.correlation_keys))
-    files = Table("file", "size", "format", d.aggregate_dimension or "", "", box=None, title="files")
-    for f in d.files:
-        first = f.first or (str(f.start) if f.count else "")
-        last = f.last or (str(f.start + f.count - 1) if f.count else "")
-        files.add_row(f.name, f"{f.size_bytes / 2**20:.1f} MiB", f.format, first, last)
-    con.print(files)
-    for a in d.attributes:
-        if a.missing_from:
-            con.print(f"[yellow]{a.name} is NULL on the records of {', '.join(a.missing_from)}[/yellow] "
-                      "(the variable is not in those files)")
-    for warning in d.warnings:
-        con.print(f"[yellow]warning:[/yellow] {warning}")
+    from dstp.listings import describe_lines
+
+    console = Console()
+    for part in describe_lines(d):
+        console.print(part)
     return 0
 
 
@@ -436,7 +400,7 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         return None
     except AgentError as exc:
         finish()
-        error(str(exc))
+        error(f"{exc}\n{unreachable_hint(args)}" if exc.code == ServerUnreachableError.code else str(exc))
         return 1
     except (KeyboardInterrupt, Terminated) as exc:
         saved = getattr(exc, "agent_answer", {}).get("stopped")
@@ -450,18 +414,58 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
 def cmd_agent(args: argparse.Namespace) -> int:
     import shlex
 
-    from dstp.agent import AGENT_ENV, default_socket_path
+    from dstp.agent import AGENT_ENV, new_socket_path
 
-    path = Path(args.socket).absolute() if args.socket else default_socket_path()
+    if args.kill:
+        return _kill_agent()
+    # As ssh-agent: each agent its own socket, in a fresh private folder (removed when it stops), unless --socket.
+    made = None
+    if args.socket:
+        path = Path(args.socket).absolute()
+    else:
+        path = new_socket_path()
+        made = path.parent
     export = f"export {AGENT_ENV}={shlex.quote(str(path))}"
-    if args.background:
-        return _agent_in_background(args, path, export)
-    agent = _start_agent(args, path)
+    if not args.foreground:
+        return _agent_in_background(args, path, export, made)
+    try:
+        agent = _start_agent(args, path)
+    except BaseException:
+        _remove_folder(made)
+        raise
     print(export, flush=True)
     print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` and `dstp query` run here on "
           f"connections kept warm (a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.",
           file=sys.stderr, flush=True)
-    return _run_agent(agent)
+    return _run_agent(agent, made)
+
+
+def _remove_folder(folder: Path | None) -> None:
+    """Remove the private folder made for an agent's socket (and its log), if one was made."""
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _kill_agent() -> int:
+    """``dstp agent -k``: stop the background agent $DSTP_AGENT_PID names; print the shell lines that forget it."""
+    from dstp.agent import AGENT_ENV, AGENT_PID_ENV
+
+    pid = os.environ.get(AGENT_PID_ENV, "")
+    if not pid.isdigit():
+        error(f"${AGENT_PID_ENV} names no agent: stop the one you started with kill PID (`dstp agent` printed it)")
+        return 1
+    try:
+        os.kill(int(pid), signal.SIGTERM)
+    except ProcessLookupError:
+        print(f"dstp: no agent runs as pid {pid} any more", file=sys.stderr)
+    except PermissionError:
+        error(f"pid {pid} is not a process of yours: ${AGENT_PID_ENV} is stale; not stopped")
+        return 1
+    print(f"unset {AGENT_ENV} {AGENT_PID_ENV}", flush=True)
+    print(f"dstp agent (pid {pid}) stopped", file=sys.stderr, flush=True)
+    return 0
 
 
 def _start_agent(args: argparse.Namespace, path: Path) -> Any:
@@ -474,24 +478,27 @@ def _start_agent(args: argparse.Namespace, path: Path) -> Any:
     return agent
 
 
-def _run_agent(agent: Any) -> int:
-    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed)."""
+def _run_agent(agent: Any, made: Path | None = None) -> int:
+    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed, and its folder if made for it)."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     agent.close()
     print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr, flush=True)
+    _remove_folder(made)
     return 0
 
 
-def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> int:
+def _agent_in_background(args: argparse.Namespace, path: Path, export: str, made: Path | None) -> int:
     """Fork an agent that outlives this command (its output to SOCKET.log); print the shell lines to use it.
 
     This process returns once the agent listens (or has said why it cannot), so
-    ``eval "$(dstp agent --background)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
+    ``eval "$(dstp agent)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
     The fork comes before anything starts a thread or loads gRPC.
     """
+    from dstp.agent import AGENT_PID_ENV
+
     log_path = path.with_name(path.name + ".log")
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -503,9 +510,9 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> i
             os.waitpid(pid, 0)
             error(answer or f"the agent ended before it listened; see {log_path}")
             return 1
-        print(f"{export}\nexport DSTP_AGENT_PID={pid}", flush=True)
-        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid}",
-              file=sys.stderr, flush=True)
+        print(f"{export}\nexport {AGENT_PID_ENV}={pid}", flush=True)
+        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid} "
+              '(or eval "$(dstp agent -k)")', file=sys.stderr, flush=True)
         return 0
     os.close(read_end)
     os.setsid()  # not stopped by the terminal's Ctrl-C or hang-up
@@ -519,10 +526,11 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str) -> i
         agent = _start_agent(args, path)
     except (OSError, DstpError) as exc:
         os.write(write_end, str(exc).encode())
+        _remove_folder(made)
         return 1
     os.write(write_end, b"listening")
     os.close(write_end)
-    return _run_agent(agent)
+    return _run_agent(agent, made)
 
 
 # ---------------------------------------------------------------------- tokens
@@ -718,10 +726,12 @@ def build_parser() -> argparse.ArgumentParser:
     prog.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress")
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser("agent", help="keep connections warm for `dstp get` and `dstp query` (export DSTP_AGENT_SOCK "
-                                     "it prints)",
-                       description="Run until Ctrl-C (with --background: until killed), listening on a Unix socket "
-                                   "only your user can use. With "
+    p = sub.add_parser("agent", help="keep connections warm for `dstp get` and `dstp query`: eval \"$(dstp agent)\"",
+                       description="Start an agent in the background, as ssh-agent, listening on a Unix socket of its "
+                                   "own that only your user can use, and print the shell lines that name it "
+                                   "(DSTP_AGENT_SOCK) and its process (DSTP_AGENT_PID); it runs until killed "
+                                   "(--foreground: until Ctrl-C). Each agent has its own socket: two terminals "
+                                   "that start one get two, and a shell uses the one it was told of. With "
                                    "DSTP_AGENT_SOCK naming that socket (the agent prints the line to export), "
                                    "`dstp get` hands its download to the agent, and `dstp query` its query (with its "
                                    "stdout and stderr, which the agent writes to), and the agent keeps a client per "
@@ -731,12 +741,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "download in the agent and keeps what arrived, on a `dstp query` stops the "
                                    "query, as without the agent.")
     p.add_argument("--socket", default=None, metavar="PATH",
-                   help="where to listen (default: $XDG_RUNTIME_DIR/dstp-agent.sock, else /tmp/dstp-UID/agent.sock)")
+                   help="where to listen (default: agent.sock in a new private folder per agent, "
+                        "$XDG_RUNTIME_DIR/dstp-agent-XXXXXXXX or /tmp/dstp-agent-XXXXXXXX, removed when it stops)")
     p.add_argument("--client-idle", type=float, default=600.0, metavar="S",
                    help="close a server's connections after S seconds unused (default 600)")
-    p.add_argument("--background", action="store_true",
-                   help="fork, print the shell lines to use the agent and return: eval \"$(dstp agent --background)\" "
-                        "(its output goes to SOCKET.log; stop it with kill $DSTP_AGENT_PID)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--foreground", action="store_true",
+                      help="stay attached and log to stderr until Ctrl-C (default: fork, print the shell lines that "
+                           "set DSTP_AGENT_SOCK and DSTP_AGENT_PID and return, as ssh-agent: eval \"$(dstp agent)\"; "
+                           "its output goes to SOCKET.log)")
+    mode.add_argument("--background", action="store_true", help="fork and return (the default; kept for scripts)")
+    mode.add_argument("-k", "--kill", action="store_true",
+                      help="stop the agent $DSTP_AGENT_PID names and print the lines that unset both variables: "
+                           "eval \"$(dstp agent -k)\"")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(func=cmd_agent)
 
@@ -769,6 +786,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the dstp command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "server"):  # where the address came from, for "cannot reach" (dstp.commands.unreachable_hint)
+        from_env = os.environ.get("DSTP_SERVER")
+        args.server_origin = "--server" if args.server != (from_env or DEFAULT_SERVER) else \
+            "DSTP_SERVER" if from_env else "default"
     if threading.current_thread() is threading.main_thread() and args.func is not cmd_serve:
         signal.signal(signal.SIGINT, _interrupt)
     return run_command(args.func, args)

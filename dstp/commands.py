@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from dstp.errors import DstpError, DstpTruncationWarning
+from dstp.errors import DstpError, DstpTruncationWarning, ServerUnreachableError
 
 __all__ = ["AGENT_QUERY_OPTIONS", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_TRUNCATED", "Terminated", "error",
-           "progress_display", "query_on", "run_command", "stopped", "terminate"]
+           "progress_display", "query_on", "run_command", "stopped", "terminate", "unreachable_hint"]
 
 
 def error(message: str) -> None:
@@ -33,15 +33,23 @@ def stderr_now() -> Any:
     return getattr(sys.stderr, "thread_stream", lambda: sys.stderr)()
 
 
-def progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Callable[[], None]]:
-    """Return (progress callback, finish) drawing rows, bytes and rate on stderr."""
+def progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Callable[..., None]]:
+    """Return (progress callback, finish) drawing rows, bytes and rate on stderr.
+
+    The bar has a total when the plan gives one: the exact record count, else the most records the result can
+    have (the plan's row bound, shown as "≤ N"), with the percentage of it. ``finish(complete=True)`` after the
+    last record fills a bound the result stayed under; ``finish()`` stops the bar where it is.
+    """
     if not enabled:
-        return None, lambda: None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        return None, lambda complete=False: None
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    from dstp.transport.codec import UNBOUNDED_ROWS
 
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
+        TaskProgressColumn(),
         TextColumn("{task.fields[rows]} rows · {task.fields[size]} · {task.fields[rate]} · {task.fields[link]}"),
         TimeElapsedColumn(),
         transient=False,
@@ -49,6 +57,7 @@ def progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Calla
     )
     task = bar.add_task("fetching", total=None, rows="0", size="0 B", rate="", link="")
     bar.start()
+    seen = {"rows": 0}
 
     def human(n: float) -> str:
         for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -58,11 +67,23 @@ def progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Calla
         return f"{n:.1f}"
 
     def update(p: Any) -> None:
-        total = p.estimated_rows if p.estimated_rows > 0 else None
-        bar.update(task, completed=p.rows, total=total, rows=f"{p.rows:,}", size=human(p.bytes),
+        bound = getattr(p, "max_rows", -1)
+        if p.estimated_rows > 0:
+            total, of = p.estimated_rows, f" of {p.estimated_rows:,}"
+        elif 0 < bound < UNBOUNDED_ROWS:
+            total, of = bound, f" of ≤ {bound:,}"
+        else:
+            total, of = None, ""
+        seen["rows"] = p.rows
+        bar.update(task, completed=p.rows, total=total, rows=f"{p.rows:,}{of}", size=human(p.bytes),
                    rate=f"{human(p.rate_bytes_per_s)}/s", link=f"{p.transport}×{p.streams}")
 
-    return update, bar.stop
+    def finish(complete: bool = False) -> None:
+        if complete:  # every record is in: the result's own count is the total, 100 %
+            bar.update(task, completed=seen["rows"], total=max(1, seen["rows"]), rows=f"{seen['rows']:,}")
+        bar.stop()
+
+    return update, finish
 
 
 #: Exit status of `dstp query` when the server cut the result at max_result_rows/max_result_bytes.
@@ -80,7 +101,7 @@ def terminate(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def stopped(cause: BaseException, finish: Callable[[], None], what_is_left: str) -> int:
+def stopped(cause: BaseException, finish: Callable[..., None], what_is_left: str) -> int:
     """Say that Ctrl-C (KeyboardInterrupt) or SIGTERM stopped the command and what it left; return the exit status."""
     finish()
     interrupted = isinstance(cause, KeyboardInterrupt)
@@ -97,7 +118,7 @@ def time_units(client: Any, schema: Any) -> dict[str, str]:
     return {c.name: c.units for c in details.coordinates if " since " in c.units}
 
 
-def save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish: Callable[[], None]) -> int:
+def save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish: Callable[..., None]) -> int:
     """Save the stream to ``out`` whole or not at all (see dstp.client._output.save_result); return the exit status."""
     from dstp.client._output import check_file_format, save_result
     from dstp.errors import TruncatedResultError
@@ -121,7 +142,7 @@ def save(args: argparse.Namespace, client: Any, stream: Any, out: Path, finish: 
         error(str(exc))
         print(f"dstp: the partial result was discarded and {kept}", file=sys.stderr)
         return 1
-    finish()
+    finish(complete=stream.truncated_reason is None)
     seconds, nbytes = (stream.summary.seconds, stream.summary.bytes) if stream.summary else (0.0, 0)
     rate = nbytes / max(seconds, 1e-9) / 2**20
     print(f"{rows:,} records → {out} ({seconds:.2f} s, {rate:.1f} MiB/s over "
@@ -170,6 +191,7 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
         print(json.dumps({
             "query_id": info.query_id, "grid": info.grid, "hyperslab": info.hyperslab,
             "scan_rows": info.scan_rows, "estimated_rows": info.estimated_rows, "max_rows": info.max_rows,
+            "estimate": info.size_estimate(),
             "columns": [f"{f.name}: {f.type}" for f in info.schema],
             "sample_seed": info.sample_seed,
             "sql": plan.get("sql", ""), "scans": plan.get("scans", []),
@@ -197,7 +219,7 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
             if stream.truncated_reason is not None:  # the same last line as a saved CSV and the HTTP API's
                 sink.write(csv_truncation_line(stream.truncated_reason, rows))
             sink.flush()
-            finish()
+            finish(complete=stream.truncated_reason is None)
             status = truncation_status(args, stream)
         else:
             # A preview: stop the transfer once one record more than fits has arrived (closing the
@@ -244,13 +266,27 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
 
 #: What ``dstp query`` hands to ``dstp agent``: its options, by name (see dstp/agent.py).
 AGENT_QUERY_OPTIONS = ("sql", "output", "allow_truncated", "format", "max_rows", "transport", "streams", "compression",
-                       "explain", "verbose", "progress")
+                       "explain", "verbose", "progress", "server", "server_origin")
+
+
+def unreachable_hint(args: argparse.Namespace) -> str:
+    """Return how to reach a server, after "cannot reach the dstp server at …": start one, or name the running one
+    (and where the address tried came from: ``--server``, ``$DSTP_SERVER`` or the default)."""
+    server = getattr(args, "server", None)
+    origin = {"--server": "given with --server", "DSTP_SERVER": "from $DSTP_SERVER",
+              "default": "the default"}.get(str(getattr(args, "server_origin", "")), "")
+    tried = f" (tried {server}{', ' + origin if origin else ''})" if server else ""
+    return ("  no server running? start one: `dstp serve` (the sample datasets) or `dstp serve DIR` (your catalog);\n"
+            f"  another server? name it: --server HOST:PORT, or export DSTP_SERVER=HOST:PORT{tried}")
 
 
 def run_command(func: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
     """Run one command's function; return its exit status, saying on stderr why it failed (as ``dstp`` does)."""
     try:
         return int(func(args) or 0)
+    except ServerUnreachableError as exc:
+        error(f"{exc}\n{unreachable_hint(args)}")
+        return 1
     except DstpError as exc:
         error(str(exc))
         return 1

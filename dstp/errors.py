@@ -31,6 +31,7 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     │   └── TicketExpiredError          PERMISSION_DENIED    403  ticket_expired
     ├── AuthenticationError             UNAUTHENTICATED      401  unauthenticated
     ├── TransportError                  UNAVAILABLE          503  transport_error
+    │   ├── ServerUnreachableError      UNAVAILABLE          503  connection_error
     │   ├── TransportUnavailableError   FAILED_PRECONDITION  409  transport_unavailable
     │   ├── IntegrityError              DATA_LOSS            502  integrity_error
     │   └── ProtocolError               INVALID_ARGUMENT     400  protocol_error
@@ -70,6 +71,7 @@ __all__ = [
     "QueryTimeoutError",
     "RouteNotFoundError",
     "ServerError",
+    "ServerUnreachableError",
     "TicketError",
     "TicketExpiredError",
     "TransportError",
@@ -78,6 +80,7 @@ __all__ = [
     "UnknownColumnError",
     "error_from_status",
     "error_table",
+    "with_caret",
 ]
 
 
@@ -96,6 +99,30 @@ class DstpError(Exception):
     def to_dict(self) -> dict[str, object]:
         """Return the JSON error body shared by every adapter."""
         return {"error": {"code": self.code, "message": self.message}}
+
+
+def with_caret(message: str, sql: str | None, line: int | None, column: int | None, token: str | None) -> str:
+    """Return ``message`` with where it points: (line, column), then the line of ``sql`` and a caret under ``token``."""
+    if line is None or column is None:
+        return message
+    where = f"{message} (line {line}, column {column})"
+    if sql is None:
+        return where
+    lines = sql.splitlines() or [sql]
+    if not 1 <= line <= len(lines):
+        return where
+    text = lines[line - 1]
+    width = max(1, len(token or "")) if token else 1
+    start = max(0, column - width)
+    width = min(width, 40)
+    # A long line is shown as a window around the caret: messages travel in gRPC headers (16 KiB).
+    if len(text) > 120:
+        left = max(0, start - 50)
+        right = min(len(text), start + width + 50)
+        text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
+        start -= left - (1 if left else 0)
+    caret = " " * start + "^" * width
+    return f"{where}\n  {text}\n  {caret}"
 
 
 class QueryError(DstpError):
@@ -125,26 +152,7 @@ class QueryError(DstpError):
         super().__init__(self._with_position(message))
 
     def _with_position(self, message: str) -> str:
-        if self.line is None or self.column is None:
-            return message
-        where = f"{message} (line {self.line}, column {self.column})"
-        if self.sql is None:
-            return where
-        lines = self.sql.splitlines() or [self.sql]
-        if not 1 <= self.line <= len(lines):
-            return where
-        text = lines[self.line - 1]
-        width = max(1, len(self.token or "")) if self.token else 1
-        start = max(0, self.column - width)
-        width = min(width, 40)
-        # A long line is shown as a window around the caret: messages travel in gRPC headers (16 KiB).
-        if len(text) > 120:
-            left = max(0, start - 50)
-            right = min(len(text), start + width + 50)
-            text = ("…" if left else "") + text[left:right] + ("…" if right < len(text) else "")
-            start -= left - (1 if left else 0)
-        caret = " " * start + "^" * width
-        return f"{where}\n  {text}\n  {caret}"
+        return with_caret(message, self.sql, self.line, self.column, self.token)
 
     def to_dict(self) -> dict[str, object]:
         body = super().to_dict()
@@ -193,6 +201,22 @@ class DatasetNotFoundError(NotFoundError):
     """No dataset with that id is published."""
 
     code = "dataset_not_found"
+    line: int | None = None
+    column: int | None = None
+
+    def __init__(self, message: str, *, sql: str | None = None, line: int | None = None, column: int | None = None,
+                 token: str | None = None) -> None:
+        """``sql``, ``line``, ``column``, ``token``: where a query names it (a caret under the name, as QueryError)."""
+        self.line, self.column = line, column
+        super().__init__(with_caret(message, sql, line, column, token))
+
+    def to_dict(self) -> dict[str, object]:
+        body = super().to_dict()
+        if self.line is not None:
+            err = body["error"]
+            assert isinstance(err, dict)
+            err["line"], err["column"] = self.line, self.column
+        return body
 
 
 class FileNotPublishedError(NotFoundError):
@@ -283,6 +307,12 @@ class TransportError(DstpError):
     grpc_status = "UNAVAILABLE"
     http_status = 503
     code = "transport_error"
+
+
+class ServerUnreachableError(TransportError):
+    """No dstp server answers at the address (nothing listens there, the name does not resolve, TLS mismatch)."""
+
+    code = "connection_error"
 
 
 class TransportUnavailableError(TransportError):

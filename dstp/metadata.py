@@ -7,7 +7,7 @@ adapter (gRPC, HTTP, CLI) so that a dataset reads the same everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # clients import these value types without loading the catalog (netCDF4, HDF5)
     from dstp.catalog.dataset import AttributeColumn, CoordinateColumn, GriddedDataset
@@ -23,7 +23,10 @@ __all__ = [
     "KeyInfo",
     "dataset_details",
     "dataset_summary",
+    "file_axis",
     "render_value",
+    "units_label",
+    "units_per_file",
 ]
 
 
@@ -308,7 +311,39 @@ def _all_attributes(spec_cf: tuple[tuple[str, Any], ...], attrs: Mapping[str, An
     return tuple((k, render_value(v)) for k, v in merged.items())
 
 
-def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
+#: The start of a time coordinate's note when its files state its units differently (the label ``describe`` shows).
+PER_FILE = "per file: "
+
+
+def units_per_file(c: CoordinateColumn, files: Sequence[str]) -> str:
+    """Return "per file: A … B (N different units; …)" when the files of a time coordinate state its units
+    differently (monthly files counting days from their own month), else "".
+
+    The descriptor's and the first file's units would label every file's times with one file's units, which
+    misleads (each file's times are decoded with its own units, so the values are right).
+    """
+    stated = [(d.time_units, name) for d, name in zip(c.file_decodings, files) if d is not None and d.time_units]
+    distinct = list(dict.fromkeys(u for u, _ in stated))
+    if len(distinct) < 2:
+        return ""
+    (first, first_file), (last, last_file) = stated[0], stated[-1]
+    if len(distinct) == 2:
+        shown = f"{distinct[0]}, {distinct[1]}"
+    else:
+        shown = f"{first} … {last}" if first != last else f"{distinct[0]} … {distinct[-1]}"
+    return (f"{PER_FILE}{shown} ({len(distinct)} different units, {first_file} … {last_file}; each file's times "
+            "are decoded with its own)")
+
+
+def units_label(d: "DatasetDetails", dim: DimensionInfo) -> str:
+    """Return the units to show for a dimension: "per file: A … B" when its files state them differently."""
+    coordinate = next((c for c in d.coordinates if c.name == dim.coordinate), None)
+    if coordinate is not None and coordinate.note.startswith(PER_FILE):
+        return coordinate.note.split(" (", 1)[0]
+    return dim.units
+
+
+def _coordinate_info(c: CoordinateColumn, files: Sequence[str] = ()) -> ColumnInfo:
     return ColumnInfo(
         name=c.name,
         variable=c.spec.variable,
@@ -321,6 +356,7 @@ def _coordinate_info(c: CoordinateColumn) -> ColumnInfo:
         nullable=False,
         coordinate=True,
         role="dimension" if c.dimension else "scalar",
+        note=units_per_file(c, files),
     )
 
 
@@ -402,7 +438,7 @@ def dataset_details(ds: GriddedDataset) -> DatasetDetails:
     return DatasetDetails(
         summary=dataset_summary(ds),
         dimensions=tuple(dims),
-        coordinates=(*(_coordinate_info(c) for c in ds.coordinates.values()),
+        coordinates=(*(_coordinate_info(c, [f.path.name for f in ds.files]) for c in ds.coordinates.values()),
                      *(_auxiliary_info(a, ds.missing_from(a)) for a in ds.auxiliaries.values())),
         attributes=tuple(_attribute_info(a, ds.missing_from(a), table=ds.layout is not None)
                          for a in ds.attributes.values()),
@@ -467,12 +503,31 @@ def _aggregation_coordinate(ds: GriddedDataset) -> CoordinateColumn | None:
 
 
 def _file_info(ds: GriddedDataset, f: Any) -> FileInfo:
-    """Return a file's listing, with the first and last aggregation coordinate it holds."""
+    """Return a file's listing, with the first and last aggregation coordinate it holds.
+
+    A dataset not aggregated along an axis (one file, or files that each hold every record of their
+    variables) has each file hold the whole time axis: its first and last time, and all its steps — not
+    "index 0" and no dates, which made a one-file dataset look empty.
+    """
     coord = _aggregation_coordinate(ds)
     first = last = ""
     if coord is not None and f.count > 0:
         first, last = render_value(coord.values[f.start]), render_value(coord.values[f.start + f.count - 1])
+    elif coord is None and not ds.descriptor.aggregate:
+        time = _axis_of(ds, "T")
+        if time is not None and len(time.values):
+            values = time.values
+            return FileInfo(f.path.name, f.size, f.format, 0, len(values), render_value(values[0]),
+                            render_value(values[-1]))
     return FileInfo(f.path.name, f.size, f.format, f.start, f.count, first, last)
+
+
+def file_axis(d: DatasetDetails) -> str:
+    """Return the dimension a file's first and last values are along: the aggregation's, else the time axis
+    (a dataset not aggregated along an axis), else ""."""
+    if d.aggregate_dimension:
+        return d.aggregate_dimension
+    return next((x.name for x in d.dimensions if x.axis == "T"), "")
 
 
 def _coverage_runs(ds: GriddedDataset) -> tuple[CoverageRun, ...]:

@@ -91,6 +91,15 @@ HOSTILE = [
     ("select (temperature from ccm3", "QuerySyntaxError", "parse"),
     ("", "QuerySyntaxError", "empty"),
     ("select * from nosuch", "DatasetNotFoundError", "ccm3"),
+    # a typo is named as one: the misspelt dataset, column or keyword, with what was meant
+    ("select * from ccm4", "DatasetNotFoundError", "no dataset 'ccm4' in this catalog; did you mean ccm3?"),
+    ("select temprature from ccm3", "UnknownColumnError", "did you mean temperature?"),
+    ("select * form ccm3", "QuerySyntaxError", "'form' is not a keyword; did you mean FROM?"),
+    ("select lat from ccm3 were lat > 3", "QuerySyntaxError", "'were' is not a keyword; did you mean WHERE?"),
+    # text where a number belongs: said by dstp, with the column's type, not DuckDB's cast error
+    ("select * from ccm3 where lat = 'north'", "QueryError",
+     "'north' is not a number, and lat holds numbers (DOUBLE, degrees_north)"),
+    ("select cast(temperature as hugeint) from ccm3", "ForbiddenQueryError", "cast to hugeint is not supported"),
     ("select nosuch from ccm3", "UnknownColumnError", "nosuch"),
     ("select temperature from ccm3 where nosuch > 1", "UnknownColumnError", "nosuch"),
     ("select temperature from ccm3 order by nosuch", "UnknownColumnError", "nosuch"),

@@ -81,12 +81,83 @@ def test_ls_and_describe(served: str) -> None:
     assert "temperature" in described and "K" in described and "noleap" in described
 
 
+@pytest.mark.parametrize("width", [60, 80, 100, 132, 200])
+def test_ls_gives_each_dataset_one_line_that_fits_the_terminal(served: str, width: int) -> None:
+    import json
+
+    from rich.cells import cell_len
+
+    listed = json.loads(run("ls", "--json", "--server", served).stdout)
+    proc = subprocess.run([*DSTP, "ls", "--server", served], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": str(width)})
+    lines = proc.stdout.rstrip("\n").split("\n")
+    assert len(lines) == 1 + len(listed) and len(listed) >= 4, proc.stdout  # a header, then one line each
+    assert all(cell_len(line.rstrip()) < width for line in lines), proc.stdout
+    header = lines[0].split()
+    for d, line in zip(listed, lines[1:]):
+        cells = line.split()
+        assert cells[0] == d["id"] and f"{d['default_grid_rows']:,}" in cells, line  # never shortened
+        assert line.split(d["id"], 1)[1].strip()[:12] == d["title"][:12], line
+        if width >= 80 and d["time_start"]:
+            assert f"{d['time_start'][:10]} … {d['time_end'][:10]}" in line, line
+        if "attributes" in header:
+            assert d["attributes"][0] in line, line
+    assert ("attributes" in header) == (width >= 132) and ("grid" in header) == (width >= 100), lines[0]
+
+
 def test_errors_are_one_line_messages_not_tracebacks(served: str) -> None:
     proc = run("query", "select nosuch from ccm3", "--server", served, check=False)
     assert proc.returncode == 1
     assert "no column 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
     proc = run("query", "select 1 from ccm3", "--server", "127.0.0.1:1", check=False)
     assert proc.returncode == 1 and "cannot reach" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+GRPC_WORDS = ("ipv4:", "failed to connect to all addresses", "UNKNOWN", "UNAVAILABLE", "last error")
+
+
+@pytest.mark.parametrize("command", [["ls"], ["describe", "ccm3"], ["query", "select lat from ccm3"],
+                                     ["get", "ccm3", "ccm3_1990-01.nc", "--no-progress"]])
+def test_no_server_says_how_to_start_or_name_one(command: list[str], tmp_path: Path) -> None:
+    port = _closed_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DSTP_SERVER", "DSTP_AGENT_SOCK")}
+    for flags, extra, origin in ([["--server", f"127.0.0.1:{port}"], {}, "given with --server"],
+                                 [[], {"DSTP_SERVER": f"127.0.0.1:{port}"}, "from $DSTP_SERVER"]):
+        proc = subprocess.run([*DSTP, *command, *flags], capture_output=True, text=True, timeout=60,
+                              env={**env, **extra}, cwd=tmp_path)
+        err = proc.stderr
+        assert proc.returncode == 1, err
+        assert f"cannot reach the dstp server at 127.0.0.1:{port}: nothing listens there (connection refused)" in err
+        assert "`dstp serve`" in err and "--server HOST:PORT" in err and "DSTP_SERVER=HOST:PORT" in err, err
+        assert f"(tried 127.0.0.1:{port}, {origin})" in err, err
+        assert not [w for w in GRPC_WORDS if w in err], err
+        assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_an_address_that_is_no_dstp_server_is_said_so() -> None:
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        for server, why in ((f"127.0.0.1:{web.server_address[1]}", "an HTTP/1 server answers there, not dstp's gRPC"),
+                            ("nosuch.invalid:50051", "the host name does not resolve")):
+            proc = run("ls", "--server", server, check=False)
+            assert proc.returncode == 1 and f"cannot reach the dstp server at {server}: {why}" in proc.stderr, proc.stderr
+            assert not [w for w in GRPC_WORDS if w in proc.stderr], proc.stderr
+    finally:
+        web.shutdown()
+        web.server_close()
 
 
 def test_publish_then_validate(tmp_path: Path) -> None:

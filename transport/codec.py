@@ -303,6 +303,44 @@ class QueryInfo:
                 return o
         raise TransportUnavailableError(f"the server made no {kind} offer for this query")
 
+    def size_estimate(self) -> dict[str, Any]:
+        """Return the result's size as :func:`size_estimate` says it, from this plan."""
+        return size_estimate(self.estimated_rows, self.estimated_bytes, self.max_rows, self.max_bytes,
+                             self.scan_rows)
+
+
+#: A row bound at least this large says nothing (dstp.query.plan.ROW_BOUND: joins whose bound overflows).
+UNBOUNDED_ROWS = 2**62
+
+
+def _size(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def size_estimate(estimated_rows: int, estimated_bytes: int, max_rows: int, max_bytes: int,
+                  scan_rows: int = -1) -> dict[str, Any]:
+    """Return a query's result size before it runs, from its plan: ``records`` and ``bytes`` (Arrow bytes as the
+    server counts them), ``exact`` (True: every scanned point is a record; False: the most there can be, the
+    plan's row bound), ``scan_rows`` (grid points read), and ``text`` for a person ("at most 1,024 records,
+    96.0 KiB"); records and bytes are -1 when the plan bounds nothing (a cross join)."""
+    if estimated_rows >= 0:
+        records, nbytes, exact = estimated_rows, estimated_bytes, True
+    elif 0 <= max_rows < UNBOUNDED_ROWS:
+        records, nbytes, exact = max_rows, max_bytes, False
+    else:
+        records, nbytes, exact = -1, -1, False
+    if records < 0:
+        text = "size unknown until it runs"
+    else:
+        plural = "record" if records == 1 else "records"
+        text = f"{'' if exact else 'at most '}{records:,} {plural}" + (f", {_size(nbytes)}" if nbytes >= 0 else "")
+    return {"records": records, "bytes": nbytes, "exact": exact, "scan_rows": scan_rows, "text": text}
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:

@@ -189,7 +189,7 @@ class Client:
         def report(rows: int, nbytes: int, batches: int) -> None:
             if progress is not None:
                 progress(Progress(rows, nbytes, time.perf_counter() - started, batches, kind, granted,
-                                  info.estimated_rows))
+                                  info.estimated_rows, info.max_rows))
 
         def on_summary(summary: TransferSummary) -> None:
             seconds = time.perf_counter() - started

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import grpc
 
-from dstp.errors import DstpError, IntegrityError, LimitExceededError, TransportError, error_from_status
+from dstp.errors import (DstpError, IntegrityError, LimitExceededError, ServerUnreachableError, TransportError,
+                         error_from_status)
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport import codec
@@ -43,7 +44,7 @@ def rpc_error(exc: grpc.RpcError, target: str) -> DstpError:
         items: Any = exc.trailing_metadata() or ()
         meta = {str(k): v.decode() if isinstance(v, bytes) else str(v) for k, v in items}
     if code == grpc.StatusCode.UNAVAILABLE and "dstp-error-code" not in meta:
-        return TransportError(f"cannot reach the dstp server at {target}: {details}")
+        return ServerUnreachableError(f"cannot reach the dstp server at {target}: {unreachable_because(details)}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and "dstp-error-code" not in meta:
         return error_from_status("DEADLINE_EXCEEDED", f"no answer from {target} in time: {details}")
     err = error_from_status(code.name, details, meta.get("dstp-error-code"))
@@ -53,6 +54,34 @@ def rpc_error(exc: grpc.RpcError, target: str) -> DstpError:
     if "retry-after" in meta and isinstance(err, LimitExceededError):
         err.retry_after_s = float(meta["retry-after"])  # back-pressure: when trying again may succeed
     return err
+
+
+# gRPC's words for why a channel did not connect ("failed to connect to all addresses; last error: UNKNOWN:
+# ipv4:127.0.0.1:50051: Failed to connect to remote host: Connection refused"), in a user's words.
+_WHY_UNREACHABLE = (
+    (("connection refused",), "nothing listens there (connection refused)"),
+    (("dns resolution failed", "name or service not known", "could not resolve", "nodename nor servname",
+      "errors resolving", "domain name not found", "lookup failed"), "the host name does not resolve"),
+    (("http1.x server", "failed parsing http/2"),
+     "an HTTP/1 server answers there, not dstp's gRPC: is that the server's HTTP port? (`dstp serve` prints both)"),
+    (("no route to host", "network is unreachable"), "there is no network route to that host"),
+    (("timed out", "timeout", "deadline"), "the host did not answer in time"),
+    (("handshake", "ssl", "tls", "certificate"),
+     "the TLS handshake failed (a TLS server needs TLS on, --tls or tls=True, and for a self-signed one its "
+     "certificate, --ca-file or ca_file=; a plain server neither)"),
+    (("socket closed", "connection reset", "end of stream", "goaway", "protocol error", "http2"),
+     "the other end closed the connection: is it a TLS server (then TLS on, --tls or tls=True), or another "
+     "program's port?"),
+)
+
+
+def unreachable_because(details: str) -> str:
+    """Return why a gRPC channel could not reach its server, without gRPC's vocabulary."""
+    low = details.lower()
+    for needles, because in _WHY_UNREACHABLE:
+        if any(n in low for n in needles):
+            return because
+    return "the connection failed"
 
 
 class Rpc:

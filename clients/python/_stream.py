@@ -25,7 +25,10 @@ class Progress:
     batches: int
     transport: str
     streams: int = 1
+    #: Records of the result when the plan knows them exactly, else -1.
     estimated_rows: int = -1
+    #: The most records the result can have (the plan's row bound), else -1.
+    max_rows: int = -1
 
     @property
     def rate_bytes_per_s(self) -> float:

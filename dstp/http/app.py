@@ -509,6 +509,17 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     async def query_post(request: Request, body: QueryBody) -> Response:
         return await run_query(request, body.sql, body.format, body.limit)
 
+    @app.get("/query/estimate", summary="How big a query's result will be, before it runs",
+             description="Validates and plans the query (nothing is read) and answers its size from the plan: "
+             "`records` and `bytes` (Arrow bytes), `exact` (true: every grid point scanned is a record; false: "
+             "the most records there can be, the plan's row bound), `scan_rows` (grid points read), `text` for a "
+             "person, `max_result_rows` and `over_max_result_rows` (true, false, or null when only running "
+             "tells). A query that does not plan gets the same error as GET /query.",
+             responses=QUERY_ERRORS)
+    async def query_estimate(request: Request, sql: str = Query(..., description=SQL_TEXT)) -> dict[str, Any]:
+        principal = current_principal(request)
+        return await anyio.to_thread.run_sync(view.estimate, sql, principal, limiter=admission_threads())
+
     # -- API description ----------------------------------------------------------------
 
     @app.get("/usage.json", summary="What you run now and fetched today, against your quotas",

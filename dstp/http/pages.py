@@ -23,10 +23,12 @@ import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from dstp.auth import Principal
-from dstp.metadata import DatasetDetails
-from dstp.service import DstpService
+from dstp.errors import DstpError
+from dstp.metadata import DatasetDetails, file_axis, units_label
+from dstp.service import DstpService, QueryHandle
+from dstp.transport.codec import size_estimate
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
-from dstp.http.quicklook import geographic_columns
+from dstp.http.quicklook import geographic_columns, plain_number
 from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.http.shapes import column_json, details_json, summary_json
@@ -81,6 +83,22 @@ class CatalogView:
             return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
         finally:
             execution.close()
+
+    def estimate(self, sql: str, principal: Principal) -> dict[str, Any]:
+        """Return how big ``sql``'s result will be, from its plan, without running it (QueryError if it does not
+        plan): records and bytes (exact, or the most there can be), grid points read, and whether the server's
+        max_result_rows would cut it."""
+        handle = QueryHandle("", self.service.prepare(sql, principal), principal=principal)
+        estimate = size_estimate(handle.estimated_rows, handle.estimated_bytes, handle.max_rows, handle.max_bytes,
+                                 handle.prepared.scan_rows)
+        cap = self.service.settings.max_result_rows
+        records = estimate["records"]
+        # Whether max_result_rows cuts it: known when the count is exact or the bound is under the cap.
+        over = None if records < 0 else False if records <= cap else True if estimate["exact"] else None
+        if records > cap:
+            estimate["text"] += (f" (the server stops a result at {cap:,} records)" if estimate["exact"]
+                                 else f"; the server stops a result at {cap:,} records")
+        return estimate | {"max_result_rows": cap, "over_max_result_rows": over}
 
     def values(self, dataset_id: str, dimension: str, principal: Principal) -> list[Any]:
         """Return the coordinate values of one dimension, in index order."""
@@ -148,14 +166,10 @@ def _labels(values: list[Any]) -> list[str]:
     ordered = sorted(set(values))
     half = min((b - a for a, b in zip(ordered, ordered[1:])), default=math.inf) / 2
     for digits in range(4, 18):
-        labels = [_trim(f"{v:.{digits}g}") for v in values]
+        labels = [plain_number(v, digits) for v in values]  # 100000, not 1e+05
         if all(abs(float(text) - v) < half for text, v in zip(labels, values)):
             return labels
     return [repr(v) for v in values]
-
-
-def _trim(number: str) -> str:
-    return "0" if number == "-0" else number
 
 
 def _when(text: str) -> str:
@@ -180,10 +194,16 @@ def dataset_page(view: CatalogView, dataset_id: str, principal: Principal) -> di
         if x.size <= MAX_LISTED_VALUES:
             values = view.values(dataset_id, x.name, principal)
             choices[x.name] = [_shown(v) for v in values]
-            labels[x.name] = _labels(values)
+            plain = _labels(values)
             if values:  # where the point forms start: the middle of the axis, as labelled
-                points[x.name] = labels[x.name][len(values) // 2]
+                points[x.name] = plain[len(values) // 2]
+            # What the options say: numbers with their units ("100000 Pa"); times as dates.
+            numeric = all(isinstance(v, float) for v in values) and x.units and " since " not in x.units
+            labels[x.name] = [f"{label} {x.units}" for label in plain] if numeric else plain
     return details_json(d) | {
+        "file_axis": file_axis(d),
+        # A dimension's units as shown: "per file: A … B" where its files state them differently.
+        "units_labels": {x.name: units_label(d, x) for x in d.dimensions},
         "quicklook": {"map_attributes": mappable, "series_attributes": series, "values": choices,
                       "labels": labels, "points": points},
         "links": {
@@ -201,9 +221,19 @@ def _file_range(f: Mapping[str, Any]) -> str:
     first, last = f.get("first", ""), f.get("last", "")
     if first:
         return _when(first) if first == last or not last else f"{_when(first)} … {_when(last)}"
+    if f["count"] == 0 and f["start"] == 0:
+        return "all of the dataset"  # a file not aggregated along an axis, and no time axis to tell
     if f["count"] <= 1:
         return f"index {f['start']}"
     return f"index {f['start']} … {f['start'] + f['count'] - 1}"
+
+
+def _estimate_or_why(view: CatalogView, sql: str, principal: Principal) -> dict[str, Any]:
+    """Return the size estimate of the builder's SQL, or why it has none ({"error": message}: it does not plan)."""
+    try:
+        return view.estimate(sql, principal)
+    except DstpError as exc:
+        return {"error": exc.message}
 
 
 def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoints: Endpoints,
@@ -227,6 +257,7 @@ def builder_page(view: CatalogView, state: BuilderState, sql: str | None, endpoi
                   "limit": state.limit, "sql": sql or "", "group": list(state.groups),
                   "agg": [a.encode() for a in state.aggregates]},
         "sql": text,
+        "estimate": _estimate_or_why(view, text, principal),
         "preview_url": query_url(text, "json", limit=100),
         "downloads": download_links(text),
         "snippets": snippets(text, endpoints),

@@ -20,6 +20,7 @@ Rendering uses matplotlib's Agg canvas without pyplot (no global state).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import io
 import re
 import threading
@@ -62,6 +63,8 @@ class Selection:
     geographic: tuple[str, str] | None = None
     #: "grid" (a field on two axes) or "points" (observations of a station/trajectory table).
     kind: str = "grid"
+    #: ``fixed`` as a person reads it, for the title: numbers in plain digits with their units ("100000 Pa").
+    fixed_shown: tuple[tuple[str, str], ...] = ()
 
 
 def geographic_columns(details: DatasetDetails, dims: Sequence[str]) -> tuple[str, str] | None:
@@ -119,6 +122,25 @@ def _shown(value: Any) -> str:
     return value.isoformat() if isinstance(value, (dt.datetime, dt.date)) else str(value)
 
 
+def plain_number(value: float, digits: int = 6) -> str:
+    """Return ``value`` to ``digits`` significant figures in plain digits where they stay short (100000, not
+    1e+05; 0.0001235), in exponent form only below 1e-4 or from 1e9 on."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or 1e-4 <= abs(value) < 1e9:
+        text = str(np.format_float_positional(value, precision=digits, unique=False, fractional=False, trim="-"))
+    else:
+        text = f"{value:.{digits}g}"
+    return "0" if text == "-0" else text
+
+
+def _readable(value: Any, units: str) -> str:
+    """Return a coordinate value for a title: a time as ISO text, a number in plain digits with its units."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return f"{plain_number(float(value))} {units}".strip()
+    return _shown(value)
+
+
 def _wanted(d: DimensionInfo, params: Mapping[str, str]) -> str | None:
     for key in (d.name, d.coordinate, *_AXIS_PARAM.get(d.axis, ())):
         if key and params.get(key, "").strip():
@@ -144,7 +166,7 @@ def _select(
         wanted = " and ".join({"Y": "latitude", "X": "longitude", "T": "time"}[x] for x in free_axes)
         raise QueryError(f"{a.name} is on {' × '.join(a.dimensions) or 'no dimension'}; this plot needs {wanted}")
     chosen = [f for f in free if f is not None]
-    conditions, fixed = [], []
+    conditions, fixed, shown = [], [], []
     for d in dims:
         if d in chosen:
             continue
@@ -153,11 +175,13 @@ def _select(
         value = _nearest(values, asked, d.name) if asked is not None else values[0]
         conditions.append(f"{sql_identifier(_column(d))} = {_literal(value)}")
         fixed.append((d.name, _shown(value)))
+        shown.append((d.name, _readable(value, d.units if " since " not in d.units else "")))
     columns = ", ".join(sql_identifier(_column(f)) for f in chosen)
     sql = f"select {columns}, {sql_identifier(a.name)} from {sql_identifier(details.summary.id)}"
     if conditions:
         sql += " where " + " and ".join(conditions)
-    return Selection(a, sql, tuple(fixed), tuple(_column(f) for f in chosen), tuple(f.units for f in chosen))
+    return Selection(a, sql, tuple(fixed), tuple(_column(f) for f in chosen), tuple(f.units for f in chosen),
+                     fixed_shown=tuple(shown))
 
 
 def map_selection(details: DatasetDetails, attribute: str, params: Mapping[str, str], values_of: ValuesOf) -> Selection:
@@ -182,7 +206,7 @@ def map_selection(details: DatasetDetails, attribute: str, params: Mapping[str, 
         return s
     head, rest = s.sql.split(" from ", 1)
     sql = f"{head}, {sql_identifier(geo[0])}, {sql_identifier(geo[1])} from {rest}"
-    return Selection(s.attribute, sql, s.fixed, s.free, s.free_units, geo, "grid")
+    return Selection(s.attribute, sql, s.fixed, s.free, s.free_units, geo, "grid", s.fixed_shown)
 
 
 def series_selection(
@@ -221,17 +245,34 @@ def _figure(width: float, height: float, bottom: float, right: float) -> Any:
     return fig
 
 
+def _plain_ticks(*axes: Any) -> None:
+    """Label ticks in plain digits (101325, not 1.013e5 with an offset) where the values allow it."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in axes:
+        formatter = ScalarFormatter(useOffset=False)
+        low, high = (abs(v) for v in axis.get_view_interval())
+        formatter.set_scientific(not (max(low, high) < 1e9 and (max(low, high) >= 1e-4 or max(low, high) == 0)))
+        axis.set_major_formatter(formatter)
+
+
 def _title(dataset: str, s: Selection, extra: str = "") -> str:
-    fixed = ", ".join(f"{k} = {v}" for k, v in s.fixed)
+    fixed = ", ".join(f"{k} = {v}" for k, v in (s.fixed_shown or s.fixed))
     return f"{dataset}: {s.attribute.name}{extra}" + (f"\n{fixed}" if fixed else "")
 
 
 def render_map(table: pa.Table, dataset: str, s: Selection) -> bytes:
     """Return a PNG map of the slice in ``table`` with a colour bar in the attribute's units."""
+    with _DRAW_LOCK:
+        return _png(map_figure(table, dataset, s))
+
+
+def map_figure(table: pa.Table, dataset: str, s: Selection) -> Any:
+    """Return the matplotlib figure of :func:`render_map` (call it holding ``_DRAW_LOCK``)."""
     from matplotlib import colormaps
 
     if s.kind == "points":
-        return _render_points(table, dataset, s)
+        return _points_figure(table, dataset, s)
     y_name, x_name = s.free
     ys, yi = np.unique(_values(table, y_name), return_inverse=True)
     xs, xi = np.unique(_values(table, x_name), return_inverse=True)
@@ -250,72 +291,78 @@ def render_map(table: pa.Table, dataset: str, s: Selection) -> bytes:
         if np.isfinite(lat).all() and np.isfinite(lon).all():
             mesh_x, mesh_y = lon, lat
             x_label, y_label = f"{s.geographic[1]} [degrees_east]", f"{s.geographic[0]} [degrees_north]"
-    with _DRAW_LOCK:
-        fig = _figure(8.0, 4.6, 0.11, 0.9)
-        ax = fig.add_subplot()
-        if data.count():
-            cmap = colormaps["viridis"].with_extremes(bad="#c8c8c8")
-            mesh = ax.pcolormesh(mesh_x, mesh_y, data, shading="nearest", cmap=cmap)
-            fig.colorbar(mesh, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
-        else:
-            ax.text(0.5, 0.5, "no data: every value of this slice is missing", ha="center", va="center",
-                    transform=ax.transAxes)
-        ax.set_xlabel(x_label)
-        ax.set_ylabel(y_label)
-        ax.set_title(_title(dataset, s), fontsize=10)
-        return _png(fig)
+    fig = _figure(8.0, 4.6, 0.11, 0.9)
+    ax = fig.add_subplot()
+    if data.count():
+        cmap = colormaps["viridis"].with_extremes(bad="#c8c8c8")
+        mesh = ax.pcolormesh(mesh_x, mesh_y, data, shading="nearest", cmap=cmap)
+        bar = fig.colorbar(mesh, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
+        _plain_ticks(ax.xaxis, ax.yaxis, bar.ax.yaxis)
+    else:
+        ax.text(0.5, 0.5, "no data: every value of this slice is missing", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(_title(dataset, s), fontsize=10)
+    return fig
 
 
-def _render_points(table: pa.Table, dataset: str, s: Selection) -> bytes:
-    """Return a PNG map of observations: one dot per record at its latitude/longitude, coloured by value."""
+def _points_figure(table: pa.Table, dataset: str, s: Selection) -> Any:
+    """Return a map of observations: one dot per record at its latitude/longitude, coloured by value."""
     from matplotlib import colormaps
 
     assert s.geographic is not None
     lat, lon = _values(table, s.geographic[0]), _values(table, s.geographic[1])
     values = _values(table, s.attribute.name)
     where = np.isfinite(lat) & np.isfinite(lon) & np.isfinite(values)
-    with _DRAW_LOCK:
-        fig = _figure(8.0, 4.6, 0.11, 0.9)
-        ax = fig.add_subplot()
-        if where.any():
-            dots = ax.scatter(lon[where], lat[where], c=values[where], s=14, cmap=colormaps["viridis"],
-                              edgecolors="none")
-            fig.colorbar(dots, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
-        else:
-            ax.text(0.5, 0.5, "no data: no observation with a position and a value", ha="center", va="center",
-                    transform=ax.transAxes)
-        ax.set_xlabel(f"{s.geographic[1]} [degrees_east]")
-        ax.set_ylabel(f"{s.geographic[0]} [degrees_north]")
-        ax.grid(True, alpha=0.3)
-        shown = f" ({int(where.sum()):,} observations{', sampled' if table.num_rows >= MAX_POINTS else ''})"
-        ax.set_title(_title(dataset, s, shown), fontsize=10)
-        return _png(fig)
+    fig = _figure(8.0, 4.6, 0.11, 0.9)
+    ax = fig.add_subplot()
+    if where.any():
+        dots = ax.scatter(lon[where], lat[where], c=values[where], s=14, cmap=colormaps["viridis"],
+                          edgecolors="none")
+        bar = fig.colorbar(dots, ax=ax, label=_label(s.attribute), fraction=0.05, pad=0.02)
+        _plain_ticks(bar.ax.yaxis)
+    else:
+        ax.text(0.5, 0.5, "no data: no observation with a position and a value", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel(f"{s.geographic[1]} [degrees_east]")
+    ax.set_ylabel(f"{s.geographic[0]} [degrees_north]")
+    ax.grid(True, alpha=0.3)
+    shown = f" ({int(where.sum()):,} observations{', sampled' if table.num_rows >= MAX_POINTS else ''})"
+    ax.set_title(_title(dataset, s, shown), fontsize=10)
+    return fig
 
 
 def render_series(table: pa.Table, dataset: str, s: Selection) -> bytes:
     """Return a PNG line plot of the time series in ``table`` (gaps where values are missing)."""
+    with _DRAW_LOCK:
+        return _png(series_figure(table, dataset, s))
+
+
+def series_figure(table: pa.Table, dataset: str, s: Selection) -> Any:
+    """Return the matplotlib figure of :func:`render_series` (call it holding ``_DRAW_LOCK``)."""
     (t_name,) = s.free
     times = table.column(t_name)
     values = _values(table, s.attribute.name)
     order: Any = np.argsort(np.asarray(times.to_pylist(), dtype=object), kind="stable") if len(times) else []
-    with _DRAW_LOCK:
-        fig = _figure(8.0, 3.6, 0.27, 0.97)
-        ax = fig.add_subplot()
-        if pa.types.is_timestamp(times.type) or pa.types.is_date(times.type):
-            x = times.to_numpy()[order]
-        else:  # text times of calendars numpy cannot hold: evenly spaced, labelled
-            labels = [str(v)[:10] for v in np.asarray(times.to_pylist(), dtype=object)[order]]
-            x = np.arange(len(labels))
-            step = max(1, len(labels) // 8)
-            ax.set_xticks(x[::step], labels[::step], rotation=30, ha="right")
-        y = values[order] if len(values) else values
-        if np.isfinite(y).any():
-            ax.plot(x, y, marker="o", markersize=3, linewidth=1.2)
-        else:
-            ax.text(0.5, 0.5, "no data: every value at this point is missing", ha="center", va="center",
-                    transform=ax.transAxes)
-        ax.set_xlabel(t_name)
-        ax.set_ylabel(_label(s.attribute))
-        ax.grid(True, alpha=0.3)
-        ax.set_title(_title(dataset, s, " time series"), fontsize=10)
-        return _png(fig)
+    fig = _figure(8.0, 3.6, 0.27, 0.97)
+    ax = fig.add_subplot()
+    if pa.types.is_timestamp(times.type) or pa.types.is_date(times.type):
+        x = times.to_numpy()[order]
+    else:  # text times of calendars numpy cannot hold: evenly spaced, labelled
+        labels = [str(v)[:10] for v in np.asarray(times.to_pylist(), dtype=object)[order]]
+        x = np.arange(len(labels))
+        step = max(1, len(labels) // 8)
+        ax.set_xticks(x[::step], labels[::step], rotation=30, ha="right")
+    y = values[order] if len(values) else values
+    if np.isfinite(y).any():
+        ax.plot(x, y, marker="o", markersize=3, linewidth=1.2)
+        _plain_ticks(ax.yaxis)
+    else:
+        ax.text(0.5, 0.5, "no data: every value at this point is missing", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel(t_name)
+    ax.set_ylabel(_label(s.attribute))
+    ax.grid(True, alpha=0.3)
+    ax.set_title(_title(dataset, s, " time series"), fontsize=10)
+    return fig

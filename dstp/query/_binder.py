@@ -19,6 +19,7 @@ matched.
 
 from __future__ import annotations
 
+import difflib
 import math
 
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from dstp.query._clauses import (
 from dstp.query._expressions import AGGREGATES, Checker, meta_of
 from dstp.query._pushdown import conjuncts as _conjuncts
 from dstp.query._scope import ColumnMeta, DatasetRef, DatasetSource, DerivedSource, MatchupSource, Scope, Source
-from dstp.query._text import DIALECT, error_at, position, snippet
+from dstp.query._text import DIALECT, error_at, place, position, snippet
 from dstp.query.matchup import MatchupSpec, choose_keys, index_column, parse_options
 
 if TYPE_CHECKING:
@@ -407,10 +408,16 @@ class Binder:
         try:
             return self.catalog.resolve(name)
         except DatasetNotFoundError as exc:
-            matches = [d for d in self.catalog.every_id() if d.lower() == name.lower()]
+            known = self.catalog.every_id()
+            matches = [d for d in known if d.lower() == name.lower()]
             if len(matches) != 1 or name_node.quoted:  # type: ignore[attr-defined]
-                line, col, _ = position(name_node)
-                raise DatasetNotFoundError(f"{exc} (line {line}, column {col})" if line else str(exc)) from None
+                line, col, token = place(name_node, self.sql)
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                message = str(exc)
+                if close:
+                    message = f"no dataset {name!r} in this catalog; did you mean {close[0]}? (published: " \
+                              + message.split("(published: ", 1)[-1]
+                raise DatasetNotFoundError(message, sql=self.sql, line=line, column=col, token=token) from None
             return self.catalog.resolve(matches[0])
 
     def _strides(self, args: list[exp.Expression]) -> dict[str, int]:
@@ -627,8 +634,8 @@ class Binder:
                                "grouping, combined with UNION ALL", self.sql, key)
             if isinstance(key, exp.Literal) and not key.is_string:
                 if not key.this.isdigit() or not 1 <= int(key.this) <= len(names):
-                    raise error_at(QueryError, f"GROUP BY {snippet(key, 24)}: give a column, or a position from 1 "
-                                   f"to {len(names)} in the SELECT list", self.sql, key)
+                    raise error_at(QueryError, f"GROUP BY {snippet(key, 24, self.sql)}: give a column, or a position "
+                                   f"from 1 to {len(names)} in the SELECT list", self.sql, key)
                 keys.append(exp.column(names[int(key.this) - 1], quoted=True))
                 continue
             keys.append(checker.check(key, "group", names))
@@ -652,12 +659,12 @@ class Binder:
             place = literal_number(key)
             if place is not None:  # a position in the SELECT list
                 if not math.isfinite(place) or place != int(place) or not 1 <= place <= len(names):
-                    raise error_at(QueryError, f"ORDER BY {snippet(key, 24)}: give a column, or a position "
+                    raise error_at(QueryError, f"ORDER BY {snippet(key, 24, self.sql)}: give a column, or a position "
                                    f"from 1 to {len(names)} in the SELECT list", self.sql, key)
                 checked: exp.Expression = exp.column(names[int(place) - 1], quoted=True)
             elif not key.find(exp.Column) and not key.find(*AGGREGATES):
-                raise error_at(QueryError, f"ORDER BY {snippet(key, 24)} orders by a constant; give a column, "
-                               f"or a position from 1 to {len(names)} in the SELECT list", self.sql, key)
+                raise error_at(QueryError, f"ORDER BY {snippet(key, 24, self.sql)} orders by a constant; give a "
+                               f"column, or a position from 1 to {len(names)} in the SELECT list", self.sql, key)
             elif isinstance(key, exp.Column) and key.args.get("table") is None and \
                     any(key.name == n for n in names):
                 checked = exp.column(key.name, quoted=True)  # an output first, as DuckDB orders

@@ -213,7 +213,7 @@ def _row_count(node: exp.Expression, sql: str, clause: str, tokens: list[Token])
         raise error_at(QueryError, f"{clause} must be 0 or more", sql, node)
     if value > MAX_ROW_COUNT:
         instead = "leave LIMIT out to get every record" if clause == "LIMIT" else "no dataset has that many"
-        raise error_at(QueryError, f"{clause} {snippet(node, 24)} is more records than dstp counts "
+        raise error_at(QueryError, f"{clause} {snippet(node, 24, sql)} is more records than dstp counts "
                        "(at most 1e18); " + instead, sql, node)
     return int_literal(node, sql, clause.lower())
 

@@ -20,6 +20,7 @@ for minutes).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable, Iterable
 
 from sqlglot import exp
@@ -29,7 +30,7 @@ from dstp.catalog.cf import time_literal
 from dstp.errors import ForbiddenQueryError, QueryError, UnknownColumnError
 from dstp.query import _calendar, _keys
 from dstp.query._scope import ColumnMeta, DatasetSource, MatchupSource, Scope, Source
-from dstp.query._text import DIALECT, error_at, snippet
+from dstp.query._text import DIALECT, error_at, snippet, type_token
 
 __all__ = ["AGGREGATES", "ALLOWED_FUNCTIONS", "Checker", "INT64_MAX", "MAX_EXPRESSION_DEPTH", "MAX_EXPRESSION_TERMS",
            "WINDOW_FUNCTIONS", "check_depth", "check_integers", "meta_of", "rebalance"]
@@ -296,8 +297,10 @@ class Checker:
             known = ", ".join(source.column_names() if not isinstance(source, MatchupSource)
                               else [*source.left.column_names(), *source.right.column_names()])
             because = source.missing_because(name)
-            return (f"{source.describe().split(' (')[-1].rstrip(')')} has no column {name!r} "
-                    + (f"({because})" if because else f"(columns: {known})"))
+            close = difflib.get_close_matches(name, known.split(", "), n=1, cutoff=0.7) if not because else []
+            return (f"{source.describe().split(' (')[-1].rstrip(')')} has no column {name!r}"
+                    + (f"; did you mean {close[0]}?" if close else "")
+                    + (f" ({because})" if because else f" (columns: {known})"))
         names = ", ".join(s.describe() for s in sources) or "none"
         return f"no column {name!r} in {names}"
 
@@ -333,7 +336,7 @@ class Checker:
         try:
             bound.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
         except UnsupportedError:
-            raise error_at(ForbiddenQueryError, f"{snippet(node)} cannot be run as written; "
+            raise error_at(ForbiddenQueryError, f"{snippet(node, sql=self.sql)} cannot be run as written; "
                            "write it without its options", self.sql, node) from None
         return bound
 
@@ -511,7 +514,7 @@ class Checker:
             inner = column.meta.get("dstp")
             if isinstance(inner, ColumnMeta) and inner.calendar is not None and \
                     inner.calendar_family not in _calendar.STANDARD:
-                raise error_at(QueryError, f"cannot tell the calendar of {snippet(t)}: it uses "
+                raise error_at(QueryError, f"cannot tell the calendar of {snippet(t, sql=self.sql)}: it uses "
                                f"{inner.name!r} ({inner.calendar}); apply {_function_name(node)} to the time "
                                "column itself", self.sql, node)
         return "standard", False
@@ -598,13 +601,16 @@ class Checker:
         if isinstance(sub, exp.Cast):
             to = sub.args.get("to")
             if to is None or to.this not in _CAST_TYPES:
-                name = _TYPE_NAMES.get(to.this, to.sql(dialect=DIALECT).lower()) if to is not None else "?"
+                # Named as the query spells it, the caret under that word: hugeint is int128 to sqlglot.
+                word = type_token(sub, self.sql)
+                name = self.sql[word.start: word.end + 1] if word is not None else \
+                    _TYPE_NAMES.get(to.this, to.sql(dialect=DIALECT).lower()) if to is not None else "?"
                 raise error_at(
                     ForbiddenQueryError,
                     f"cast to {name} is not supported "
                     "(use timestamp, date, double, float, integer, bigint or decimal(p, s))",
                     self.sql,
-                    sub,
+                    word if word is not None else sub,
                 )
             for param in to.expressions:
                 if isinstance(param, exp.DataTypeParam):
@@ -654,8 +660,8 @@ class Checker:
         """Accept the width and scale of decimal(p, s) within DuckDB's range (1 ≤ p ≤ 38, 0 ≤ s ≤ p)."""
         dtype = param.parent
         if not (isinstance(dtype, exp.DataType) and dtype.this == exp.DataType.Type.DECIMAL):
-            raise error_at(ForbiddenQueryError, f"type parameters are only accepted on decimal(p, s), "
-                           f"not on {snippet(dtype) if isinstance(dtype, exp.Expression) else 'this type'}",
+            shown = snippet(dtype, sql=self.sql) if isinstance(dtype, exp.Expression) else "this type"
+            raise error_at(ForbiddenQueryError, f"type parameters are only accepted on decimal(p, s), not on {shown}",
                            self.sql, param)
         values = [p.this for p in dtype.expressions]
         if not all(isinstance(v, exp.Literal) and not v.is_string and v.this.isdigit() for v in values):
@@ -694,7 +700,7 @@ class Checker:
                             "aggregates and window functions: see the query language)", self.sql, node)
         what = next((label for cls, label in _NODE_NAMES.items() if isinstance(node, cls)), None)
         if what is None:
-            what = repr(snippet(node)) if isinstance(node, exp.Expression) else "this"
+            what = repr(snippet(node, sql=self.sql)) if isinstance(node, exp.Expression) else "this"
         return error_at(ForbiddenQueryError, f"{what} is not supported in a dstp query", self.sql, node)
 
     # -- time literals ---------------------------------------------------------------------
@@ -710,11 +716,32 @@ class Checker:
                 pairs = [(cmp.this, [cmp.expression]), (cmp.expression, [cmp.this])]
             for target, others in pairs:
                 meta = meta_of(target)
+                if meta is not None and meta.calendar is None:
+                    for other in others:
+                        self._check_number_text(other, meta)
                 if meta is None or meta.calendar is None:
                     continue
                 for other in others:
                     self._normalise(other, meta)
         return node
+
+    def _check_number_text(self, other: exp.Expression, meta: ColumnMeta) -> None:
+        """Refuse text that is no number compared with a column of numbers (DuckDB's cast error has no caret)."""
+        if not (isinstance(other, exp.Literal) and other.is_string) or meta.origin is None:
+            return
+        ref, name = meta.origin
+        kind = number_type(ref.dataset, name)
+        if kind is None:
+            return
+        try:
+            float(other.this.strip())
+            return
+        except ValueError:
+            pass
+        units = f", {meta.units}" if meta.units else ""
+        low = meta.value_range[0] if meta.value_range else 0
+        raise error_at(QueryError, f"{sql_string(other.this)} is not a number, and {meta.name} holds numbers "
+                       f"({kind}{units}); compare it with a number, e.g. {meta.name} = {low:g}", self.sql, other)
 
     def _normalise(self, other: exp.Expression, meta: ColumnMeta) -> None:
         literal = _time_literal_node(other)
@@ -733,6 +760,31 @@ class Checker:
         else:
             text = str(value).replace("T", " ")
             other.replace(exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP")))
+
+
+def number_type(dataset: Any, name: str) -> str | None:
+    """Return the type of a local dataset's numeric column in DuckDB's words (``FLOAT``, ``INTEGER``), else None."""
+    import pyarrow as pa
+
+    coordinates = getattr(dataset, "coordinates", None)
+    readable = getattr(dataset, "readable", None)
+    if coordinates is None or readable is None:  # a remote dataset: DuckDB's message says it
+        return None
+    column = coordinates.get(name) or readable(name)
+    arrow = getattr(column, "arrow_type", None)
+    if arrow is None or not (pa.types.is_floating(arrow) or pa.types.is_integer(arrow)):
+        return None
+    return _ARROW_SQL_TYPES.get(str(arrow), str(arrow).upper())
+
+
+_ARROW_SQL_TYPES = {"float": "FLOAT", "double": "DOUBLE", "halffloat": "FLOAT", "int8": "TINYINT",
+                    "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "uint8": "UTINYINT",
+                    "uint16": "USMALLINT", "uint32": "UINTEGER", "uint64": "UBIGINT"}
+
+
+def sql_string(text: str) -> str:
+    """Return ``text`` as a SQL string literal, as the query wrote it."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _keep_meta(result: exp.Expression, t: exp.Expression) -> exp.Expression:

@@ -8,6 +8,7 @@ else too deep for the parser is refused too, never a RecursionError.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -18,7 +19,8 @@ from sqlglot.tokens import Token, TokenType
 
 from dstp.errors import ForbiddenQueryError, QueryError, QuerySyntaxError
 
-__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "position", "read_query", "read_select", "snippet"]
+__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "place", "position", "read_query", "read_select", "snippet",
+           "spell_types", "type_token"]
 
 DIALECT = "duckdb"
 #: Deepest nesting of parentheses accepted.
@@ -42,17 +44,88 @@ def error_at(cls: type[QueryError], message: str, sql: str, node: Any) -> QueryE
     """Return an error of class ``cls`` placed at a token or at the first token of a node."""
     if isinstance(node, Token):
         return cls(message, sql=sql, line=node.line, column=node.col, token=node.text)
-    line, col, token = position(node)
+    line, col, token = place(node, sql)
     return cls(message, sql=sql, line=line, column=col, token=token)
 
 
-def snippet(node: exp.Expression, width: int = 40) -> str:
-    """Return a node's SQL for a message, shortened to ``width`` characters."""
+def place(node: Any, sql: str) -> tuple[int | None, int | None, str | None]:
+    """Return :func:`position` of ``node`` with the token as the query wrote it: a quoted name or a string with
+    its quotes, so that a caret sits under all of it."""
+    line, col, token = position(node)
+    probe: exp.Expr | None = node if isinstance(node, exp.Expr) else None
+    while probe is not None and col is not None:
+        for sub in probe.walk():
+            meta = sub.meta
+            if "line" in meta and "col" in meta:
+                start, end = meta.get("start"), meta.get("end")
+                quoted = isinstance(sub, exp.Literal) and sub.is_string or isinstance(sub, exp.Identifier) and sub.quoted
+                if quoted and isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(sql) \
+                        and "\n" not in sql[start: end + 1]:
+                    token = sql[start: end + 1]
+                return line, col, token
+        probe = probe.parent
+    return line, col, token
+
+
+def snippet(node: exp.Expression, width: int = 40, sql: str | None = None) -> str:
+    """Return a node's SQL for a message, shortened to ``width`` characters; with ``sql`` (the query), its
+    types as the query spells them (``hugeint``, not sqlglot's ``INT128``)."""
     try:
-        text = node.sql(dialect=DIALECT)
+        text = spell_types(node.sql(dialect=DIALECT), sql)
     except Exception:  # noqa: BLE001 - a node sqlglot cannot print: say less
         return "this part of the query"
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _type_of(word: str) -> Any:
+    """Return the type a type name means in DuckDB's SQL, or None if it names none."""
+    try:
+        kind = exp.DataType.build(word, dialect=DIALECT).this
+    except Exception:  # noqa: BLE001 - sqlglot refuses words that are no type in many ways
+        return None
+    return None if kind == exp.DataType.Type.USERDEFINED else kind
+
+
+def _type_tokens(sql: str) -> list[Token]:
+    """Return the tokens that name a type (after AS in a cast, or after ``::``), in the query's order."""
+    try:
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except Exception:  # noqa: BLE001 - text that does not tokenize has no types to spell
+        return []
+    return [t for before, t in zip(tokens, tokens[1:])
+            if before.token_type in (TokenType.ALIAS, TokenType.DCOLON) and _type_of(t.text) is not None]
+
+
+_TYPE_WORD = re.compile(r"\b[A-Z][A-Z0-9_]*\b")
+
+
+def spell_types(text: str, sql: str | None) -> str:
+    """Return ``text`` (sqlglot's or DuckDB's rendering of part of ``sql``) with each type name the query
+    names in its own spelling: sqlglot prints ``hugeint`` as ``INT128`` and ``varchar`` as ``TEXT``."""
+    if not sql:
+        return text
+    spelled: dict[Any, str] = {}
+    for token in _type_tokens(sql):
+        kind = _type_of(token.text)
+        if kind is not None:
+            spelled.setdefault(kind, sql[token.start: token.end + 1])
+    if not spelled:
+        return text
+
+    def respell(match: re.Match[str]) -> str:
+        kind = _type_of(match.group(0))
+        return spelled.get(kind, match.group(0)) if kind is not None else match.group(0)
+
+    return _TYPE_WORD.sub(respell, text)
+
+
+def type_token(cast: exp.Expression, sql: str) -> Token | None:
+    """Return the token of the type a cast names, as the query spells it (None if it cannot be told)."""
+    ends = [sub.meta["end"] for sub in cast.this.walk() if "end" in sub.meta] if cast.this is not None else []
+    after = max(ends, default=-1)
+    kind = cast.args["to"].this if isinstance(cast.args.get("to"), exp.DataType) else None
+    candidates = [t for t in _type_tokens(sql) if t.start > after and _type_of(t.text) == kind]
+    return candidates[0] if candidates else None
 
 
 _MISSING_ARG = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]+'>")
@@ -152,6 +225,11 @@ def read_query(sql: str, max_length: int) -> tuple[exp.Query, list[Token]]:
             line = head.count("\n") + 1
             col = len(head.rsplit("\n", 1)[-1]) + len(words[0])
             token = words[0]
+        typo = _keyword_typo(tokens, line, col)
+        if typo is not None:
+            word, keyword = typo
+            desc = f"{word.text!r} is not a keyword; did you mean {keyword}?"
+            line, col, token = word.line, word.col, word.text
         raise QuerySyntaxError(
             f"cannot parse the query: {desc}", sql=sql, line=line, column=col, token=token
         ) from None
@@ -176,6 +254,26 @@ def read_query(sql: str, max_length: int) -> tuple[exp.Query, list[Token]]:
             tree,
         )
     raise error_at(QuerySyntaxError, "a dstp query starts with SELECT: select … from <dataset> …", sql, tree)
+
+
+#: Keywords a query's clauses start with, for "did you mean" on a misspelt one.
+_CLAUSE_KEYWORDS = ("SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN", "BETWEEN", "AND",
+                    "DISTINCT", "UNION", "QUALIFY", "TABLESAMPLE", "EXCLUDE", "REPLACE")
+
+
+def _keyword_typo(tokens: list[Token], line: Any, col: Any) -> tuple[Token, str] | None:
+    """Return (the word, the keyword it misspells) when a plain word just before where parsing failed is one
+    letter or two off a clause keyword (``form`` for FROM), else None."""
+    if not isinstance(line, int) or not isinstance(col, int):
+        return None
+    at = next((i for i, t in enumerate(tokens) if (t.line, t.col) >= (line, col)), len(tokens) - 1)
+    for token in tokens[max(0, at - 1): at + 1]:
+        if token.token_type != TokenType.VAR or not token.text.isalpha():
+            continue
+        close = difflib.get_close_matches(token.text.upper(), _CLAUSE_KEYWORDS, n=1, cutoff=0.75)
+        if close:
+            return token, close[0]
+    return None
 
 
 def _statement_kind(tree: exp.Expr, tokens: list[Token]) -> str:

@@ -62,6 +62,8 @@ from dstp.errors import (
 from dstp.query._calendar import install_macros
 from dstp.query._deadline import Watchdog, planning_timeout
 from dstp.query._pushdown import Hyperslab
+from dstp.query._expressions import sql_string
+from dstp.query._text import spell_types
 from dstp.query.matchup import Axis, MatchupSpec, index_column, stage_left
 from dstp.query.parse import ValidatedQuery, validate_query
 from dstp.query.plan import QueryPlan, ScanPlan, literal, plan_query, remote_sql
@@ -182,9 +184,12 @@ def warm_up(settings: Settings) -> None:
 _DUCK_PREFIX = re.compile(r"^[A-Z][A-Za-z ]* Error: ")
 # DuckDB's internal type names in its messages, as its SQL spells them.
 _DUCK_TYPES = {"BOOL": "BOOLEAN", "INT8": "TINYINT", "INT16": "SMALLINT", "INT32": "INTEGER", "INT64": "BIGINT",
-               "INT128": "128-bit integer", "UINT8": "UTINYINT", "UINT16": "USMALLINT", "UINT32": "UINTEGER",
-               "UINT64": "UBIGINT", "UINT128": "unsigned 128-bit integer"}
+               "INT128": "HUGEINT", "UINT8": "UTINYINT", "UINT16": "USMALLINT", "UINT32": "UINTEGER",
+               "UINT64": "UBIGINT", "UINT128": "UHUGEINT"}
 _DUCK_TYPE_NAMES = re.compile(r"\b(" + "|".join(_DUCK_TYPES) + r")\b")
+# 128-bit integers the query did not name (a sum of big integers) are said in words.
+_WIDE_TYPES = {"HUGEINT": "128-bit integer", "UHUGEINT": "unsigned 128-bit integer"}
+_WIDE_TYPE_NAMES = re.compile(r"\b(" + "|".join(_WIDE_TYPES) + r")\b")
 _INTERNAL = re.compile(r'"?__dstp_(scan|mleft|mright)_(\d+)"?')
 _MACRO = re.compile(r"__dstp_\w+", re.IGNORECASE)
 
@@ -197,12 +202,48 @@ def _query_error_from_duckdb(exc: Exception, q: ValidatedQuery) -> DstpError:
     text = _MACRO.sub("a dstp time function", text).replace('"l.', '"').replace('"r.', '"')
     text = text.replace("INTEGER_LITERAL", "a number").replace("VARCHAR", "text").replace("STRING_LITERAL", "text")
     text = _DUCK_TYPE_NAMES.sub(lambda m: _DUCK_TYPES[m.group(1)], text)
+    text = spell_types(text, q.sql)  # a type the query names, as it names it
+    text = _WIDE_TYPE_NAMES.sub(lambda m: _WIDE_TYPES[m.group(1)], text)
     if isinstance(exc, duckdb.OutOfMemoryException) or "Out of Memory" in text or "temp_directory" in text:
         return LimitExceededError(
             f"the query needs more memory and spill space than a query may use ({text}); narrow it with WHERE, "
             "fewer groups, or LIMIT"
         )
+    unreadable = _UNREADABLE_TEXT.search(text)
+    if unreadable is not None:
+        placed = _text_at(q.sql, unreadable.group(1), unreadable.group(2))
+        if placed is not None:
+            return placed
     return QueryError(f"{text} — in: {q.sql.strip()}")
+
+
+# DuckDB's cast error for a string literal it cannot read as the type around it (types already in SQL words).
+_UNREADABLE_TEXT = re.compile(r"Could not convert string '(.*)' to ([A-Za-z][\w -]*?)(?:$|[.;:,(])")
+
+
+def _text_at(sql: str, value: str, kind: str) -> QueryError | None:
+    """Return the error for a string literal of ``sql`` DuckDB could not read as ``kind``, with a caret under
+    it; None when the query has no such literal (DuckDB's text then stands as it is)."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Dialect.get_or_raise("duckdb").tokenize(sql)
+    except Exception:  # noqa: BLE001 - the query tokenized once; if not now, say it without a caret
+        return None
+    token = next((t for t in tokens if t.token_type == TokenType.STRING and t.text == value), None)
+    if token is None:
+        return None
+    kind = kind.strip()
+    numeric = kind.upper() in _NUMBER_TYPES or kind.lower().startswith(("decimal", "128-bit", "unsigned"))
+    what = "a number" if numeric else f"a value of type {kind}"
+    return QueryError(f"{sql_string(value)} is not {what}, which this part of the query needs ({kind}); write "
+                      + ("a number without quotes" if numeric else f"a {kind.lower()} value"),
+                      sql=sql, line=token.line, column=token.col, token=sql[token.start: token.end + 1])
+
+
+_NUMBER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "FLOAT", "DOUBLE", "REAL", "UTINYINT", "USMALLINT",
+                 "UINTEGER", "UBIGINT"}
 
 
 # -- schemas ---------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ SPLIT = [
     ("select avg(temperature), count(*), min(time), max(time), count(humidity), sum(humidity), min(humidity) "
      "from ccm3 where lat > 0", False),
     ("select time, max(salinity) as m, min(salinity), count(salinity), avg(temperature) from ocean group by 1 "
-     "order by m desc limit 5", True),
+     "order by m desc, time limit 5", True),  # time breaks ties of m: compared in order
     ("select month(time), avg(temperature) from ccm3 group by month(time) order by 1", True),
     ("select lev, sum(temperature), count(*) from ccm3 group by lev order by 2 desc, 1 offset 3", True),
     ("select lat, avg(humidity), count(humidity), count(*) from ccm3 where humidity is null or lat < -80 "

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dstp import errors
@@ -110,8 +110,8 @@ HONOURED = [
      "select time, lev, lat, lon, temperature as t, humidity from ccm3 where lat > 80"),
     ("select ccm3.* exclude (lev) from ccm3 where lat > 80",
      "select time, lat, lon, temperature, humidity, cloud from ccm3 where lat > 80"),
-    ("select t.temperature, t.lat from ccm3 as t where t.lat > 60 order by t.temperature limit 20",
-     "select temperature, lat from ccm3 where lat > 60 order by temperature limit 20"),
+    ("select t.temperature, t.lat from ccm3 as t where t.lat > 60 order by t.temperature, t.lat limit 20",
+     "select temperature, lat from ccm3 where lat > 60 order by temperature, lat limit 20"),
     ("select temperature, lat from ccm3 where lat > 80 order by all desc",
      "select temperature, lat from ccm3 where lat > 80 order by temperature desc, lat desc"),
     ("select temperature from ccm3 where lat > 85 limit all", "select temperature from ccm3 where lat > 85"),
@@ -249,6 +249,9 @@ def test_an_error_raised_while_streaming_is_a_query_error(catalog) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sql=odd_queries())
+# Found by this test in one fresh-clone run out of several (a rare draw, not the machine's load): the
+# message quoted sqlglot's 'CAST(temperature AS INT128) & …' for the query's hugeint.
+@example(sql="select cast(temperature as hugeint) & temperature from ccm3")
 def test_odd_queries_answer_with_records_or_an_actionable_error(catalog, sql) -> None:
     try:
         validated = validate_query(sql, catalog)

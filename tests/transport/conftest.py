@@ -44,8 +44,8 @@ def catalog(catalog_root: Path) -> Iterator[Catalog]:
 def agent_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     """A ``dstp agent`` process on a socket in ``tmp_path``: (socket, process)."""
     sock = tmp_path / "agent.sock"
-    proc = subprocess.Popen([*DSTP, "agent", "--socket", str(sock)], env=agent_env(""), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*DSTP, "agent", "--foreground", "--socket", str(sock)], env=agent_env(""),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == f"export {AGENT_ENV}={sock}"

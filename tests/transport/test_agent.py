@@ -172,6 +172,41 @@ def test_stopping_a_get_stops_it_in_the_agent_and_the_next_get_resumes(own_serve
     assert 0 < resumed < len(source)
 
 
+@pytest.mark.parametrize("said", [b"", b'{"stop": "terminated"}\n'])
+def test_a_caller_that_left_is_marked_gone_before_the_log_says_so(said: bytes) -> None:
+    """Whoever sees "stopping at the next block" in the log may let the next block through: the download must
+    already know its caller left (a test opened its gate on that line, and under load the download finished)."""
+    import logging
+
+    from dstp.agent import _Watcher
+
+    ours, theirs = socket.socketpair()
+    seen: list[bool] = []
+    watcher: Any = None
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "stopping at the next" in record.getMessage():
+                seen.append(watcher.gone.is_set())
+
+    log = logging.getLogger("dstp.agent")
+    handler, level = Seen(logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        watcher = _Watcher(ours, lambda answer: None, False, Path("out.nc"))
+        theirs.sendall(said)
+        theirs.shutdown(socket.SHUT_WR)
+        assert watcher.gone.wait(30)
+        watcher.close()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        theirs.close()
+        ours.close()
+    assert seen == [True]
+
+
 def test_kept_clients_are_closed_once_unused_for_their_idle_time() -> None:
     now = [0.0]
     closed: list[str] = []
@@ -223,6 +258,49 @@ def test_a_background_agent_prints_what_to_eval_and_serves_until_killed(data_ser
         os.close(ended)
     assert "dstp agent stopped after 1 request(s)" in Path(f"{sock}.log").read_text()
     assert not sock.exists()
+
+
+def _stopped(pid: int) -> None:
+    ended = os.pidfd_open(pid)  # readable once the agent has exited (it is not our child to wait for)
+    try:
+        assert select.select([ended], [], [], 60)[0], f"the agent {pid} did not stop"
+    finally:
+        os.close(ended)
+
+
+def test_each_agent_has_a_socket_of_its_own_as_ssh_agent(data_server, catalog_root, tmp_path) -> None:
+    """Two terminals (or logins) of one user that each start an agent get two; each shell uses the one it started."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**agent_env(""), "XDG_RUNTIME_DIR": str(runtime)}
+    del env[AGENT_ENV]
+    terminal = f'eval "$({" ".join(DSTP)} agent)" 2>/dev/null; echo "$DSTP_AGENT_SOCK $DSTP_AGENT_PID"'
+    started = []
+    try:
+        for _ in range(2):
+            shell = subprocess.run(["bash", "-c", terminal], env=env, capture_output=True, text=True, timeout=60)
+            sock, pid = shell.stdout.split()
+            started.append((Path(sock), int(pid)))
+        (first, _), (second, _) = started
+        assert first != second and first.parent != second.parent
+        for sock, pid in started:
+            assert sock.parent.parent == runtime and stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+            assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+            out = tmp_path / f"via-{pid}.nc"
+            run = _get(data_server.endpoints.grpc, out, sock, "-v")
+            assert run.returncode == 0 and f"agent: {sock}, on a new client" in run.stderr, run.stderr
+            assert out.read_bytes() == (catalog_root / "ccm3" / NAME).read_bytes()
+        for sock, pid in started:  # eval "$(dstp agent -k)" stops the shell's own agent and forgets it
+            killed = subprocess.run(["bash", "-c", f'eval "$({" ".join(DSTP)} agent -k)"; echo "[$DSTP_AGENT_SOCK]"'],
+                                    env={**env, AGENT_ENV: str(sock), "DSTP_AGENT_PID": str(pid)},
+                                    capture_output=True, text=True, timeout=60)
+            assert killed.returncode == 0 and killed.stdout.strip() == "[]", killed.stderr
+            _stopped(pid)
+            assert not sock.parent.exists()  # its private folder went with it
+        started.clear()
+    finally:
+        for _, pid in started:
+            os.kill(pid, signal.SIGTERM)
 
 
 def test_an_agent_that_dies_mid_request_is_an_error_not_a_silent_fallback(data_server, tmp_path) -> None:

@@ -23,7 +23,7 @@ SAME_ROWS = [
     "select * from ocean where depth < 20 and lat > 60",  # 360_day text times, descending lat, land NULLs
     "select * from station",  # fill values, scalar coordinate
     "select temperature, humidity, lat from ccm3 where lat between 30 and 40 and time >= '1990-06-01'",
-    "select sst, step, xc from axes order by sst desc limit 50",
+    "select sst, step, xc from axes order by sst desc, step, xc limit 50",  # every column: ties have no order
 ]
 
 

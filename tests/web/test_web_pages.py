@@ -123,7 +123,8 @@ def test_quicklook_options_send_exact_values_under_readable_labels(http) -> None
     assert [value for value, _ in pairs] == page["quicklook"]["values"]["lev"]
     labels = [label for _, label in pairs]
     assert len(set(labels)) == len(labels)
-    assert all(abs(float(label) - float(value)) < 0.05 for value, label in pairs)
+    assert all(label.endswith(" hPa") for label in labels)  # the level's units, as the title says them
+    assert all(abs(float(label.removesuffix(" hPa")) - float(value)) < 0.05 for value, label in pairs)
     times = re.findall(r'<select name="time" id="quicklook-time">(.*?)</select>', html, re.S)[0]
     assert "1990-01-16 12:00</option>" in times  # dates as dates, the exact value still sent
 

@@ -17,7 +17,7 @@
 #   |   +-- dstp_ticket_expired         ticket_expired (403)
 #   +-- dstp_unauthenticated            unauthenticated (401)
 #   +-- dstp_transport_error            transport_error (503)
-#   |   +-- dstp_connection_error       (client side: the server cannot be reached)
+#   |   +-- dstp_connection_error       connection_error (503)
 #   |   +-- dstp_transport_unavailable  transport_unavailable (409)
 #   |   +-- dstp_integrity_error        integrity_error (502)
 #   |   +-- dstp_protocol_error         protocol_error (400)

@@ -1,6 +1,9 @@
-// Query builder: keeps the SQL, snippets and download links in step with the form,
-// and previews the first rows through the JSON API (GET /query?format=json&limit=100).
+// Query builder: keeps the SQL, snippets, download links and the size estimate in step with the form,
+// and previews the first rows through the JSON API (GET /query?format=json&limit=100) as the query changes
+// (debounced: PREVIEW_WAIT_MS after the last edit; a newer preview cancels the one in flight).
 "use strict";
+
+const PREVIEW_WAIT_MS = 400;
 
 const form = document.getElementById("builder-form");
 const dataset = form.dataset.dataset;
@@ -12,6 +15,10 @@ const statusLine = document.getElementById("preview-status");
 let custom = new URLSearchParams(location.search).has("sql");
 let timer = null;
 let generation = 0;
+let previewTimer = null;
+let previewRun = null;
+let previewGeneration = 0;
+const estimateLine = document.getElementById("estimate");
 
 function encodeConditions() {
   form.querySelectorAll(".condition").forEach((row) => {
@@ -60,6 +67,7 @@ async function errorMessage(response) {
 
 function render(page) {
   if (!custom) sqlBox.value = page.sql;
+  estimateLine.textContent = page.estimate && page.estimate.text ? "Estimated before it runs: " + page.estimate.text : "";
   for (const lang of ["python", "r", "curl"]) {
     document.getElementById("snippet-" + lang).textContent = page.snippets[lang];
   }
@@ -89,6 +97,12 @@ async function refresh() {
   render(await response.json());
   if (!custom) history.replaceState(null, "", "?" + builderParams());
   resetButton.hidden = !custom;
+  previewSoon();
+}
+
+function previewSoon() {
+  clearTimeout(previewTimer);
+  previewTimer = setTimeout(preview, PREVIEW_WAIT_MS);
 }
 
 function refreshSoon() {
@@ -108,10 +122,25 @@ function cell(value) {
 }
 
 async function preview() {
+  clearTimeout(previewTimer);
+  const mine = ++previewGeneration;
+  if (previewRun) previewRun.abort();  // its result would be stale
+  const run = previewRun = new AbortController();
   const started = performance.now();
   statusLine.textContent = "running…";
   const params = new URLSearchParams({ sql: sqlBox.value, format: "json", limit: "100" });
-  const response = await fetch("/query?" + params);
+  let response;
+  let rows;
+  try {
+    response = await fetch("/query?" + params, { signal: run.signal });
+    if (response.ok) rows = await response.json();
+  } catch (err) {
+    if (mine !== previewGeneration) return;  // cancelled by a newer preview
+    statusLine.textContent = "";
+    showError("the result broke off while it was being sent; the server log says why");
+    return;
+  }
+  if (mine !== previewGeneration) return;
   const head = document.querySelector("#preview-table thead");
   const body = document.querySelector("#preview-table tbody");
   head.replaceChildren();
@@ -119,14 +148,6 @@ async function preview() {
   if (!response.ok) {
     statusLine.textContent = "";
     showError(await errorMessage(response));
-    return;
-  }
-  let rows;
-  try {
-    rows = await response.json();
-  } catch (err) {
-    statusLine.textContent = "";
-    showError("the result broke off while it was being sent; the server log says why");
     return;
   }
   showError("");
@@ -197,3 +218,4 @@ document.querySelectorAll("button.copy").forEach((button) => {
   });
 });
 resetButton.hidden = !custom;
+preview();  // the page opens with its query's first rows, no click needed
