@@ -17,7 +17,7 @@ import numpy as np
 from dstp.catalog.cf import Decoding, calendar_family, decode_values, decoding_for, merge_decodings
 from dstp.catalog.columns import CoordinateColumn
 from dstp.catalog.descriptor import CoordinateSpec
-from dstp.catalog.netcdf4_ import FileHandles, FileMeta, VariableMeta
+from dstp.catalog.netcdf4_ import FileMeta, FileSource, VariableMeta
 from dstp.catalog.units import CONVERTIBLE, DIFFERENT, EQUAL, LABELS, compare_units
 from dstp.errors import DataFileError
 
@@ -34,7 +34,7 @@ def nulls(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, np.ndarr
 _EMPTY = object()
 
 
-def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str) -> Any:
+def _first_values(handles: FileSource, meta: FileMeta, variable: str, agg: str) -> Any:
     """Return the first decoded value of a file's aggregation coordinate: ``_EMPTY`` when the file has no
     records, None when the coordinate does not decode."""
     var = meta.variables.get(variable)
@@ -56,7 +56,7 @@ def _first_values(handles: FileHandles, meta: FileMeta, variable: str, agg: str)
 
 
 def order_files(
-    metas: list[FileMeta], agg: str | None, spec: CoordinateSpec | None, handles: FileHandles
+    metas: list[FileMeta], agg: str | None, spec: CoordinateSpec | None, handles: FileSource
 ) -> list[FileMeta]:
     """Order files along the aggregation dimension by their first coordinate value, else by name."""
     if len(metas) < 2 or agg is None or spec is None:

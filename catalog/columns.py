@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from dstp.catalog.cf import Decoding
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec
+from dstp.catalog.netcdf4_ import FileIdentity
 
 __all__ = ["AttributeColumn", "ColumnTraits", "CoordinateColumn", "DataFile", "Dimension", "ROLES", "monotonic"]
 
@@ -52,6 +53,8 @@ class DataFile:
     format: str
     #: The part of a dataset split by variable it belongs to (descriptor ``<part>``, in order; 0 otherwise).
     part: int = 0
+    #: The version of the file this dataset serves: reads expect it, and fail once the file is another.
+    identity: FileIdentity | None = None
 
 
 @dataclass(frozen=True, slots=True)
