@@ -371,8 +371,10 @@ def _annotate(schema: pa.Schema, plan: QueryPlan) -> pa.Schema:
         grid = " ".join(plan.grid)
     else:
         grid = " ".join(q.group_keys)
+    # The version of each dataset the query was planned on, in the order of dstp:datasets ("-": a remote one).
+    versions = {r.dataset.id: "-" if r.remote else str(getattr(r.dataset, "version", 0)) for r in q.references}
     metadata = {"dstp:dataset": ids[0], "dstp:datasets": " ".join(ids), "dstp:grid": grid, "dstp:sql": q.sql,
-                "dstp:plan": plan.explain_json()}
+                "dstp:plan": plan.explain_json(), "dstp:version": " ".join(versions[i] for i in ids)}
     for gm, wkt in mappings.items():
         # The CRS of the grid mapping the selected columns name (CF grid_mapping), as WKT 2.
         metadata[f"dstp:crs_wkt:{gm}"] = wkt

@@ -16,15 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pytest
-import xarray as xr
 
 from builders import daily
 from clock import Clock
 from oracle import assert_same_records
+from oracle import daily_records as oracle
 
 from dstp.catalog.publish import publish
 from dstp.catalog.registry import Catalog
@@ -36,17 +34,6 @@ SQL = "select time, lat, lon, t2m from daily"
 SETTLE_S = 10.0
 #: One batch per file (3 × 4 grid points a day), read only when asked for: the query is "in flight" between.
 SETTINGS = Settings(batch_rows=12, scan_threads=1)
-
-
-def oracle(paths: list[Path]) -> pa.Table:
-    """Return the records of ``paths`` as xarray decodes each file on its own (NaN where missing)."""
-    frames = []
-    for path in sorted(paths):
-        with xr.open_dataset(path, mask_and_scale=True) as ds:
-            frames.append(ds["t2m"].load().to_dataframe().reset_index()[["time", "lat", "lon", "t2m"]])
-    df = pd.concat(frames, ignore_index=True)
-    df["time"] = df["time"].astype("datetime64[us]")
-    return pa.Table.from_pandas(df, preserve_index=False)
 
 
 def records(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
