@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from dstp.catalog._stored import blob_key, dumps, loads
+from dstp.catalog.binding import DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity, FileMeta, ReadStats, resolve_in_group
 from dstp.errors import DataFileError
@@ -137,14 +138,17 @@ class Prefetch:
                    frozenset(a.variable for a in descriptor.attributes) - {c.variable for c in descriptor.coordinates},
                    descriptor.group or "")
 
-    def variables(self, meta: FileMeta) -> list[str]:
-        """Return the variables of ``meta`` to read ahead."""
+    def variables(self, meta: FileMeta, file_bytes: int) -> list[str]:
+        """Return the variables of ``meta`` (a file of ``file_bytes``) to read ahead: none bigger than the file
+        can hold (a 9 KB file declaring 10⁹ times is refused by the build, before anything of that size is read)."""
         wanted: list[str] = []
         coords = {resolve_in_group(meta.variables, self.group, c) for c in self.coordinates}
         data = {resolve_in_group(meta.variables, self.group, d) for d in self.data}
+        believed = max(DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE * file_bytes)
         for name, var in meta.variables.items():
-            nbytes = int(np.prod(var.shape, dtype=np.int64)) * max(1, var.dtype.itemsize)
-            if nbytes > VALUES_LIMIT:
+            count = int(np.prod(var.shape, dtype=np.int64))
+            nbytes = count * max(1, var.dtype.itemsize)
+            if nbytes > VALUES_LIMIT or count > believed:
                 continue
             if name in coords or any(k in var.attrs for k in ("sample_dimension", "instance_dimension")):
                 wanted.append(name)
@@ -166,7 +170,7 @@ def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None, headers:
         return Unreadable(path, seen, exc.message) if seen is not None else None
     key, meta = headers.encode(meta)
     facts = FileFacts(path, identity, meta, key)
-    for name in prefetch.variables(meta) if prefetch is not None else ():
+    for name in prefetch.variables(meta, identity.size) if prefetch is not None else ():
         try:
             facts.values[name] = _frozen(handles.read(path, name, (), None, identity))
         except DataFileError:

@@ -233,3 +233,26 @@ def test_a_second_process_on_the_same_index_reads_it_and_writes_nothing(tmp_path
         assert writer.index is not None and writer.index.version_of("daily")[0] == 1  # nothing written by it
     finally:
         writer.close()
+
+
+def test_facts_read_by_helper_processes_are_those_read_here(tmp_path: Path) -> None:
+    from dstp.catalog.facts import POOL_MIN_FILES, FileFacts, Headers, Prefetch, gather_many
+    from dstp.catalog.netcdf4_ import FileHandles
+
+    paths = [daily(tmp_path / f"d_{d:04d}.nc", d, lat=2, lon=3) for d in range(POOL_MIN_FILES + 5)]
+    wanted = [(p, Prefetch(frozenset({"time", "lat", "lon"}), frozenset({"t2m"}))) for p in paths]
+    found: dict[int, dict[Path, FileFacts]] = {}
+    for processes in (1, 2):
+        handles = FileHandles()
+        try:
+            found[processes] = {f.path: f for f in gather_many(handles, wanted, Headers(), processes)}  # type: ignore[misc]
+            assert handles.opened == (len(paths) if processes == 1 else 0)  # helpers opened them, not this process
+        finally:
+            handles.close()
+    assert found[1].keys() == found[2].keys() == set(paths)
+    for path in paths:
+        here, there = found[1][path], found[2][path]
+        assert (here.identity, here.meta, here.header_key) == (there.identity, there.meta, there.header_key)
+        assert here.values.keys() == there.values.keys() == {"time", "lat", "lon"}
+        for name in here.values:
+            assert np.array_equal(here.values[name], there.values[name])
