@@ -13,12 +13,15 @@ The open-file cache and locks a dataset holds are not written (their
 Arrays read from files (coordinate values) are stored as a *run* when they are
 an exact arithmetic progression (a regular axis: three numbers instead of the
 values; :func:`encode_values` checks that the run gives back every value bit
-for bit), else inline when tiny, else as a blob named by its digest, stored
-once however many files hold it (the latitudes of 100,000 daily files).
+for bit), else inline when tiny (raw bytes and their type), else as a blob
+named by its digest, stored once however many files hold it (the latitudes of
+100,000 daily files). A file's values are one JSON object: reading 100,000 of
+them unpickles nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import pickle
@@ -27,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["ALLOWED", "blob_key", "decode_values", "dumps", "encode_values", "loads", "pack", "unpack"]
+__all__ = ["ALLOWED", "blob_key", "decode_values", "dumps", "encode_values", "loads", "pack", "stored_key", "unpack"]
 
 #: Globals an index may name: module -> names (``*``: any class of that module defined there).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -106,38 +109,52 @@ def blob_key(data: bytes) -> bytes:
 INLINE_BYTES = 64
 
 
-def encode_values(values: np.ndarray, keep_blob: Callable[[bytes], bytes]) -> tuple[Any, ...]:
-    """Return how to store ``values``: ("run", dtype, first, step, n) for an exact arithmetic progression,
-    ("inline", pickle) when small, else ("blob", key) where ``keep_blob(pickle)`` stored it and returned key."""
+def encode_values(values: np.ndarray, keep_blob: Callable[[bytes], bytes]) -> list[Any]:
+    """Return how to store ``values``, as JSON-ready items: ["run", dtype, first, step, n] for an exact arithmetic
+    progression, ["raw", dtype, shape, base64] when small and numeric, ["inline", base64 pickle] when small,
+    else ["blob", key] where ``keep_blob(pickle)`` stored it and returned its key (hex)."""
     if values.ndim == 1 and values.size >= 3 and values.dtype.kind in "iuf" and values.dtype.isnative:
         first, step = values[0], values[1] - values[0]
         run = _run(values.dtype, first, step, values.size)
         if run is not None and run.tobytes() == values.tobytes():
-            return ("run", values.dtype.str, first.item(), step.item(), int(values.size))
+            return ["run", values.dtype.str, first.item(), step.item(), int(values.size)]
+    if values.nbytes <= INLINE_BYTES and values.dtype.kind in "iufbM" and values.dtype.isnative:
+        data = np.ascontiguousarray(values).tobytes()
+        return ["raw", values.dtype.str, list(values.shape), base64.b64encode(data).decode()]
     data = pickle.dumps(np.ascontiguousarray(values) if values.dtype.kind != "O" else values,
                         protocol=pickle.HIGHEST_PROTOCOL)
     if values.nbytes <= INLINE_BYTES:
-        return ("inline", data)
-    return ("blob", keep_blob(data))
+        return ["inline", base64.b64encode(data).decode()]
+    return ["blob", keep_blob(data).hex()]
 
 
-def decode_values(stored: tuple[Any, ...], blob: Callable[[bytes], bytes]) -> np.ndarray:
+def stored_key(stored: list[Any]) -> tuple[Any, ...]:
+    """Return a stored item as a hashable key (equal items are one value)."""
+    return tuple(tuple(x) if isinstance(x, list) else x for x in stored)
+
+
+def decode_values(stored: tuple[Any, ...] | list[Any], blob: Callable[[bytes], bytes]) -> np.ndarray:
     """Return the array :func:`encode_values` stored, read-only (cached facts are shared, never changed)."""
     kind = stored[0]
     if kind == "run":
         _, dtype, first, step, n = stored
         dt = np.dtype(dtype)
         values = _run(dt, dt.type(first), dt.type(step), n)
-        assert values is not None
+        if values is None:
+            raise pickle.UnpicklingError("a stored run is not finite")
+    elif kind == "raw":
+        _, dtype, shape, text = stored
+        values = np.frombuffer(base64.b64decode(text), np.dtype(dtype)).reshape(tuple(shape))
     elif kind == "inline":
-        values = loads(stored[1])
+        values = loads(base64.b64decode(stored[1]))
     elif kind == "blob":
-        values = loads(blob(stored[1]))
+        values = loads(blob(bytes.fromhex(stored[1])))
     else:
         raise pickle.UnpicklingError(f"unknown stored value kind {kind!r}")
     if not isinstance(values, np.ndarray):
         raise pickle.UnpicklingError("a stored value is not an array")
-    values.flags.writeable = False
+    if values.flags.writeable:
+        values.flags.writeable = False
     return values
 
 

@@ -55,7 +55,15 @@ from dstp.catalog.binding import (
     parts_agree,
 )
 from dstp.catalog.cf import CF_BY_LOWER, Decoding, decode_values, numpy_dtype_of
-from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn, DataFile, Dimension
+from dstp.catalog.columns import (
+    AttributeColumn,
+    ColumnTraits,
+    CoordinateColumn,
+    DataFile,
+    Dimension,
+    files_from_state,
+    files_state,
+)
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
 from dstp.catalog.gridmapping import GridMapping, grid_mappings
@@ -268,14 +276,29 @@ class GriddedDataset:
             return self._read_file(k, column, decodings[k] or column.decoding, index, dtype, stats)
         axis = dims.index(agg)
         parts: list[tuple[np.ndarray, np.ndarray | None]] = []
+        # Consecutive files decoded alike are decoded together (the values are those of decoding each: decoding
+        # is element by element): a block over 1,000 one-day files is one decoding, not 1,000.
+        together = not (isinstance(column, AttributeColumn) and (column.fixed or column.file_dimensions != dims
+                                                                 or self.layout is not None))
+        pending: list[tuple[int, slice]] = []
+
+        def flush() -> None:
+            if pending:
+                parts.append(self._read_files(pending, column, index, axis, dtype, stats))
+                pending.clear()
+
         for k, here in self._file_parts(index[agg], part):
             dec = decodings[k]
             if dec is None:
+                flush()
                 shape = tuple(len(range(here.start, here.stop, here.step)) if d == agg
                               else len(range(index[d].start or 0, index[d].stop, index[d].step or 1)) for d in dims)
                 parts.append(nulls(shape, dtype))
                 continue
-            parts.append(self._read_file(k, column, dec, {**index, agg: here}, dtype, stats))
+            if pending and not (together and not dec.text and decodings[pending[-1][0]] is dec):
+                flush()
+            pending.append((k, here))
+        flush()
         if len(parts) == 1:
             return parts[0]
         values = np.concatenate([v for v, _ in parts], axis=axis)
@@ -298,6 +321,48 @@ class GriddedDataset:
             stop = min(want.stop, hi)
             if start < stop:
                 yield k, slice(start - lo, stop - lo, want.step)
+
+    def _read_files(
+        self,
+        files: list[tuple[int, slice]],
+        column: AttributeColumn | CoordinateColumn,
+        index: Mapping[str, slice],
+        axis: int,
+        dtype: np.dtype,
+        stats: ReadStats | None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Return the parts of consecutive files (file number, slice local to it along the aggregation axis) that
+        share one decoding: read file by file, decoded together (file by file when their raw types differ, or a
+        value does not decode, so that the error names its file)."""
+        agg = self.descriptor.aggregate
+        assert agg is not None
+        dec = column.file_decodings[files[0][0]]
+        assert dec is not None
+        if len(files) == 1:
+            k, here = files[0]
+            return self._read_file(k, column, dec, {**index, agg: here}, dtype, stats)
+        variable = column.spec.variable
+        raws = []
+        for k, here in files:
+            local = [here if d == agg else index[d] for d in column.dimensions]
+            raws.append(self.handles.read(self.files[k].path, variable, local, stats, self.files[k].identity))
+        if len({r.dtype for r in raws}) == 1:
+            try:
+                return decode_values(np.concatenate(raws, axis=axis), dec, dtype)
+            except ValueError:
+                pass
+        decoded = [self._decode_file(k, variable, raw, dec, dtype) for (k, _), raw in zip(files, raws)]
+        values = np.concatenate([v for v, _ in decoded], axis=axis)
+        if all(m is None for _, m in decoded):
+            return values, None
+        return values, np.concatenate([np.zeros(v.shape, bool) if m is None else m for v, m in decoded], axis=axis)
+
+    def _decode_file(self, k: int, variable: str, raw: np.ndarray, dec: Decoding,
+                     dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+        try:
+            return decode_values(raw, dec, dtype)
+        except ValueError as exc:
+            raise DataFileError(f"{self.files[k].path.name}: variable {variable!r}: {exc}") from None
 
     def _read_file(
         self,
@@ -384,8 +449,11 @@ class GriddedDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         """Return what pickling keeps: everything but the open-file cache (the catalog index puts the live one
-        back, :meth:`attach`)."""
-        return {**self.__dict__, "handles": None}
+        back, :meth:`attach`), with the files as columns."""
+        return {**self.__dict__, "handles": None, "files": files_state(self.files)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, files=files_from_state(state["files"]))
 
     def attach(self, handles: FileHandles) -> "GriddedDataset":
         """Return this dataset (unpickled) reading through ``handles``."""

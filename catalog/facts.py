@@ -26,7 +26,7 @@ import queue
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -101,13 +101,23 @@ class Headers:
             if not isinstance(known, FileMeta):
                 raise TypeError("a stored header is not a FileMeta")
             self._by_key[key] = known
-        return replace(known, path=path)
+        return _with_path(known, path)
 
     def add_encoded(self, key: bytes, data: bytes, path: Path) -> FileMeta:
         """Return the header a gathering process sent (pickled, named ``key``) for ``path``."""
         if key not in self._by_key:
             self.new[key] = data
         return self.decode(key, path, lambda: data)
+
+
+#: FileMeta's fields after ``path``, in order.
+_META_REST = tuple(f.name for f in fields(FileMeta) if f.name != "path")
+assert fields(FileMeta)[0].name == "path"
+
+
+def _with_path(meta: FileMeta, path: Path) -> FileMeta:
+    """Return ``meta`` for another file (dataclasses.replace, without its introspection: 100,000 calls)."""
+    return FileMeta(path, *(getattr(meta, name) for name in _META_REST))
 
 
 def stat_identity(path: Path) -> FileIdentity | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -41,7 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from dstp.catalog._stored import blob_key, decode_values, dumps, encode_values, loads, pack, unpack
+from dstp.catalog._stored import blob_key, decode_values, dumps, encode_values, loads, pack, stored_key, unpack
 from dstp.catalog.changes import Change, ChangeFeed
 from dstp.catalog.chunks import FileStamp
 from dstp.catalog.dataset import GriddedDataset
@@ -63,7 +64,7 @@ CREATE TABLE blobs (key BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE files (
     path TEXT PRIMARY KEY, real TEXT NOT NULL, device INTEGER NOT NULL, inode INTEGER NOT NULL,
     size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,
-    header BLOB, vals BLOB, unreadable TEXT, first TEXT, last TEXT);
+    header BLOB, vals TEXT, unreadable TEXT, first TEXT, last TEXT);
 CREATE TABLE chunk_listings (
     path TEXT NOT NULL, variable TEXT NOT NULL, stamp TEXT NOT NULL, listing BLOB, PRIMARY KEY (path, variable));
 CREATE TABLE entries (
@@ -284,27 +285,42 @@ class CatalogIndex:
 
     # -- facts ----------------------------------------------------------------------------------------------
 
-    def facts(self, wanted: Sequence[tuple[Path, FileIdentity]], headers: Headers) -> dict[Path, FileFacts]:
-        """Return the kept facts of the files in ``wanted`` whose kept version is the one named."""
-        out: dict[Path, FileFacts] = {}
+    def facts(self, wanted: Sequence[tuple[str, FileIdentity]], headers: Headers) -> dict[str, FileFacts]:
+        """Return the kept facts of the files in ``wanted`` (paths as text) whose kept version is the one named."""
+        out: dict[str, FileFacts] = {}
+        # Equal values stored once are loaded once: one read-only array for the latitudes of every file.
+        arrays: dict[Any, Any] = {}
+        blobs: dict[bytes, bytes] = {}
+
+        def blob(key: bytes) -> bytes:
+            if key not in blobs:
+                blobs[key] = self._blob(key)
+            return blobs[key]
+
+        def value(stored: list[Any]) -> Any:
+            key = stored_key(stored)
+            if key not in arrays:
+                arrays[key] = decode_values(stored, blob)
+            return arrays[key]
+
         for start in range(0, len(wanted), 500):
             part = dict(wanted[start:start + 500])
             marks = ",".join("?" * len(part))
             rows = self._rows(f"SELECT path, real, device, inode, size, mtime_ns, ctime_ns, header, vals FROM files "
-                              f"WHERE path IN ({marks}) AND header IS NOT NULL", [str(p) for p in part])
+                              f"WHERE path IN ({marks}) AND header IS NOT NULL", list(part))
             for text, *ident, header, vals in rows:
-                path = Path(text)
                 identity = FileIdentity(*ident)
-                if part.get(path) != identity:
+                if part.get(text) != identity:
                     continue
+                path = Path(text)
                 try:
-                    meta = headers.decode(header, path, lambda: self._blob(header))
-                    values = {k: decode_values(v, self._blob) for k, v in loads(vals).items()} if vals else {}
+                    meta = headers.decode(header, path, lambda: blob(header))
+                    values = {k: value(v) for k, v in json.loads(vals).items()} if vals else {}
                 except (pickle.UnpicklingError, TypeError, ValueError, EOFError, AttributeError, ImportError) as exc:
                     log.warning("catalog index: the kept facts of %s cannot be read (%s); the file is read again",
                                 path, exc)
                     continue
-                out[path] = FileFacts(path, identity, meta, header, values)
+                out[text] = FileFacts(path, identity, meta, header, values)
         self._count("facts loaded", len(out))
         return out
 
@@ -326,7 +342,7 @@ class CatalogIndex:
             first, last = (spans or {}).get(f.path, (None, None))
             i = f.identity
             rows.append((str(f.path), i.real, i.device, i.inode, i.size, i.mtime_ns, i.ctime_ns, f.header_key,
-                         dumps(vals) if vals else None, first, last))
+                         json.dumps(vals, separators=(",", ":")) if vals else None, first, last))
         for key in [k for k in headers.new]:
             blobs.setdefault(key, headers.new.pop(key))
         self._store_blobs(blobs)

@@ -20,10 +20,12 @@ problem (at start too, when its kept version's files are all still on disk).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import logging
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass, field
@@ -82,8 +84,8 @@ class Entry:
     #: Its files glob (None for a remote dataset).
     glob: str | None
     dataset_id: str | None
-    #: The files its dataset serves, each as the version served.
-    files: tuple[tuple[Path, FileIdentity], ...]
+    #: The files its dataset serves (paths as text: a look compares 100,000 of them), each as the version served.
+    files: tuple[tuple[str, FileIdentity], ...]
     #: Digest of ``sha`` and ``files``: a dataset's version follows it.
     content: bytes
 
@@ -101,34 +103,46 @@ class CatalogState:
     version: int = 0
 
 
-def list_files(folder: Path, files_glob: str) -> list[tuple[Path, FileIdentity]]:
+def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
     """Return the files a descriptor's glob matches in ``folder``, each with its version on disk, from stats only.
 
     The same files as :func:`~dstp.catalog.dataset.matching_files`: regular files (links followed) whose real
-    path is inside the descriptor's folder, in name order.
+    path is inside the descriptor's folder, in name order (paths as text: no Path is made for 100,000 files
+    that did not change).
     """
     real_folder = os.path.realpath(folder)
     inside = real_folder.rstrip(os.sep) + os.sep
-    direct = "/" not in files_glob and os.sep not in files_glob
-    out = []
-    for text in sorted(glob.glob(str(folder / files_glob), recursive=True)):
+    found: list[tuple[str, os.DirEntry[str] | None]]
+    if "/" in files_glob or os.sep in files_glob or not glob.has_magic(files_glob):
+        found = [(text, None) for text in sorted(glob.glob(str(folder / files_glob), recursive=True))]
+    else:  # names in the folder itself: one scandir, the stats it makes from the folder (glob's rules)
+        pattern = re.compile(fnmatch.translate(files_glob))
+        hidden = files_glob.startswith(".")
         try:
-            st = os.lstat(text)
+            with os.scandir(folder) as entries:
+                found = sorted((entry.path, entry) for entry in entries
+                               if (hidden or not entry.name.startswith(".")) and pattern.match(entry.name))
+        except OSError:
+            return []
+    out = []
+    for text, entry in found:
+        try:
+            st = entry.stat(follow_symlinks=False) if entry is not None else os.lstat(text)
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(text)
                 st = os.stat(text)
-            elif direct:
-                real = os.path.join(real_folder, os.path.basename(text))
+            elif entry is not None:
+                real = real_folder + os.sep + entry.name
             else:
                 real = os.path.realpath(text)
         except OSError:
             continue  # gone between the listing and the stat
         if stat.S_ISREG(st.st_mode) and real.startswith(inside):
-            out.append((Path(text), FileIdentity.of(real, st)))
+            out.append((text, FileIdentity.of(real, st)))
     return out
 
 
-def content_digest(sha: bytes, files: tuple[tuple[Path, FileIdentity], ...], root: Path) -> bytes:
+def content_digest(sha: bytes, files: tuple[tuple[str, FileIdentity], ...], root: Path) -> bytes:
     """Return the digest a dataset's version follows: its descriptor's bytes and every file's version."""
     h = hashlib.sha256(sha)
     for path, i in files:
@@ -142,9 +156,9 @@ class Settler:
     def __init__(self, settle_s: float, clock: Callable[[], float]) -> None:
         self.settle_s = settle_s
         self.clock = clock
-        self._seen: dict[Path, tuple[FileIdentity, float]] = {}
+        self._seen: dict[str, tuple[FileIdentity, float]] = {}
 
-    def settled(self, path: Path, identity: FileIdentity) -> bool:
+    def settled(self, path: str, identity: FileIdentity) -> bool:
         now = self.clock()
         seen = self._seen.get(path)
         if seen is None or seen[0] != identity:
@@ -159,7 +173,7 @@ class Settler:
             return True
         return False
 
-    def forget_except(self, paths: set[Path]) -> None:
+    def forget_except(self, paths: set[str]) -> None:
         for p in [p for p in self._seen if p not in paths]:
             del self._seen[p]
 
@@ -178,9 +192,9 @@ class _Plan:
     descriptor: Descriptor | None = None
     glob: str | None = None
     problem: str | None = None
-    files: list[tuple[Path, FileIdentity]] = field(default_factory=list)
+    files: list[tuple[str, FileIdentity]] = field(default_factory=list)
     #: Files whose version on disk is new and settled: their facts are needed.
-    fresh: set[Path] = field(default_factory=set)
+    fresh: set[str] = field(default_factory=set)
     held: list[HeldBack] = field(default_factory=list)
     stored: StoredEntry | None = None
     old: Entry | None = None
@@ -201,7 +215,7 @@ class Rescanner:
         self.settler = Settler(settle_s, clock)
         self.wall = wall
         self.processes = processes
-        self._unreadable: dict[Path, Unreadable] = index.unreadable()
+        self._unreadable: dict[str, Unreadable] = {str(p): u for p, u in index.unreadable().items()}
         self._warned: set[tuple[Path, str]] = set()
 
     # -- one look ---------------------------------------------------------------------------------------------
@@ -247,7 +261,7 @@ class Rescanner:
                 changes += self._removed(path, old, stored.get(path))
             self._publish_files(old, datasets)
             self.index.mark_refreshed(self.wall())
-        self.settler.forget_except({h.path for h in held})
+        self.settler.forget_except({str(h.path) for h in held})
         for h in held:
             if (h.path, h.reason) not in self._warned:
                 self._warned.add((h.path, h.reason))
@@ -345,14 +359,14 @@ class Rescanner:
                                                f"and times for {self.settler.settle_s:g} s)", waiting=True)
 
     @staticmethod
-    def _hold(plan: _Plan, path: Path, before: FileIdentity | None, reason: str, waiting: bool = False,
-              files: list[tuple[Path, FileIdentity]] | None = None) -> None:
+    def _hold(plan: _Plan, path: str, before: FileIdentity | None, reason: str, waiting: bool = False,
+              files: list[tuple[str, FileIdentity]] | None = None) -> None:
         """Hold ``path`` back: a changed file stays the version ``before`` served (in ``files``, default the
         plan's); a new one is left out."""
         if before is not None:
             (plan.files if files is None else files).append((path, before))  # reads of it fail once it is gone
             reason += "; the dataset keeps the version it served before"
-        plan.held.append(HeldBack(path, reason, waiting))
+        plan.held.append(HeldBack(Path(path), reason, waiting))
 
     # -- facts ---------------------------------------------------------------------------------------------------
 
@@ -367,14 +381,14 @@ class Rescanner:
             return False
         return self._descriptor_of(plan) is not None
 
-    def _facts(self, plans: list[_Plan], first_look: bool, headers: Headers) -> dict[Path, FileFacts]:
-        """Return the facts of the files of every dataset to rebuild: kept ones from the index, the others
-        gathered (by helper processes when there are many)."""
-        facts: dict[Path, FileFacts] = {}
+    def _facts(self, plans: list[_Plan], first_look: bool, headers: Headers) -> dict[str, FileFacts]:
+        """Return the facts of the files of every dataset to rebuild (by path): kept ones from the index, the
+        others gathered (by helper processes when there are many)."""
+        facts: dict[str, FileFacts] = {}
         self._complete_facts([p for p in plans if self._needs_build(p, first_look)], facts, headers)
         return facts
 
-    def _complete_facts(self, building: list[_Plan], facts: dict[Path, FileFacts], headers: Headers) -> None:
+    def _complete_facts(self, building: list[_Plan], facts: dict[str, FileFacts], headers: Headers) -> None:
         """Add to ``facts`` those of the files of ``building`` it lacks; hold back the files that cannot be read."""
         wanted = [(path, identity) for plan in building for path, identity in plan.files if path not in facts]
         facts.update(self.index.facts(wanted, headers))
@@ -382,7 +396,7 @@ class Rescanner:
         for plan in building:
             descriptor = self._descriptor_of(plan)
             prefetch = Prefetch.of(descriptor) if descriptor is not None else None
-            missing += [(path, prefetch) for path, _ in plan.files if path not in facts]
+            missing += [(Path(path), prefetch) for path, _ in plan.files if path not in facts]
         if not missing:
             return
         started = time.monotonic()
@@ -390,15 +404,15 @@ class Rescanner:
         for found in gather_many(self.handles, missing, headers, self.processes):
             if isinstance(found, Unreadable):
                 unreadable.append(found)
-                self._unreadable[found.path] = found
+                self._unreadable[str(found.path)] = found
             else:
-                facts[found.path] = found
-                self._unreadable.pop(found.path, None)
+                facts[str(found.path)] = found
+                self._unreadable.pop(str(found.path), None)
         self.index.keep_unreadable(unreadable)
         log.info("read the headers of %d file(s) in %.1f s (%d process(es))", len(missing),
                  time.monotonic() - started, self.processes if len(missing) > 1 else 1)
         for plan in building:
-            files: list[tuple[Path, FileIdentity]] = []
+            files: list[tuple[str, FileIdentity]] = []
             published = dict(plan.old.files) if plan.old is not None else {}
             for path, identity in plan.files:
                 found = facts.get(path)
@@ -414,7 +428,7 @@ class Rescanner:
 
     # -- publishing ------------------------------------------------------------------------------------------
 
-    def _publish(self, plan: _Plan, old: CatalogState | None, facts: dict[Path, FileFacts], headers: Headers,
+    def _publish(self, plan: _Plan, old: CatalogState | None, facts: dict[str, FileFacts], headers: Headers,
                  changes: list[Change]) -> tuple[GriddedDataset | RemoteDataset, Entry, str] | Problem | None:
         """Return (dataset, entry, problem note) for a plan, or its Problem; changes made are appended."""
         previous = _dataset_of(old, plan.old)
@@ -446,7 +460,7 @@ class Rescanner:
         return self._build(plan, entry, old, previous, facts, headers, changes)
 
     def _build(self, plan: _Plan, entry: Entry, old: CatalogState | None, previous: GriddedDataset | None,
-               facts: dict[Path, FileFacts], headers: Headers,
+               facts: dict[str, FileFacts], headers: Headers,
                changes: list[Change]) -> tuple[GriddedDataset, Entry, str] | Problem:
         descriptor = plan.descriptor if plan.descriptor is not None else self._descriptor_of(plan)
         if descriptor is None:
@@ -464,15 +478,17 @@ class Rescanner:
                 raise DescriptorError(f"files glob {descriptor.files_glob!r} matches no file that can be served ("
                                       + "; ".join(h.reason for h in plan.held) + ")" if plan.held
                                       else f"files glob {descriptor.files_glob!r} matches no file", path=str(plan.path))
-            reader = FactsReader(self.handles, {p: facts[p] for p, _ in entry.files})
-            ds = GriddedDataset.open(descriptor, self.handles, files=entry.files, reader=reader)
+            known = [facts[p] for p, _ in entry.files]
+            reader = FactsReader(self.handles, {f.path: f for f in known})
+            ds = GriddedDataset.open(descriptor, self.handles, files=[(f.path, i) for f, (_, i) in
+                                                                      zip(known, entry.files)], reader=reader)
         except CatalogError as exc:
             return self._failed(plan, previous, str(exc))
         except Exception as exc:  # noqa: BLE001 - one dataset's files must never stop the others being served
             log.exception("could not open %s", plan.path)
             return self._failed(plan, previous, f"this dataset could not be opened ({type(exc).__name__}: {exc}); "
                                                 "the server log has the details — please report it")
-        kept = [facts[p] for p, _ in entry.files if p in plan.fresh or p in reader.opened]
+        kept = [facts[p] for p, _ in entry.files if p in plan.fresh or facts[p].path in reader.opened]
         self.index.keep_facts([_keeping(f, reader.used.get(f.path, ())) for f in kept], headers, _spans(ds, kept))
         version, bumped = self.index.next_version(ds.id, entry.content)
         ds.version = version
@@ -494,7 +510,7 @@ class Rescanner:
             return Problem(plan.path, message)
         note = f"{message}; {serving.id} is served as it was (version {serving.version}) until this is fixed"
         self.index.keep_entry(plan.path, plan.sha, plan.content(self.root), None, note)
-        files = tuple((f.path, f.identity) for f in serving.files if f.identity is not None)
+        files = tuple((str(f.path), f.identity) for f in serving.files if f.identity is not None)
         entry = Entry(plan.path, plan.stamp, plan.sha, plan.descriptor, plan.glob, serving.id, files,
                       content_digest(plan.sha, files, self.root))
         return serving, entry, note
@@ -523,17 +539,23 @@ class Rescanner:
         return self.index.log_change(dataset_id, version, kind, fields, self.wall())
 
     def _publish_files(self, old: CatalogState | None, datasets: Mapping[str, GriddedDataset]) -> None:
-        """Tell the handle cache which version of each file is served now; forget files served no more."""
-        served = {f.path: f.identity for ds in datasets.values() for f in ds.files if f.identity is not None}
-        before = {f.path: f.identity for ds in (old.datasets.values() if old is not None else ())
-                  for f in ds.files if f.identity is not None}
+        """Tell the handle cache which version of each file is served now; forget files served no more (of the
+        datasets that changed: a look that changed nothing costs nothing here)."""
+        previous = dict(old.datasets) if old is not None else {}
+        changed = [ds for i, ds in datasets.items() if previous.get(i) is not ds]
+        dropped = [ds for i, ds in previous.items() if datasets.get(i) is not ds]
+        if not changed and not dropped:
+            return
+        served = {f.path: f.identity for ds in datasets.values() for f in ds.files if f.identity is not None} \
+            if dropped else {f.path: f.identity for ds in changed for f in ds.files if f.identity is not None}
+        before = {f.path: f.identity for ds in dropped for f in ds.files if f.identity is not None}
         for path, identity in served.items():
             if before.get(path) != identity:
                 self.handles.publish(path, identity)
         gone = [p for p in before if p not in served]
         for path in gone:
             self.handles.unpublish(path)
-        self.index.forget_files(p for p in gone if p not in self._unreadable)
+        self.index.forget_files(p for p in gone if str(p) not in self._unreadable)
 
 
 def _dataset_of(state: CatalogState | None, entry: Entry | None) -> GriddedDataset | None:

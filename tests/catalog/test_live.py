@@ -280,3 +280,37 @@ def test_a_removed_descriptor_removes_its_dataset(archive) -> None:
     assert (change.kind, change.dataset) == ("removed", "daily") and "daily" not in catalog
     files = {f.path for f in catalog.snapshot()}  # nothing served
     assert not files
+
+
+def test_a_file_whose_latitudes_differ_is_named_among_files_that_share_theirs(tmp_path: Path) -> None:
+    """Files with the same coordinate bytes are compared once; the one that differs is still found and named."""
+    import netCDF4
+
+    folder = tmp_path / "root" / "daily"
+    files = [daily(folder / f"d_{d:04d}.nc", d) for d in range(6)]
+    publish(files, "daily")
+    with netCDF4.Dataset(files[4], "a") as nc:
+        nc["lat"][1] = 1.5  # one latitude moved in one file
+    catalog = Catalog.scan(tmp_path / "root")
+    try:
+        [problem] = catalog.problems
+        assert "d_0004.nc: coordinate 'lat' differs from d_0000.nc (index 1" in problem.message, problem.message
+    finally:
+        catalog.close()
+
+
+def test_files_decoded_together_equal_each_file_decoded_alone(tmp_path: Path) -> None:
+    """A block over many files that share a decoding is decoded at once; the records are xarray's, per file."""
+    folder = tmp_path / "root" / "daily"
+    # days 0, 3, 6, … share scale and offset (day % 3, day % 5 in builders.daily): runs of equal decodings
+    files = [daily(folder / f"d_{d:04d}.nc", d) for d in range(0, 60, 15)] + \
+        [daily(folder / f"d_{d:04d}.nc", d) for d in (61, 62, 63)]
+    publish(files, "daily")
+    catalog = Catalog.scan(tmp_path / "root")
+    try:
+        decodings = catalog.get("daily").attributes["t2m"].file_decodings
+        assert decodings[0] is decodings[1] is decodings[2] is decodings[3]  # one object: decoded together
+        assert decodings[4] is not decodings[3]
+        assert_same_records(answer(catalog), oracle(files))
+    finally:
+        catalog.close()
