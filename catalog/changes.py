@@ -107,12 +107,10 @@ def describe_change(old: GriddedDataset | None, new: GriddedDataset | None, root
     removed = [p for p in before if p not in after]
     changed = [p for p in after if p in before and before[p].identity != after[p].identity]
     renamed: list[tuple[Path, Path]] = []
+    # a file renamed is the same inode, size and mtime under another name (a rename changes only its ctime)
+    gone = {_same_file(before[q]): q for q in removed if before[q].identity is not None}
     for p in list(added):
-        ident = after[p].identity
-        match = next((q for q in removed if ident is not None and before[q].identity is not None
-                      and (before[q].identity.device, before[q].identity.inode, before[q].identity.size,  # type: ignore[union-attr]
-                           before[q].identity.mtime_ns) == (ident.device, ident.inode, ident.size,  # type: ignore[union-attr]
-                                                            ident.mtime_ns)), None)
+        match = gone.pop(_same_file(after[p]), None) if after[p].identity is not None else None
         if match is not None:
             renamed.append((match, p))
             added.remove(p)
@@ -125,6 +123,11 @@ def describe_change(old: GriddedDataset | None, new: GriddedDataset | None, root
             "files_changed": tuple(rel(p) for p in changed),
             "files_renamed": tuple((rel(a), rel(b)) for a, b in renamed),
             "columns": tuple(columns), "first": first, "last": last, "axis": axis, "descriptor": descriptor_changed}
+
+
+def _same_file(f: Any) -> tuple[int, int, int, int]:
+    i = f.identity
+    return i.device, i.inode, i.size, i.mtime_ns
 
 
 def _columns_of(ds: GriddedDataset) -> dict[str, Any]:

@@ -141,6 +141,9 @@ class Prefetch:
     coordinates: frozenset[str]
     data: frozenset[str]
     group: str = ""
+    #: Read ahead, beside coordinates, only small variables of at most this many dimensions (publishing, which
+    #: does not know the data variables yet, reads no 2-D grid of every file ahead).
+    most_dimensions: int = 99
 
     @classmethod
     def of(cls, descriptor: Descriptor) -> "Prefetch":
@@ -166,12 +169,13 @@ class Prefetch:
                     ref = var.attrs.get(key)
                     if isinstance(ref, str) and ref in meta.variables:
                         wanted.append(ref)
-            elif nbytes <= PREFETCH_BYTES and name not in data:
+            elif nbytes <= PREFETCH_BYTES and name not in data and len(var.dimensions) <= self.most_dimensions:
                 wanted.append(name)
         return list(dict.fromkeys(wanted))
 
 
-def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None, headers: Headers) -> FileFacts | Unreadable | None:
+def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None,
+           headers: Headers) -> FileFacts | Unreadable | None:
     """Return the facts of the version of ``path`` on disk now (None when it is gone)."""
     try:
         meta, identity = handles.inspect_current(path)
@@ -288,6 +292,7 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
                 answers.put((batch, None))
                 return
 
+    shared: dict[tuple[str, tuple[int, ...], bytes], np.ndarray] = {}  # equal values received once are one array
     threads = [threading.Thread(target=work, args=(h,), name="dstp-gather", daemon=True) for h in helpers]
     for t in threads:
         t.start()
@@ -296,7 +301,7 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
             batch, answer = answers.get()
             if answer is None:
                 answer = _gather_batch(handles, batch)
-            yield from _received(answer, headers)
+            yield from _received(answer, headers, shared)
     finally:
         while True:  # stop the workers early if the caller stopped reading
             try:
@@ -309,14 +314,20 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
             h.close()
 
 
-def _received(answer: list[tuple[Any, ...]], headers: Headers) -> Iterator[FileFacts | Unreadable]:
+def _received(answer: list[tuple[Any, ...]], headers: Headers,
+              shared: dict[tuple[str, tuple[int, ...], bytes], np.ndarray]) -> Iterator[FileFacts | Unreadable]:
+    def one(values: np.ndarray) -> np.ndarray:
+        if values.dtype.kind == "O":
+            return _frozen(values)
+        return shared.setdefault((values.dtype.str, values.shape, values.tobytes()), _frozen(values))
+
     for item in answer:
         if item[0] == "facts":
             _, text, identity, key, data, values = item
             path = Path(text)
             meta = headers.add_encoded(key, data, path) if data is not None else \
                 headers.decode(key, path, lambda: _missing_header(path))
-            yield FileFacts(path, identity, meta, key, {k: _frozen(v) for k, v in values.items()})
+            yield FileFacts(path, identity, meta, key, {k: one(v) for k, v in values.items()})
         elif item[0] == "unreadable":
             yield Unreadable(Path(item[1]), item[2], item[3])
 

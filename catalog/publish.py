@@ -674,8 +674,9 @@ def _correlation_keys(coordinates: Iterable[CoordinateSpec]) -> tuple[Correlatio
     return tuple(keys)
 
 
-#: What publishing reads ahead of each file: every small variable (the descriptor is not drafted yet).
-_EVERY_SMALL = Prefetch(frozenset(), frozenset())
+#: What publishing reads ahead of each file: small scalars and 1-D variables (the descriptor is not drafted yet;
+#: whatever else the draft reads is read when it does).
+_EVERY_SMALL = Prefetch(frozenset(), frozenset(), most_dimensions=1)
 
 
 def publish(

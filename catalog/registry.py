@@ -66,8 +66,8 @@ class Catalog:
     mapping of datasets (a view a service narrows for a principal, a test's) serves those, and only those.
     """
 
-    def __init__(self, root: Path, datasets: Mapping[str, GriddedDataset], problems: list[Problem] | tuple[Problem, ...],
-                 remotes: Mapping[str, RemoteDataset] | None = None, handles: FileHandles | None = None, *,
+    def __init__(self, root: Path, datasets: Mapping[str, GriddedDataset],
+                 problems: list[Problem] | tuple[Problem, ...], remotes: Mapping[str, RemoteDataset] | None = None, handles: FileHandles | None = None, *,
                  state: CatalogState | None = None) -> None:
         self.root = root
         #: The open files of its datasets (one cache, so no file is opened twice; see FileHandles.inspect).

@@ -30,7 +30,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from dstp.catalog.changes import ADDED, CHANGED, REMOVED, Change, describe_change, ends_of, render
 from dstp.catalog.dataset import GriddedDataset
@@ -418,8 +418,9 @@ class Rescanner:
                 found = facts.get(path)
                 if found is None:
                     bad = self._unreadable.get(path)
-                    self._hold(plan, path, published.get(path), f"{path} cannot be opened "
-                               f"({bad.reason if bad else 'it vanished'}); it is tried again once it changes", files=files)
+                    why = bad.reason if bad else "it vanished"
+                    self._hold(plan, path, published.get(path),
+                               f"{path} cannot be opened ({why}); it is tried again once it changes", files=files)
                     continue
                 if found.identity != identity:
                     plan.fresh.add(path)  # changed again between the stat and the read: the version read is used
@@ -569,8 +570,9 @@ def _with_id(entry: Entry, dataset_id: str) -> Entry:
                  entry.content)
 
 
-def _keeping(facts: FileFacts, used: object) -> FileFacts:
-    return FileFacts(facts.path, facts.identity, facts.meta, facts.header_key, used_values(facts, used))  # type: ignore[arg-type]
+def _keeping(facts: FileFacts, used: Iterable[str]) -> FileFacts:
+    """Return ``facts`` with only the values a build read (what the index keeps)."""
+    return FileFacts(facts.path, facts.identity, facts.meta, facts.header_key, used_values(facts, used))
 
 
 def _still_there(ds: GriddedDataset) -> bool:

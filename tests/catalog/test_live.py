@@ -314,3 +314,26 @@ def test_files_decoded_together_equal_each_file_decoded_alone(tmp_path: Path) ->
         assert_same_records(answer(catalog), oracle(files))
     finally:
         catalog.close()
+
+
+def test_a_page_of_the_catalog_is_listed_from_memory_by_id_and_search_words(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    titles = {"sst_b": "Sea surface temperature", "t2m_a": "Air temperature at 2 m", "pr_c": "Precipitation",
+              "sst_a": "Sea surface temperature, daily", "wind": "Wind speed"}
+    for dataset_id, title in titles.items():
+        publish([daily(root / dataset_id / f"{dataset_id}_0.nc", 0)], dataset_id, title=title)
+    catalog = Catalog.scan(root, index=tmp_path / "index.sqlite")
+    try:
+        every = catalog.page(0, 100)
+        assert [d.id for d in every.datasets] == sorted(titles) and every.total == 5
+        assert every.version == catalog.version == 5  # five datasets added
+        second = catalog.page(2, 2)
+        assert [d.id for d in second.datasets] == sorted(titles)[2:4] and (second.total, second.offset) == (5, 2)
+        assert [d.id for d in catalog.page(0, 10, q="SEA temperature").datasets] == ["sst_a", "sst_b"]
+        assert [d.id for d in catalog.page(0, 10, q="temperature daily").datasets] == ["sst_a"]
+        assert catalog.page(0, 10, q="snow").total == 0
+        only = catalog.page(0, 10, where=lambda d: d.id != "sst_a", q="sea")
+        assert [d.id for d in only.datasets] == ["sst_b"] and only.total == 1
+        assert catalog.page(10, 5).datasets == () and catalog.page(10, 5).total == 5
+    finally:
+        catalog.close()
