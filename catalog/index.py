@@ -131,6 +131,9 @@ class CatalogIndex:
         self.root = root
         self._db = connection
         self._lock = threading.RLock()
+        #: Chunk listings made by queries, waiting for the index (see keep_chunk_listing).
+        self._listings: list[tuple[Any, ...]] = []
+        self._listing_lock = threading.Lock()
         self._lockfile = lock
         #: False when another process writes this index: this one reads it and keeps nothing.
         self.writable = writable
@@ -243,6 +246,7 @@ class CatalogIndex:
                 yield
             finally:
                 if self.writable:
+                    self._flush_listings()
                     try:
                         self._db.commit()
                     except sqlite3.DatabaseError as exc:
@@ -481,10 +485,24 @@ class CatalogIndex:
         return True, listing
 
     def keep_chunk_listing(self, path: Path, stamp: FileStamp, variable: str, listing: Any) -> None:
-        with self.transaction():
-            self._write("INSERT OR REPLACE INTO chunk_listings (path, variable, stamp, listing) VALUES (?, ?, ?, ?)",
-                        [(str(path), variable, repr(tuple(stamp)),
-                          pack(dumps(listing)) if listing is not None else None)])
+        """Keep a listing a query's read made; while a look holds the index (a rebuild can take seconds), it is
+        kept at the end of that look, so that the query never waits for it."""
+        if not self.writable:
+            return
+        row = (str(path), variable, repr(tuple(stamp)), pack(dumps(listing)) if listing is not None else None)
+        with self._listing_lock:
+            self._listings.append(row)
+        if self._lock.acquire(blocking=False):
+            try:
+                with self.transaction():
+                    pass  # writes what is pending
+            finally:
+                self._lock.release()
+
+    def _flush_listings(self) -> None:
+        with self._listing_lock:
+            rows, self._listings = self._listings, []
+        self._write("INSERT OR REPLACE INTO chunk_listings (path, variable, stamp, listing) VALUES (?, ?, ?, ?)", rows)
 
     # -- refreshes (dstp catalog reload waits for the next one) -----------------------------------------------
 
