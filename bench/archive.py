@@ -253,9 +253,10 @@ def measure(base: Path, n: int, layout: str, quick: bool) -> dict[str, Any]:
         state.mkdir()
         row["cold"] = _start(root, state, n)
         row["warm"] = _start(root, state, n)
+        if not quick and layout == "one" and n == max(SIZES):
+            row["profile_warm"] = _profile(root, state)  # before the new file: the index is current
         row["new_file"] = _new_file(root, state, n, layout)
         if not quick and layout == "one" and n == max(SIZES):
-            row["profile_warm"] = _profile(root, state)
             shutil.rmtree(state)
             state.mkdir()
             row["profile_cold"] = _profile(root, state)

@@ -38,7 +38,7 @@ class Change:
     version: int
     #: added, changed or removed.
     kind: str
-    #: Files by their path under the catalog root.
+    #: Files by their path under the catalog root (not listed for a dataset added or removed whole).
     files_added: tuple[str, ...] = ()
     files_removed: tuple[str, ...] = ()
     #: Files whose content changed in place or that were replaced (grown along an unlimited dimension, say).
@@ -78,7 +78,9 @@ class Change:
         if self.descriptor:
             parts.append("descriptor edited")
         span = f"; {self.axis} {self.first} … {self.last}" if self.first else ""
-        return f"{self.dataset} {self.kind}, version {self.version}: {'; '.join(parts) or 'republished'}{span}"
+        if not parts and self.kind == CHANGED:
+            parts = ["republished"]
+        return f"{self.dataset} {self.kind}, version {self.version}" + (": " + "; ".join(parts) if parts else "") + span
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +100,20 @@ class ChangeFeed:
 def describe_change(old: GriddedDataset | None, new: GriddedDataset | None, root: Path,
                     descriptor_changed: bool) -> dict[str, Any]:
     """Return the fields of the :class:`Change` from ``old`` to ``new`` (either None: added or removed)."""
-    def rel(p: Path) -> str:
-        return str(p.relative_to(root)) if p.is_relative_to(root) else p.name
+    prefix = str(root).rstrip("/") + "/"
 
-    before = {f.path: f for f in old.files} if old is not None else {}
-    after = {f.path: f for f in new.files} if new is not None else {}
+    def rel(p: Path) -> str:
+        text = str(p)
+        return text[len(prefix):] if text.startswith(prefix) else p.name
+
+    if old is None or new is None:  # a dataset added or removed whole: its files are all of them, not listed
+        ds = new if new is not None else old
+        assert ds is not None
+        first, last, axis = _span(None, set(), ds, {f.path for f in ds.files})
+        return {"columns": tuple(_columns_of(ds)), "first": first, "last": last, "axis": axis,
+                "descriptor": descriptor_changed}
+    before = {f.path: f for f in old.files}
+    after = {f.path: f for f in new.files}
     added = [p for p in after if p not in before]
     removed = [p for p in before if p not in after]
     changed = [p for p in after if p in before and before[p].identity != after[p].identity]
