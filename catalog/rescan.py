@@ -110,10 +110,11 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
     path is inside the descriptor's folder, in name order (paths as text: no Path is made for 100,000 files
     that did not change).
     """
-    real_folder = os.path.realpath(folder)
+    real_folder = _real_folder(folder)
     inside = real_folder.rstrip(os.sep) + os.sep
+    direct = "/" not in files_glob and os.sep not in files_glob
     found: list[tuple[str, os.DirEntry[str] | None]]
-    if "/" in files_glob or os.sep in files_glob or not glob.has_magic(files_glob):
+    if not direct or not glob.has_magic(files_glob):
         found = [(text, None) for text in sorted(glob.glob(str(folder / files_glob), recursive=True))]
     else:  # names in the folder itself: one scandir, the stats it makes from the folder (glob's rules)
         pattern = re.compile(fnmatch.translate(files_glob))
@@ -131,8 +132,8 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(text)
                 st = os.stat(text)
-            elif entry is not None:
-                real = real_folder + os.sep + entry.name
+            elif direct:  # a file named in the folder itself, not a link: its real path is the folder's and its name
+                real = real_folder + os.sep + os.path.basename(text)
             else:
                 real = os.path.realpath(text)
         except OSError:
@@ -140,6 +141,20 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
         if stat.S_ISREG(st.st_mode) and real.startswith(inside):
             out.append((text, FileIdentity.of(real, st)))
     return out
+
+
+def _real_folder(folder: Path) -> str:
+    """Return the real path of a folder: the kernel's, from one open (os.path.realpath stats every component)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(folder)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(folder)
+    finally:
+        os.close(fd)
 
 
 def content_digest(sha: bytes, files: tuple[tuple[str, FileIdentity], ...], root: Path) -> bytes:
