@@ -87,13 +87,14 @@ def stop(proc: subprocess.Popen[Any]) -> None:
 
 @contextlib.contextmanager
 def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 120,
-          env: Mapping[str, str] | None = None) -> Iterator[ServerProcess]:
+          env: Mapping[str, str] | None = None, stderr: Any = None) -> Iterator[ServerProcess]:
     """Run ``dstp serve root`` (optionally under ``prefix``, e.g. ``ip netns exec NS``) until the block ends.
 
-    ``env``: variables added to this process's environment for the server (e.g. ``DSTP_SCAN_THREADS``).
+    ``env``: variables added to this process's environment for the server (e.g. ``DSTP_SCAN_THREADS``);
+    ``stderr``: a file its log goes to (default: a temporary one, shown if it fails to start).
     """
     cmd = [*prefix, sys.executable, "-m", "dstp.cli", "serve", str(root), "--port", "0", "--http-port", "-1", *args]
-    errors = tempfile.TemporaryFile("w+")
+    errors = stderr if stderr is not None else tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True,
                             env={**os.environ, **env} if env else None)
     server = ServerProcess(proc)
@@ -118,4 +119,5 @@ def serve(root: Path, *args: str, prefix: Sequence[str] = (), timeout: float = 1
         stop(proc)
         if proc.stdout:
             proc.stdout.close()
-        errors.close()
+        if stderr is None:
+            errors.close()

@@ -62,6 +62,7 @@ together (a calendar that changes, a time that stops being a time).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -350,7 +351,8 @@ def merge_decodings(decodings: Sequence[Decoding | None]) -> pa.DataType:
     give float64). Times must stay times on one calendar; their units may
     differ from file to file, because each file is decoded with its own.
     """
-    present = [d for d in decodings if d is not None]
+    # each distinct decoding once, in order of first use (files decoded alike share one: catalog.aggregation)
+    present = list({id(d): d for d in decodings if d is not None}.values())
     if not present:
         raise ValueError("no file holds it")
     texts = {d.text and not d.text_time for d in present}
@@ -613,8 +615,7 @@ def _gregorian_instants(nums: np.ndarray, units: str, calendar: str) -> np.ndarr
     factor = _MICROSECONDS.get(units.split()[0].lower())
     if factor is None:
         return None
-    origin = cftime.num2date(0, units, calendar=calendar, only_use_cftime_datetimes=True)
-    epoch = np.datetime64(_iso(origin), "us")
+    epoch = _epoch(units, calendar)
     values = np.asarray(nums)
     if values.dtype.kind in "iu":
         if values.size and np.abs(values.astype(np.float64)).max() * factor >= 2**62:
@@ -632,6 +633,12 @@ def _gregorian_instants(nums: np.ndarray, units: str, calendar: str) -> np.ndarr
                                                                 or instants.min() < _GREGORIAN_START):
         return None
     return instants
+
+
+@functools.lru_cache(maxsize=1024)
+def _epoch(units: str, calendar: str) -> np.datetime64:
+    """Return the instant of time 0 in ``units`` (cftime parses the units: a file's worth of times once)."""
+    return np.datetime64(_iso(cftime.num2date(0, units, calendar=calendar, only_use_cftime_datetimes=True)), "us")
 
 
 def _iso(d: Any) -> str:

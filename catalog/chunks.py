@@ -48,7 +48,7 @@ import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -61,10 +61,23 @@ try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; option
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _inflate_module = zlib
 
-__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "layout_of"]
+__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "LayoutStore", "layout_of"]
 
 #: Which inflate is in use ("isal" or "zlib"), for the server's log and the benchmarks.
 INFLATE = "isal" if _inflate_module is not zlib else "zlib"
+
+#: What says a listing is of one version of a file: device, inode, size, mtime and ctime (ns).
+FileStamp = tuple[int, int, int, int, int]
+
+
+class LayoutStore(Protocol):
+    """Where chunk listings are kept between runs (the catalog index): listed once per version of a file."""
+
+    def chunk_listing(self, path: Path, stamp: FileStamp, variable: str) -> tuple[bool, Listing | None]:
+        """Return (known, listing): known is False when this version's variable was never listed."""
+
+    def keep_chunk_listing(self, path: Path, stamp: FileStamp, variable: str, listing: Listing | None) -> None:
+        """Keep the listing of a version's variable (None: netCDF-C reads it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +199,14 @@ class _Lister:
 
     def layout(self, path: Path, identity: tuple[int, int, int, int], variable: str,
                max_chunks: int) -> ChunkLayout | None:
+        try:
+            return layout_of(self.listing(path, identity, variable, max_chunks))
+        except _ListingFailed:
+            return None
+
+    def listing(self, path: Path, identity: tuple[int, int, int, int], variable: str,
+                max_chunks: int) -> Listing | None:
+        """Return the helper's listing (None: netCDF-C reads it); raise _ListingFailed if the helper failed."""
         with self._lock:
             helper = self._running()
             assert helper.stdin is not None and helper.stdout is not None
@@ -196,11 +217,11 @@ class _Lister:
                 if not select.select([helper.stdout], [], [], self.wait_s)[0]:
                     raise TimeoutError(f"no chunk listing of {path} in {self.wait_s:g} s")
                 listing = pickle.load(helper.stdout)
-            except (OSError, EOFError, pickle.UnpicklingError):  # it died or hung: the next listing starts another
+            except (OSError, EOFError, pickle.UnpicklingError) as exc:  # died or hung: the next listing starts another
                 _discard(helper)
                 self._helper = None
-                return None
-        return layout_of(listing)
+                raise _ListingFailed(str(exc)) from exc
+        return listing  # type: ignore[no-any-return]
 
     def close(self) -> None:
         with self._lock:
@@ -213,6 +234,10 @@ class _Lister:
             except subprocess.TimeoutExpired:
                 pass  # hung: killed below
             _discard(helper)
+
+
+class _ListingFailed(Exception):
+    """The helper died or hung: this listing is unknown (not kept; netCDF-C reads the variable this time)."""
 
 
 def _discard(helper: subprocess.Popen[bytes]) -> None:
@@ -234,30 +259,38 @@ atexit.register(LISTER.close)
 class ChunkReader:
     """Reads eligible variables chunk by chunk, outside the netCDF lock; see the module's docstring.
 
-    ``open_fd(path)`` returns a checked read-only descriptor of a published
-    file (:meth:`FileHandles.open_raw`); the helper process lists a variable's
-    chunks once, from the same file (its device, inode, size and mtime must be
-    the descriptor's). A descriptor is closed only while no read uses it (a
-    closed number reused by another file must never be read).
+    ``open_fd(path, version)`` returns a checked read-only descriptor of that
+    version of a published file (:meth:`FileHandles.open_raw`); the helper
+    process lists a variable's chunks once per version, from the same file (its
+    device, inode, size and mtime must be the descriptor's), and ``layouts``
+    keeps the listing for the next run. Everything read is kept by version, so
+    a chunk of one version is never served for another. A descriptor is closed
+    only while no read uses it (a closed number reused by another file must
+    never be read).
     """
 
-    def __init__(self, open_fd: Callable[[Path], int], cache_bytes: int = 64 * 2**20, open_files: int = 32) -> None:
+    def __init__(self, open_fd: Callable[[Path, Any], int], cache_bytes: int = 64 * 2**20, open_files: int = 32,
+                 layouts: LayoutStore | None = None) -> None:
         self._open_fd = open_fd
         self.cache_bytes = cache_bytes
         self.open_files = max(1, open_files)
+        self.layouts = layouts
         #: A variable stored in more chunks than this is left to netCDF-C (its index would cost more memory).
         self.max_chunks = MAX_LISTED_CHUNKS
         self._lock = threading.Lock()
-        self._layouts: dict[tuple[Path, str], ChunkLayout | None] = {}
-        self._fds: collections.OrderedDict[Path, list[int]] = collections.OrderedDict()  # path -> [fd, users]
+        self._layouts: dict[tuple[Path, Any, str], ChunkLayout | None] = {}
+        # (path, version) -> [fd, users]
+        self._fds: collections.OrderedDict[tuple[Path, Any], list[int]] = collections.OrderedDict()
         self._retired: dict[int, list[int]] = {}  # fd -> [fd, users]: forgotten while reads still used it
-        self._chunks: collections.OrderedDict[tuple[Path, str, tuple[int, ...]], np.ndarray] = \
+        self._chunks: collections.OrderedDict[tuple[Path, Any, str, tuple[int, ...]], np.ndarray] = \
             collections.OrderedDict()
         self._cached = 0
-        self._pending: dict[tuple[Path, str, tuple[int, ...]], Future[np.ndarray]] = {}
-        #: Reads served here and chunks inflated (the tests check the fast path was taken).
+        self._pending: dict[tuple[Path, Any, str, tuple[int, ...]], Future[np.ndarray]] = {}
+        #: Reads served here, chunks inflated, and variables listed by the helper (the tests check the fast
+        #: path was taken, and that a listing kept in ``layouts`` is not listed again).
         self.reads = 0
         self.inflated = 0
+        self.listed = 0
 
     def start(self) -> None:
         """Start the listing helper now rather than at the first read (servers call this as they start)."""
@@ -265,30 +298,43 @@ class ChunkReader:
 
     # -- layouts ------------------------------------------------------------------------
 
-    def layout(self, path: Path, variable: str) -> ChunkLayout | None:
-        """Return the variable's layout (listed once; None when netCDF-C must read it)."""
-        key = (path, variable)
+    def layout(self, path: Path, variable: str, version: Any = None) -> ChunkLayout | None:
+        """Return the variable's layout in that version of the file (listed once; None when netCDF-C must
+        read it)."""
+        key = (path, version, variable)
         with self._lock:
             if key in self._layouts:
                 return self._layouts[key]
-        found = self._list(path, variable)
+        found = self._list(path, version, variable)
         with self._lock:
             self._layouts[key] = found
         return found
 
-    def _list(self, path: Path, variable: str) -> ChunkLayout | None:
-        fd = self._open_fd(path)
+    def _list(self, path: Path, version: Any, variable: str) -> ChunkLayout | None:
+        fd = self._open_fd(path, version)
         try:
-            identity = file_identity(os.fstat(fd))
+            st = os.fstat(fd)
         finally:
             os.close(fd)
-        return LISTER.layout(path, identity, variable, self.max_chunks)
+        stamp: FileStamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self.layouts is not None:
+            known, listing = self.layouts.chunk_listing(path, stamp, variable)
+            if known:
+                return layout_of(listing)
+        try:
+            listing = LISTER.listing(path, file_identity(st), variable, self.max_chunks)
+        except _ListingFailed:
+            return None  # not kept: listed again next time
+        self.listed += 1
+        if self.layouts is not None:
+            self.layouts.keep_chunk_listing(path, stamp, variable, listing)
+        return layout_of(listing)
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, path: Path, variable: str, index: Sequence[slice | int]) -> np.ndarray | None:
+    def read(self, path: Path, variable: str, index: Sequence[slice | int], version: Any = None) -> np.ndarray | None:
         """Return ``variable[index]`` decoded from its chunks, or None when netCDF-C must read it."""
-        layout = self.layout(path, variable)
+        layout = self.layout(path, variable, version)
         if layout is None or len(index) != len(layout.shape):
             return None
         spans = [_spans(i, n, c) for i, n, c in zip(index, layout.shape, layout.chunks)]
@@ -303,13 +349,14 @@ class ChunkReader:
             return None  # a chunk never written: netCDF-C knows its fill value
         out = np.empty(out_shape, layout.dtype)
         for piece in pieces:
-            chunk = self._chunk(path, variable, layout, tuple(s[0] for s in piece))
+            chunk = self._chunk(path, version, variable, layout, tuple(s[0] for s in piece))
             out[tuple(s[2] for s in piece)] = chunk[tuple(s[1] for s in piece)]
         self.reads += 1
         return out.reshape(tuple(n for n, keep in zip(out_shape, keep_dims) if keep))
 
-    def _chunk(self, path: Path, variable: str, layout: ChunkLayout, offset: tuple[int, ...]) -> np.ndarray:
-        key = (path, variable, offset)
+    def _chunk(self, path: Path, version: Any, variable: str, layout: ChunkLayout,
+               offset: tuple[int, ...]) -> np.ndarray:
+        key = (path, version, variable, offset)
         with self._lock:
             hit = self._chunks.get(key)
             if hit is not None:
@@ -323,11 +370,11 @@ class ChunkReader:
             return waiting.result()
         try:
             byte_offset, size, mask = layout.index[offset]
-            fd = self._take_fd(path)
+            fd = self._take_fd(path, version)
             try:
                 raw = os.pread(fd, size, byte_offset)
             finally:
-                self._give_fd(path, fd)
+                self._give_fd(path, version, fd)
             if len(raw) != size:
                 raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} bytes)")
             chunk = decode_chunk(raw, layout, mask)
@@ -348,30 +395,32 @@ class ChunkReader:
         future.set_result(chunk)
         return chunk
 
-    def _take_fd(self, path: Path) -> int:
-        """Return ``path``'s descriptor, counted as in use until :meth:`_give_fd` (only idle ones are closed)."""
+    def _take_fd(self, path: Path, version: Any) -> int:
+        """Return the descriptor of that version of ``path``, counted as in use until :meth:`_give_fd` (only
+        idle ones are closed)."""
+        key = (path, version)
         with self._lock:
-            entry = self._fds.get(path)
+            entry = self._fds.get(key)
             if entry is not None:
-                self._fds.move_to_end(path)
+                self._fds.move_to_end(key)
                 entry[1] += 1
                 return entry[0]
-        fd = self._open_fd(path)
+        fd = self._open_fd(path, version)
         with self._lock:
-            entry = self._fds.get(path)
+            entry = self._fds.get(key)
             if entry is not None:
                 os.close(fd)
                 entry[1] += 1
                 return entry[0]
-            self._fds[path] = [fd, 1]
-            idle = [p for p, (_, users) in self._fds.items() if users == 0]
+            self._fds[key] = [fd, 1]
+            idle = [k for k, (_, users) in self._fds.items() if users == 0]
             for old in idle[:max(0, len(self._fds) - self.open_files)]:
                 os.close(self._fds.pop(old)[0])
         return fd
 
-    def _give_fd(self, path: Path, fd: int) -> None:
+    def _give_fd(self, path: Path, version: Any, fd: int) -> None:
         with self._lock:
-            entry = self._fds.get(path)
+            entry = self._fds.get((path, version))
             if entry is None or entry[0] != fd:
                 entry = self._retired[fd]  # forgotten while in use: the last user closes it
                 entry[1] -= 1
@@ -381,19 +430,23 @@ class ChunkReader:
                 return
             entry[1] -= 1
 
-    def forget(self, path: Path) -> None:
-        """Drop what is known of ``path`` (it changed on disk, or a read of it failed)."""
+    def forget(self, path: Path, keep: Any = None) -> None:
+        """Drop what is known of ``path`` (it changed on disk, or a read of it failed); with ``keep``, only of
+        its other versions."""
+        closing = []
         with self._lock:
-            entry = self._fds.pop(path, None)
-            for listed in [k for k in self._layouts if k[0] == path]:
+            for k in [k for k in self._fds if k[0] == path and (keep is None or k[1] != keep)]:
+                entry = self._fds.pop(k)
+                if entry[1] > 0:
+                    self._retired[entry[0]] = entry
+                else:
+                    closing.append(entry[0])
+            for listed in [k for k in self._layouts if k[0] == path and (keep is None or k[1] != keep)]:
                 del self._layouts[listed]
-            for decoded in [k for k in self._chunks if k[0] == path]:
+            for decoded in [k for k in self._chunks if k[0] == path and (keep is None or k[1] != keep)]:
                 self._cached -= self._chunks.pop(decoded).nbytes
-            if entry is not None and entry[1] > 0:
-                self._retired[entry[0]] = entry
-                entry = None
-        if entry is not None:
-            os.close(entry[0])
+        for fd in closing:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

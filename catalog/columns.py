@@ -34,8 +34,10 @@ import pyarrow as pa
 
 from dstp.catalog.cf import Decoding
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec
+from dstp.catalog.netcdf4_ import FileIdentity
 
-__all__ = ["AttributeColumn", "ColumnTraits", "CoordinateColumn", "DataFile", "Dimension", "ROLES", "monotonic"]
+__all__ = ["AttributeColumn", "ColumnTraits", "CoordinateColumn", "DataFile", "Dimension", "ROLES", "files_from_state",
+           "files_state", "monotonic"]
 
 #: What an AttributeColumn can be; see the module docstring.
 ROLES = ("data", "auxiliary", "bounds", "derived", "weight")
@@ -52,6 +54,38 @@ class DataFile:
     format: str
     #: The part of a dataset split by variable it belongs to (descriptor ``<part>``, in order; 0 otherwise).
     part: int = 0
+    #: The version of the file this dataset serves: reads expect it, and fail once the file is another.
+    identity: FileIdentity | None = None
+
+
+def files_state(files: tuple[DataFile, ...]) -> tuple[Any, ...]:
+    """Return ``files`` as columns (what a pickled dataset keeps): 100,000 files load in a fraction of the time
+    100,000 pickled objects take."""
+    folders: dict[str, int] = {}
+    formats: dict[str, int] = {}
+    rows = []
+    for f in files:
+        i = f.identity
+        folder = folders.setdefault(str(f.path.parent), len(folders))
+        fmt = formats.setdefault(f.format, len(formats))
+        if i is None:
+            rows.append((folder, f.path.name, f.size, f.start, f.count, fmt, f.part, None, 0, 0, 0, 0))
+        else:
+            rows.append((folder, f.path.name, f.size, f.start, f.count, fmt, f.part, i.real, i.device, i.inode,
+                         i.mtime_ns, i.ctime_ns))
+    return ("files-1", tuple(folders), tuple(formats), rows)
+
+
+def files_from_state(state: tuple[Any, ...]) -> tuple[DataFile, ...]:
+    """Return the files :func:`files_state` kept."""
+    tag, folders, formats, rows = state
+    if tag != "files-1":
+        raise ValueError(f"unknown files state {tag!r}")
+    out = []
+    for folder, name, size, start, count, fmt, part, real, device, inode, mtime_ns, ctime_ns in rows:
+        identity = None if real is None else FileIdentity(real, device, inode, size, mtime_ns, ctime_ns)
+        out.append(DataFile(Path(f"{folders[folder]}/{name}"), size, start, count, formats[fmt], part, identity))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

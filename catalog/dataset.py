@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -55,22 +55,32 @@ from dstp.catalog.binding import (
     parts_agree,
 )
 from dstp.catalog.cf import CF_BY_LOWER, Decoding, decode_values, numpy_dtype_of
-from dstp.catalog.columns import AttributeColumn, ColumnTraits, CoordinateColumn, DataFile, Dimension
+from dstp.catalog.columns import (
+    AttributeColumn,
+    ColumnTraits,
+    CoordinateColumn,
+    DataFile,
+    Dimension,
+    files_from_state,
+    files_state,
+)
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.dsg import FeatureLayout, open_layout, presence_columns
 from dstp.catalog.gridmapping import GridMapping, grid_mappings
 from dstp.catalog.netcdf4_ import (
     FileHandles,
+    FileIdentity,
     FileMeta,
+    FileSource,
     ReadStats,
-    inspect_file,
     resolve_in_group,
     string_length_dimensions,
 )
 from dstp.catalog.parts import line_up, part_of_each
 from dstp.errors import DataFileError, DescriptorError
 
-__all__ = ["IN_MEMORY_ELEMENTS", "AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset"]
+__all__ = ["IN_MEMORY_ELEMENTS", "AttributeColumn", "CoordinateColumn", "DataFile", "Dimension", "GriddedDataset",
+           "matching_files"]
 
 
 @dataclass
@@ -97,6 +107,8 @@ class GriddedDataset:
     #: Columns whose NULLs mark padding of a multidimensional DSG, in groups: no record where every column of
     #: a group is NULL (see :mod:`.dsg`).
     presence: tuple[tuple[str, ...], ...] = ()
+    #: The dataset's version in its catalog: one more at every change of its descriptor or files (0: none given).
+    version: int = 0
 
     @property
     def id(self) -> str:
@@ -264,14 +276,29 @@ class GriddedDataset:
             return self._read_file(k, column, decodings[k] or column.decoding, index, dtype, stats)
         axis = dims.index(agg)
         parts: list[tuple[np.ndarray, np.ndarray | None]] = []
+        # Consecutive files decoded alike are decoded together (the values are those of decoding each: decoding
+        # is element by element): a block over 1,000 one-day files is one decoding, not 1,000.
+        together = not (isinstance(column, AttributeColumn) and (column.fixed or column.file_dimensions != dims
+                                                                 or self.layout is not None))
+        pending: list[tuple[int, slice]] = []
+
+        def flush() -> None:
+            if pending:
+                parts.append(self._read_files(pending, column, index, axis, dtype, stats))
+                pending.clear()
+
         for k, here in self._file_parts(index[agg], part):
             dec = decodings[k]
             if dec is None:
+                flush()
                 shape = tuple(len(range(here.start, here.stop, here.step)) if d == agg
                               else len(range(index[d].start or 0, index[d].stop, index[d].step or 1)) for d in dims)
                 parts.append(nulls(shape, dtype))
                 continue
-            parts.append(self._read_file(k, column, dec, {**index, agg: here}, dtype, stats))
+            if pending and not (together and not dec.text and decodings[pending[-1][0]] is dec):
+                flush()
+            pending.append((k, here))
+        flush()
         if len(parts) == 1:
             return parts[0]
         values = np.concatenate([v for v, _ in parts], axis=axis)
@@ -295,6 +322,48 @@ class GriddedDataset:
             if start < stop:
                 yield k, slice(start - lo, stop - lo, want.step)
 
+    def _read_files(
+        self,
+        files: list[tuple[int, slice]],
+        column: AttributeColumn | CoordinateColumn,
+        index: Mapping[str, slice],
+        axis: int,
+        dtype: np.dtype,
+        stats: ReadStats | None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Return the parts of consecutive files (file number, slice local to it along the aggregation axis) that
+        share one decoding: read file by file, decoded together (file by file when their raw types differ, or a
+        value does not decode, so that the error names its file)."""
+        agg = self.descriptor.aggregate
+        assert agg is not None
+        dec = column.file_decodings[files[0][0]]
+        assert dec is not None
+        if len(files) == 1:
+            k, here = files[0]
+            return self._read_file(k, column, dec, {**index, agg: here}, dtype, stats)
+        variable = column.spec.variable
+        raws = []
+        for k, here in files:
+            local = [here if d == agg else index[d] for d in column.dimensions]
+            raws.append(self.handles.read(self.files[k].path, variable, local, stats, self.files[k].identity))
+        if len({r.dtype for r in raws}) == 1:
+            try:
+                return decode_values(np.concatenate(raws, axis=axis), dec, dtype)
+            except ValueError:
+                pass
+        decoded = [self._decode_file(k, variable, raw, dec, dtype) for (k, _), raw in zip(files, raws)]
+        values = np.concatenate([v for v, _ in decoded], axis=axis)
+        if all(m is None for _, m in decoded):
+            return values, None
+        return values, np.concatenate([np.zeros(v.shape, bool) if m is None else m for v, m in decoded], axis=axis)
+
+    def _decode_file(self, k: int, variable: str, raw: np.ndarray, dec: Decoding,
+                     dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+        try:
+            return decode_values(raw, dec, dtype)
+        except ValueError as exc:
+            raise DataFileError(f"{self.files[k].path.name}: variable {variable!r}: {exc}") from None
+
     def _read_file(
         self,
         k: int,
@@ -317,7 +386,7 @@ class GriddedDataset:
         local = [slice(fixed[d], fixed[d] + 1) if d in fixed else index[d] for d in var_dims]
         if dec.chars:
             local.append(slice(None))  # the string length, joined by decoding
-        raw = self.handles.read(path, variable, local, stats)
+        raw = self.handles.read(path, variable, local, stats, self.files[k].identity)
         try:
             values, mask = decode_values(raw, dec, dtype)
         except ValueError as exc:
@@ -378,34 +447,56 @@ class GriddedDataset:
     def close(self) -> None:
         self.handles.close()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Return what pickling keeps: everything but the open-file cache (the catalog index puts the live one
+        back, :meth:`attach`), with the files as columns."""
+        return {**self.__dict__, "handles": None, "files": files_state(self.files)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, files=files_from_state(state["files"]))
+
+    def attach(self, handles: FileHandles) -> "GriddedDataset":
+        """Return this dataset (unpickled) reading through ``handles``."""
+        self.handles = handles
+        if self.layout is not None:
+            self.layout.handles = handles
+        return self
+
     # -- construction ------------------------------------------------------------------
 
     @classmethod
-    def open(cls, descriptor: Descriptor, handles: FileHandles | None = None) -> "GriddedDataset":
-        """Return the dataset a descriptor publishes; raise DescriptorError/DataFileError if it cannot."""
+    def open(cls, descriptor: Descriptor, handles: FileHandles | None = None, *,
+             files: Sequence[tuple[Path, FileIdentity]] | None = None,
+             reader: FileSource | None = None) -> "GriddedDataset":
+        """Return the dataset a descriptor publishes; raise DescriptorError/DataFileError if it cannot.
+
+        ``files`` are its files and the version of each (default: what the descriptor's glob matches, as they
+        are when read). ``reader`` is what headers and values are read through while the dataset is built (the
+        catalog index's :class:`~dstp.catalog.facts.FactsReader`: a dataset rebuilt from what it kept opens no
+        file); the dataset then reads through ``handles``.
+        """
         if descriptor.path is None:
             raise DescriptorError("descriptor has no location to resolve its files against")
         # not `handles or …`: FileHandles has a length (its open files), so an empty cache is falsy
         handles = handles if handles is not None else FileHandles()
+        build: FileSource = reader if reader is not None else handles
         folder = descriptor.path.parent
         where = str(descriptor.path)
-        paths = sorted(
-            Path(p)
-            for p in glob.glob(str(folder / descriptor.files_glob), recursive=True)
-            if Path(p).is_file()
-        )
-        root = folder.resolve()
-        paths = [p for p in paths if p.resolve().is_relative_to(root)]
+        paths = [p for p, _ in files] if files is not None else matching_files(descriptor)
         if not paths:
             raise DescriptorError(f"files glob {descriptor.files_glob!r} matches no file", path=where)
         parts = part_of_each(paths, folder, descriptor, where)
-        metas = [inspect_file(p, handles) for p in paths]
+        metas = [build.inspect(p) for p in paths]
+        versions = dict(files) if files is not None else {p: build.identity(p) for p in paths}
         descriptor = _in_group(descriptor, metas)
         agg = descriptor.aggregate
         coord_specs = {c.dimension: c for c in descriptor.coordinates if c.dimension}
-        metas, files, agg_size = line_up(metas, parts, agg, coord_specs.get(agg) if agg else None, handles, where)
+        metas, files_, agg_size = line_up(metas, parts, agg, coord_specs.get(agg) if agg else None, build, where,
+                                          versions)
         first = metas[0]
-        layout = open_layout(metas, handles, agg)
+        layout = open_layout(metas, build, agg)
+        if layout is not None:
+            layout.versions = tuple(f.identity for f in files_)
         if layout is not None and descriptor.parts:
             raise DescriptorError("<part> is for gridded files split by variable; these are station, profile or "
                                   f"trajectory files ({layout.feature_type}): publish each part apart", path=where)
@@ -434,7 +525,7 @@ class GriddedDataset:
             {d for c in descriptor.coordinates for d in c.dimensions} | \
             {d for a in descriptor.attributes for d in a.dimensions}
         check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
-        attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout, [f.part for f in files])
+        attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout, [f.part for f in files_])
         used_dims = [d for a in attributes.values() for d in a.dimensions]
         # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares,
         # a date(date) beside a time × lat × lon grid); auxiliaries of station data are on instance dimensions,
@@ -446,12 +537,12 @@ class GriddedDataset:
         order = list(dict.fromkeys([*descriptor.default_grid, *used_dims, *coord_dims, *labelled]))
         ds = cls(
             descriptor=descriptor,
-            files=tuple(files),
+            files=tuple(files_),
             dimensions={},
             coordinates={},
             attributes=attributes,
             global_attrs=first.attrs,
-            handles=handles,
+            handles=cast(FileHandles, build),  # what binding reads through while building; handles once built
             layout=layout,
         )
         coords: dict[str, CoordinateColumn] = {}
@@ -495,7 +586,24 @@ class GriddedDataset:
             check_text_times(ds, column, metas)
         ds.warnings = (*ds.warnings, *_unusable_fills(ds, metas), *_case_variants(ds),
                        *dict.fromkeys(n for m in metas for n in m.notes))
+        ds.handles = handles
+        if layout is not None:
+            layout.handles = handles
         return ds
+
+
+def matching_files(descriptor: Descriptor) -> list[Path]:
+    """Return the files a descriptor's glob matches, in name order: regular files inside its folder (a link
+    that leads outside is not one of them)."""
+    assert descriptor.path is not None
+    folder = descriptor.path.parent
+    paths = sorted(
+        Path(p)
+        for p in glob.glob(str(folder / descriptor.files_glob), recursive=True)
+        if Path(p).is_file()
+    )
+    root = folder.resolve()
+    return [p for p in paths if p.resolve().is_relative_to(root)]
 
 
 def _case_variants(ds: GriddedDataset) -> list[str]:

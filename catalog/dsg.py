@@ -44,7 +44,7 @@ import numpy as np
 
 from dstp.catalog.aggregation import nulls
 from dstp.catalog.cf import VERTICAL_STANDARD_NAMES, Decoding, decode_values, decoding_for, numpy_dtype_of
-from dstp.catalog.netcdf4_ import FileHandles, FileMeta, ReadStats, VariableMeta
+from dstp.catalog.netcdf4_ import FileIdentity, FileMeta, FileSource, ReadStats, VariableMeta
 from dstp.errors import DataFileError
 
 __all__ = [
@@ -176,7 +176,7 @@ class Link:
     complete: bool = False
 
 
-def _check_index(meta: FileMeta, link: Link, handles: FileHandles) -> bool:
+def _check_index(meta: FileMeta, link: Link, handles: FileSource) -> bool:
     """Refuse an index variable that names a feature the file does not have; return whether none is missing."""
     assert link.decoding is not None
     values, mask = decode_values(handles.read(meta.path, link.variable, ()), link.decoding)
@@ -192,7 +192,7 @@ def _check_index(meta: FileMeta, link: Link, handles: FileHandles) -> bool:
     return mask is None or not mask.any()
 
 
-def _links(meta: FileMeta, structure: RaggedStructure, handles: FileHandles) -> dict[str, Link]:
+def _links(meta: FileMeta, structure: RaggedStructure, handles: FileSource) -> dict[str, Link]:
     """Return one file's links: count variables read now (small), index variables described."""
     out: dict[str, Link] = {}
     name = meta.path.name
@@ -242,13 +242,22 @@ class FeatureLayout:
     links: tuple[dict[str, Link], ...] = ()
     #: Per file: every element of the sample dimension belongs to a feature (known without reading).
     complete: tuple[bool, ...] = ()
-    handles: FileHandles | None = field(default=None, repr=False)
+    handles: FileSource | None = field(default=None, repr=False)
+    #: Per file: the version a read expects (the dataset's DataFile identities); empty: the published one.
+    versions: tuple[FileIdentity | None, ...] = ()
     _cache: OrderedDict[tuple[int, str, int, int, int], np.ndarray] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def ragged(self) -> bool:
         return self.sample_dimension is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Return what pickling keeps: not the open-file cache, the lock, nor what was read into the cache."""
+        return {**self.__dict__, "handles": None, "_cache": OrderedDict(), "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def describe(self) -> str:
         """Return one line saying what the records are, for ``describe``."""
@@ -336,7 +345,9 @@ class FeatureLayout:
         assert self.handles is not None
         index = [slice(lo, hi)] + ([slice(None)] if dec.chars else [])
         try:
-            span, span_mask = decode_values(self.handles.read(self.paths[k], variable, index, stats), dec, dtype)
+            span, span_mask = decode_values(self.handles.read(self.paths[k], variable, index, stats,
+                                                                        self.versions[k] if self.versions else None),
+                                                     dec, dtype)
         except ValueError as exc:
             raise DataFileError(f"{self.paths[k].name}: variable {variable!r}: {exc}") from None
         picked = np.where(valid, where - lo, 0)
@@ -345,7 +356,7 @@ class FeatureLayout:
         return values, mask
 
 
-def open_layout(metas: Sequence[FileMeta], handles: FileHandles, aggregate: str | None) -> FeatureLayout | None:
+def open_layout(metas: Sequence[FileMeta], handles: FileSource, aggregate: str | None) -> FeatureLayout | None:
     """Return the DSG layout of a dataset's files (in file order), or None when they are not DSG files.
 
     Refuses files whose ragged structure differs, or a ragged dataset aggregated

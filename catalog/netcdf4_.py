@@ -27,14 +27,14 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import netCDF4
 import numpy as np
 
 from dstp.catalog import hdfeos, ugrid
 from dstp.catalog.cf import cf_spelling
-from dstp.catalog.chunks import INFLATE, ChunkReader
+from dstp.catalog.chunks import INFLATE, ChunkReader, LayoutStore
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
 
@@ -43,6 +43,7 @@ __all__ = [
     "FileHandles",
     "FileIdentity",
     "FileMeta",
+    "FileSource",
     "ReadStats",
     "VariableMeta",
     "inspect_file",
@@ -162,7 +163,11 @@ def _attrs(obj: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class FileIdentity:
-    """Which file a published path named when it was first opened."""
+    """One version of a published file: its real path, device and inode, size and times.
+
+    The catalog publishes a file as the version it read (:meth:`FileHandles.publish`); every read says
+    which version it expects, so a query keeps reading the version its catalog snapshot names, or fails.
+    """
 
     real: str
     device: int
@@ -174,11 +179,25 @@ class FileIdentity:
     #: (``touch -r``) still differs.
     ctime_ns: int = 0
 
+    @classmethod
+    def of(cls, real: str, st: os.stat_result) -> "FileIdentity":
+        """Return the identity ``st`` (a stat of the file at ``real``) gives."""
+        return cls(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Return whether ``st`` is this version: the same inode, size and times."""
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == \
+            (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns)
+
+
+_RELOAD_HINT = ("the catalog publishes what is there now once it settles (its next rescan, or `dstp catalog "
+                "reload`); run the query again then")
+
 
 def _replaced(path: Path) -> DataFileError:
     return DataFileError(
-        f"{path.name} was replaced on disk (by another file or a link) after the catalog was scanned; "
-        "it is not served — restart the server to publish what is there now"
+        f"{path.name} was replaced on disk (by another file or a link) after the catalog published it; "
+        f"this version is not served — {_RELOAD_HINT}"
     )
 
 
@@ -194,14 +213,32 @@ def _refuse_changed(path: Path, first: FileIdentity, st: os.stat_result) -> None
     if (st.st_size, st.st_mtime_ns) != (first.size, first.mtime_ns):
         what = "cut short" if st.st_size < first.size else "changed"
         raise DataFileError(
-            f"{path.name} was {what} on disk after the catalog was scanned ({first.size} → {st.st_size} bytes); "
-            "restart the server to publish the new version"
+            f"{path.name} was {what} on disk after the catalog published it ({first.size} → {st.st_size} bytes); "
+            + _RELOAD_HINT
         )
     if st.st_ctime_ns != first.ctime_ns:  # size and mtime kept (touch -r), or its permissions or links changed
         raise DataFileError(
-            f"{path.name} was changed on disk after the catalog was scanned (its inode changed, though its size "
-            "and modification time are as they were); restart the server to publish what is there now"
+            f"{path.name} was changed on disk after the catalog published it (its inode changed, though its size "
+            f"and modification time are as they were); {_RELOAD_HINT}"
         )
+
+
+class FileSource(Protocol):
+    """What a dataset is opened through: headers, raw values and versions of files.
+
+    :class:`FileHandles` reads the files; the catalog index's reader answers from what it kept
+    (:class:`dstp.catalog.facts.FactsReader`), so that a dataset is rebuilt without opening its files.
+    """
+
+    def inspect(self, path: Path) -> "FileMeta":
+        """Return a file's metadata."""
+
+    def read(self, path: Path, variable: str, index: Sequence[slice | int], stats: "ReadStats | None" = None,
+             version: FileIdentity | None = None) -> np.ndarray:
+        """Return the raw values of ``variable[index]``."""
+
+    def identity(self, path: Path) -> FileIdentity | None:
+        """Return the version of ``path`` that was read."""
 
 
 _FD_PATHS = Path("/proc/self/fd")
@@ -221,23 +258,35 @@ class FileHandles:
     are opened with a small cache, ``chunk_cache_bytes`` per variable (enough
     for a few chunks, so a chunk read in several hyperslabs is decompressed
     once).
+
+    A path has one published version at a time (:meth:`publish`; by default
+    the version first opened). A read may name the version it expects
+    (``version``: the one its dataset snapshot holds): it is served only
+    while that version is on disk. ``layouts`` keeps the chunk listings of
+    the direct reader between runs (the catalog index).
     """
 
-    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True) -> None:
+    def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
+                 layouts: LayoutStore | None = None) -> None:
         self.capacity = max(1, capacity)
         #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
         self.chunks: ChunkReader | None = \
-            ChunkReader(self.open_raw, cache_bytes=max(chunk_cache_bytes, 64 * 2**20), open_files=capacity) \
+            ChunkReader(self.open_raw, cache_bytes=max(chunk_cache_bytes, 64 * 2**20), open_files=capacity,
+                        layouts=layouts) \
             if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
+        #: The version each open file was opened as.
+        self._opened_as: dict[Path, FileIdentity] = {}
         weakref.finalize(self, _adopt, self._open)  # never let the garbage collector call netCDF-C
-        # Each file as first opened: a file changed, cut short or replaced afterwards must fail
-        # loudly, not be served (netCDF-C reads a truncated classic file as fill values).
+        # Each file's published version (by default as first opened): a file changed, cut short or replaced
+        # afterwards must fail loudly, not be served (netCDF-C reads a truncated classic file as fill values).
         self._identity: dict[Path, FileIdentity] = {}
         self._identity_lock = threading.Lock()
-        #: Coordinates HDF-EOS5 grids define by formula, by (file, variable); None: the file holds it.
-        self._computed: dict[tuple[Path, str], np.ndarray | None] = {}
+        #: Files opened so far (netCDF handles and raw descriptors alike): a warm start opens none.
+        self.opened = 0
+        #: Coordinates HDF-EOS5 grids define by formula, by (file, version, variable); None: the file holds it.
+        self._computed: dict[tuple[Path, FileIdentity | None, str], np.ndarray | None] = {}
 
     def describe(self) -> str:
         """Return how this cache reads files, for the server's log (what is in effect, not what was asked)."""
@@ -246,12 +295,17 @@ class FileHandles:
         cache = self.chunk_cache_bytes / 2**20
         return f"{how}; up to {self.capacity} files open, {cache:g} MiB chunk cache per variable"
 
-    def open_raw(self, path: Path) -> int:
+    def open_raw(self, path: Path, version: FileIdentity | None = None) -> int:
         """Return a read-only file descriptor of published file ``path``, checked as it is opened.
 
-        Opened through its real path with O_NOFOLLOW; the real path, device and inode must be those
-        of the first open (the catalog scan). Raises DataFileError otherwise. The caller closes it.
+        Opened through its real path with O_NOFOLLOW; the real path, device, inode, size and times must be
+        those of ``version`` (default: the published version, else the first open's). Raises DataFileError
+        otherwise. The caller closes it.
         """
+        return self._open_checked(path, version, current=False)[0]
+
+    def _open_checked(self, path: Path, version: FileIdentity | None, current: bool) -> tuple[int, FileIdentity]:
+        """Return (descriptor, version seen) of ``path``; ``current``: whatever version is on disk now."""
         try:
             real = os.path.realpath(path)
             fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
@@ -261,29 +315,62 @@ class FileHandles:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise DataFileError(f"{path.name} is not a regular file; only files are published")
-            seen = FileIdentity(real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            seen = FileIdentity.of(real, st)
             with self._identity_lock:
-                first = self._identity.setdefault(path, seen)
-            if first.real != seen.real:
+                self.opened += 1
+                expected = seen if current else version if version is not None else \
+                    self._identity.setdefault(path, seen)
+            if expected.real != seen.real:
                 raise _replaced(path)
-            _refuse_changed(path, first, st)
+            _refuse_changed(path, expected, st)
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, seen
 
     def identity(self, path: Path) -> FileIdentity | None:
-        """Return the file ``path`` named when first opened (None if it never was)."""
+        """Return the published version of ``path`` (None if it never was opened nor published)."""
         with self._identity_lock:
             return self._identity.get(path)
 
-    def _get(self, path: Path) -> netCDF4.Dataset:
+    def publish(self, path: Path, version: FileIdentity) -> None:
+        """Make ``version`` the one ``path`` is served as; what was open of another version is let go.
+
+        Reads that name an older version (queries on an older catalog snapshot) fail from then on
+        unless that version is still on disk.
+        """
+        with self._identity_lock:
+            before = self._identity.get(path)
+            self._identity[path] = version
+        if before is not None and before != version:
+            self._let_go(path, keep=version)
+
+    def unpublish(self, path: Path) -> None:
+        """Forget ``path`` (the catalog no longer serves it) and close what was open of it."""
+        with self._identity_lock:
+            self._identity.pop(path, None)
+        self._let_go(path, keep=None)
+
+    def _let_go(self, path: Path, keep: FileIdentity | None) -> None:
+        if self.chunks is not None:
+            self.chunks.forget(path, keep=keep)
+        with NETCDF_LOCK:
+            if keep is None or self._opened_as.get(path, keep) != keep:
+                self._close_handle(path)
+            for key in [k for k in self._computed if k[0] == path and k[1] != keep]:
+                del self._computed[key]
+
+    def _get(self, path: Path, version: FileIdentity | None = None, current: bool = False) -> netCDF4.Dataset:
+        """Return the open file ``path`` (the caller holds NETCDF_LOCK): as ``version`` if given, as it is on
+        disk now if ``current``, else as it was opened."""
         ds = self._open.get(path)
         if ds is not None:
-            self._open.move_to_end(path)
-            return ds
+            if not current and (version is None or self._opened_as.get(path) == version):
+                self._open.move_to_end(path)
+                return ds
+            self._drop(path)
         _close_orphans()
-        fd = self.open_raw(path)
+        fd, seen = self._open_checked(path, version, current)
         opened = _descriptor_path(fd, path)
         try:
             previous = netCDF4.get_chunk_cache()
@@ -303,26 +390,29 @@ class FileHandles:
         ds.set_always_mask(False)
         ds.set_auto_chartostring(False)
         self._open[path] = ds
+        self._opened_as[path] = seen
         while len(self._open) > self.capacity:
-            _, old = self._open.popitem(last=False)
+            old_path, old = self._open.popitem(last=False)
+            self._opened_as.pop(old_path, None)
             old.close()
         return ds
 
     def read(
-        self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None
+        self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None,
+        version: FileIdentity | None = None,
     ) -> np.ndarray:
-        """Return the raw (still packed) values of ``variable[index]`` from ``path``."""
+        """Return the raw (still packed) values of ``variable[index]`` from ``path`` (as ``version``, if given)."""
         if hdfeos.is_computed(variable):
-            computed = self._computed_values(path, variable)
+            computed = self._computed_values(path, variable, version)
             if computed is not None:
                 array = computed[tuple(index)] if index else computed
                 if stats is not None:
                     stats.add(array)
                 return array
         if self.chunks is not None and index:
-            self._check_unchanged(path)
+            self._check_unchanged(path, version)
             try:
-                array = self.chunks.read(path, variable, index)
+                array = self.chunks.read(path, variable, index, version or self.identity(path))
             except (OSError, ValueError) as exc:
                 self._drop(path)
                 raise DataFileError(f"cannot read {variable!r} from {path.name}: {exc}") from exc
@@ -331,8 +421,8 @@ class FileHandles:
                     stats.add(array)
                 return array
         with NETCDF_LOCK:
-            ds = self._get(path)
-            self._check_unchanged(path)
+            ds = self._get(path, version)
+            self._check_unchanged(path, version)
             try:
                 var = ds[variable] if "/" in variable else ds.variables[variable]
                 array = np.asarray(var[tuple(index)] if index else var[...])
@@ -343,14 +433,15 @@ class FileHandles:
             stats.add(array)
         return array
 
-    def _computed_values(self, path: Path, variable: str) -> np.ndarray | None:
+    def _computed_values(self, path: Path, variable: str, version: FileIdentity | None) -> np.ndarray | None:
         """Return (and keep) a coordinate an HDF-EOS5 grid defines by formula (:func:`computed_values`)."""
         with NETCDF_LOCK:
-            hit = self._computed.get((path, variable))
-            if hit is None and (path, variable) not in self._computed:
-                ds = self._get(path)
-                self._check_unchanged(path)
-                hit = self._computed[(path, variable)] = computed_values(ds, path, variable)
+            key = (path, version, variable)
+            hit = self._computed.get(key)
+            if hit is None and key not in self._computed:
+                ds = self._get(path, version)
+                self._check_unchanged(path, version)
+                hit = self._computed[key] = computed_values(ds, path, variable)
             return hit
 
     def inspect(self, path: Path) -> FileMeta:
@@ -368,13 +459,23 @@ class FileHandles:
                 self._drop(path)
                 raise
 
-    def _check_unchanged(self, path: Path) -> None:
+    def inspect_current(self, path: Path) -> tuple[FileMeta, FileIdentity]:
+        """Return the metadata of the version of ``path`` on disk now, and that version (not yet published)."""
+        with NETCDF_LOCK:
+            ds = self._get(path, current=True)
+            try:
+                return _inspect(ds, path), self._opened_as[path]
+            except DataFileError:
+                self._drop(path)
+                raise
+
+    def _check_unchanged(self, path: Path, version: FileIdentity | None = None) -> None:
         try:
             st = path.stat()
         except OSError as exc:
             self._drop(path)
             raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
-        first = self.identity(path)
+        first = version if version is not None else self.identity(path)
         if first is not None:
             try:
                 _refuse_changed(path, first, st)
@@ -385,8 +486,12 @@ class FileHandles:
     def _drop(self, path: Path) -> None:
         if self.chunks is not None:
             self.chunks.forget(path)
+        self._close_handle(path)
+
+    def _close_handle(self, path: Path) -> None:
         with NETCDF_LOCK:
             ds = self._open.pop(path, None)
+            self._opened_as.pop(path, None)
             if ds is not None:
                 try:
                     ds.close()
@@ -399,6 +504,7 @@ class FileHandles:
             self.chunks.close()
         with NETCDF_LOCK:
             _close_orphans()
+            self._opened_as.clear()
             while self._open:
                 _, ds = self._open.popitem()
                 try:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from dstp.catalog.aggregation import order_files
 from dstp.catalog.columns import DataFile
 from dstp.catalog.descriptor import CoordinateSpec, Descriptor
-from dstp.catalog.netcdf4_ import FileHandles, FileMeta
+from dstp.catalog.netcdf4_ import FileIdentity, FileMeta, FileSource
 from dstp.errors import DataFileError, DescriptorError
 
 __all__ = ["line_up", "part_of_each"]
@@ -53,12 +53,13 @@ def part_of_each(paths: Sequence[Path], folder: Path, descriptor: Descriptor, wh
 
 
 def line_up(
-    metas: list[FileMeta], parts: list[int], agg: str | None, spec: CoordinateSpec | None, handles: FileHandles,
-    where: str,
+    metas: list[FileMeta], parts: list[int], agg: str | None, spec: CoordinateSpec | None, handles: FileSource,
+    where: str, versions: Mapping[Path, FileIdentity | None] | None = None,
 ) -> tuple[list[FileMeta], list[DataFile], int]:
     """Return the files in order (part by part, each along the aggregation dimension), their places on it, and
     its length; refuse parts that give it different lengths, or a part of several files with nothing to
-    aggregate them along."""
+    aggregate them along. ``versions`` gives each file's version (and size); without it, sizes are read from
+    the disk."""
     ordered: list[FileMeta] = []
     files: list[DataFile] = []
     lengths: dict[int, tuple[int, str]] = {}
@@ -77,7 +78,9 @@ def line_up(
         start = 0
         for meta in members:
             count = meta.dimensions.get(agg, 0) if has_agg and agg else 0
-            files.append(DataFile(meta.path, meta.path.stat().st_size, start, count, meta.format, part))
+            version = versions.get(meta.path) if versions is not None else None
+            size = version.size if version is not None else meta.path.stat().st_size
+            files.append(DataFile(meta.path, size, start, count, meta.format, part, version))
             start += count
         if has_agg:
             lengths[part] = (start, members[0].path.name)

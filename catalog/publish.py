@@ -47,9 +47,11 @@ from dstp.catalog.descriptor import (
 from dstp.catalog import ugrid
 from dstp.catalog.binding import check_dimension_sizes
 from dstp.catalog.dsg import feature_type, ragged_structure
+from dstp.catalog.facts import FactsReader, FileFacts, Headers, Prefetch, Unreadable, gather_many
 from dstp.catalog.netcdf4_ import (
     FileHandles,
     FileMeta,
+    FileSource,
     VariableMeta,
     inspect_file,
     resolve_in_group,
@@ -181,8 +183,13 @@ def draft_descriptor(
     rename: Mapping[str, str] | None = None,
     title: str | None = None,
     group: str | None = None,
+    files_glob: str | None = None,
+    reader: FileSource | None = None,
 ) -> Descriptor:
     """Return a descriptor drafted from the CF/ACDD metadata of ``files`` (not yet written).
+
+    ``files_glob`` is the descriptor's files glob (default: one drafted from the file names); ``reader`` what
+    the files are read through (default: each is opened here).
 
     Variables in netCDF-4 groups are drafted too, named by their own name (or
     their group path joined by ``_`` where two groups hold the same name);
@@ -199,7 +206,7 @@ def draft_descriptor(
     if len(folders) != 1:
         raise CatalogError("all files of a dataset must be in one folder (the descriptor goes beside them)")
     folder = folders.pop()
-    metas = [inspect_file(p) for p in paths]
+    metas = [reader.inspect(p) for p in paths] if reader is not None else [inspect_file(p) for p in paths]
     # The server's check, before a coordinate is read: a 9 KB file declaring time = 10^9 grew this to 23 GB.
     for meta in metas:
         check_dimension_sizes([meta], set(meta.dimensions), {})
@@ -218,14 +225,27 @@ def draft_descriptor(
     instance = set(structure.instance_dimensions) if structure else set()
     sample = structure.sample_dimension if structure else None
     support |= set(structure.variables) if structure else set()
-    handles = FileHandles()
+    handles = FileHandles() if reader is None else None
+    source: FileSource = reader if reader is not None else handles  # type: ignore[assignment]
     try:
-        text_times = _text_times(metas, first.variables, handles)
+        text_times = _text_times(metas, first.variables, source)
         records = _record_dimensions(first, text_times) | ({sample} if sample else set())
         coordinates, coord_vars, axes = _dimension_coordinates(first, metas, names, rename, support, records,
-                                                               lengths | instance, handles)
+                                                               lengths | instance, source)
     finally:
-        handles.close()
+        if handles is not None:
+            handles.close()
+
+    def holds_value(name: str) -> bool:
+        """Return whether a scalar variable holds a value in the files (not a container of attributes, such as a
+        grid mapping or a UGRID topology, left at its fill value): only then is it a scalar coordinate."""
+        if reader is not None:
+            return _complete(metas, name, reader)
+        once = FileHandles()
+        try:
+            return _complete(metas, name, once)
+        finally:
+            once.close()
 
     def servable(var: VariableMeta) -> bool:
         return decoding_for(var.dtype, var.attrs, per_character=var.per_character) is not None \
@@ -236,7 +256,7 @@ def draft_descriptor(
             continue
         scalar_axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
         if (var.name in auxiliary or scalar_axis or "cf_role" in var.attrs) and servable(var) \
-                and _holds_value(metas, var.name):
+                and holds_value(var.name):
             coord_vars.add(var.name)
             spec = _coordinate_spec(var, None, scalar_axis or "other", names)
             coordinates.append(replace(spec, time_format=ISO8601 if var.name in text_times else None))
@@ -332,7 +352,7 @@ def draft_descriptor(
         license=_str_or_none(g.get("license")),
         source=_str_or_none(g.get("source") or g.get("institution")),
         keywords=tuple(k for k in keywords if k),
-        files_glob=glob,
+        files_glob=files_glob or glob,
         aggregate=aggregate,
         parts=parts,
         coordinates=tuple(coordinates),
@@ -353,7 +373,7 @@ def _dimension_coordinates(
     support: set[str],
     records: set[str],
     skipped: set[str],
-    handles: FileHandles,
+    handles: FileSource,
 ) -> tuple[list[CoordinateSpec], set[str], dict[str, str]]:
     """Return the coordinates labelling dimensions, their variables, and each labelled dimension's axis.
 
@@ -397,7 +417,7 @@ def _dimension_coordinates(
     return coordinates, coord_vars, axes
 
 
-def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) -> bool:
+def _complete(metas: Sequence[FileMeta], variable: str, handles: FileSource) -> bool:
     """Return whether a variable has a value everywhere in every file that holds it (a coordinate must)."""
     for meta in metas:
         var = meta.variables.get(variable)
@@ -413,16 +433,6 @@ def _complete(metas: Sequence[FileMeta], variable: str, handles: FileHandles) ->
         if mask is not None and mask.any():
             return False
     return True
-
-
-def _holds_value(metas: Sequence[FileMeta], variable: str) -> bool:
-    """Return whether a scalar variable holds a value in the files (not a container of attributes, such as a
-    grid mapping or a UGRID topology, left at its fill value): only then is it a scalar coordinate."""
-    handles = FileHandles()
-    try:
-        return _complete(metas, variable, handles)
-    finally:
-        handles.close()
 
 
 def _dsg_axis(var: VariableMeta) -> str | None:
@@ -449,7 +459,7 @@ def _record_dimensions(meta: FileMeta, text_times: set[str]) -> set[str]:
     return {dim for dim, axes in found.items() if len(axes) >= 2}
 
 
-def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta], handles: FileHandles) -> set[str]:
+def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta], handles: FileSource) -> set[str]:
     """Return the text variables to publish as times; refuse one meant as a time whose values do not parse.
 
     CF's ``standard_name = time`` (or ``axis = T``) on a text variable says its
@@ -689,6 +699,11 @@ def _correlation_keys(coordinates: Iterable[CoordinateSpec]) -> tuple[Correlatio
     return tuple(keys)
 
 
+#: What publishing reads ahead of each file: small scalars and 1-D variables (the descriptor is not drafted yet;
+#: whatever else the draft reads is read when it does).
+_EVERY_SMALL = Prefetch(frozenset(), frozenset(), most_dimensions=1)
+
+
 def publish(
     files: Sequence[Path],
     dataset_id: str,
@@ -697,45 +712,70 @@ def publish(
     title: str | None = None,
     overwrite: bool = False,
     group: str | None = None,
+    files_glob: str | None = None,
+    processes: int = 1,
     notes: list[str] | None = None,
 ) -> Path:
     """Draft a descriptor for ``files`` and write it beside them; return its path.
 
+    Each file is opened once: its header and small variables are read (by ``processes`` helper processes when
+    there are many), and both the draft and the check that the server would serve it read from that.
+    ``files_glob`` is the descriptor's glob (default: drafted from the names); it must match ``files`` exactly.
     ``notes`` gets what was drafted rather than taken from the files (a title, a summary), for the caller to say.
     """
-    desc = draft_descriptor(files, dataset_id, rename=rename, title=title, group=group)
-    assert desc.path is not None
-    if notes is not None:
-        stated = _union([inspect_file(Path(f).resolve()) for f in files]).attrs
-        if title is None and not _str_or_none(stated.get("title")):
-            notes.append(f"the files have no title attribute (ACDD): the title was drafted from their variables, "
-                         f"{desc.title!r}; give a better one with --title or in {desc.path.name}")
-        if not _str_or_none(stated.get("summary") or stated.get("comment")):
-            notes.append(f"the files have no summary attribute (ACDD): the summary was drafted from their variables; "
-                         f"write one in {desc.path.name}")
-    if desc.path.exists() and not overwrite:
-        raise CatalogError(f"{desc.path} exists; pass --overwrite to replace it")
-    matched = sorted(p.name for p in desc.path.parent.iterdir() if fnmatch.fnmatch(p.name, desc.files_glob))
-    wanted = sorted(Path(f).name for f in files)
-    if matched != wanted:
-        raise CatalogError(
-            f"the drafted glob {desc.files_glob!r} would also match {sorted(set(matched) - set(wanted))}; "
-            "move the files into a folder of their own"
-        )
-    text = _note_units_per_file(render_descriptor(desc), desc, [Path(f) for f in files])
-    _check_servable(text, desc.path)
+    paths = sorted(Path(f).resolve() for f in files)
+    if not paths:
+        raise CatalogError("publish needs at least one netCDF file")
+    handles = FileHandles()
+    try:
+        found = list(gather_many(handles, [(p, _EVERY_SMALL) for p in paths], Headers(), processes))
+        bad = [f for f in found if isinstance(f, Unreadable)]
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise DataFileError(f"{bad[0].reason}{more}")
+        facts = {f.path: f for f in found if isinstance(f, FileFacts)}
+        gone = [p.name for p in paths if p not in facts]
+        if gone:
+            raise CatalogError(f"{gone[0]} vanished while it was read; nothing was written")
+        reader = FactsReader(handles, facts)
+        desc = draft_descriptor(paths, dataset_id, rename=rename, title=title, group=group, files_glob=files_glob,
+                                reader=reader)
+        assert desc.path is not None
+        metas = [reader.inspect(p) for p in paths]
+        if notes is not None:
+            stated = _union(metas).attrs
+            if title is None and not _str_or_none(stated.get("title")):
+                notes.append(f"the files have no title attribute (ACDD): the title was drafted from their variables, "
+                             f"{desc.title!r}; give a better one with --title or in {desc.path.name}")
+            if not _str_or_none(stated.get("summary") or stated.get("comment")):
+                notes.append("the files have no summary attribute (ACDD): the summary was drafted from their "
+                             f"variables; write one in {desc.path.name}")
+        if desc.path.exists() and not overwrite:
+            raise CatalogError(f"{desc.path} exists; pass --overwrite to replace it")
+        matched = sorted(p.name for p in desc.path.parent.iterdir() if fnmatch.fnmatch(p.name, desc.files_glob))
+        wanted = sorted(p.name for p in paths)
+        if matched != wanted:
+            what = "drafted glob" if files_glob is None else "glob"
+            raise CatalogError(
+                f"the {what} {desc.files_glob!r} would also match {sorted(set(matched) - set(wanted))}; "
+                "move the files into a folder of their own"
+            )
+        text = _note_units_per_file(render_descriptor(desc), desc, metas)
+        _check_servable(text, desc.path, handles, reader, [(p, facts[p].identity) for p in paths])
+    finally:
+        handles.close()
     desc.path.write_bytes(text)
     return desc.path
 
 
-def _note_units_per_file(text: bytes, desc: Descriptor, files: Sequence[Path]) -> bytes:
+def _note_units_per_file(text: bytes, desc: Descriptor, metas: Sequence[FileMeta]) -> bytes:
     """Return the descriptor with a comment above each time coordinate whose files state its units differently
     (monthly files counting days from their own month): its ``units`` are only the first file's."""
     from lxml import etree
 
     from dstp.catalog.cf import is_time_units
 
-    metas = [inspect_file(f.resolve()) for f in sorted(files, key=lambda f: Path(f).name)]
+    metas = sorted(metas, key=lambda m: m.path.name)
     root = etree.fromstring(text)
     noted = False
     for c in desc.coordinates:
@@ -760,18 +800,18 @@ def _note_units_per_file(text: bytes, desc: Descriptor, files: Sequence[Path]) -
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8") if noted else text
 
 
-def _check_servable(text: bytes, path: Path) -> None:
+def _check_servable(text: bytes, path: Path, handles: FileHandles, reader: FactsReader,
+                    files: Sequence[tuple[Path, Any]]) -> None:
     """Open the drafted descriptor as the server will; raise CatalogError with its reason and a fix if it would refuse.
 
     ``dstp publish`` never writes a descriptor the server refuses: the draft is
     parsed back from its XML and opened with :meth:`GriddedDataset.open`, the
-    code ``dstp serve`` runs on it.
+    code ``dstp serve`` runs on it (from what was read of the files already).
     """
     from dstp.catalog.dataset import GriddedDataset  # the server's own checks; dataset does not import publish
 
-    handles = FileHandles()
     try:
-        GriddedDataset.open(parse_descriptor(text, path=path), handles)
+        GriddedDataset.open(parse_descriptor(text, path=path), handles, files=files, reader=reader)
     except DescriptorError as exc:
         raise CatalogError(
             f"dstp drafted a descriptor its server would refuse ({exc.message.split(': ', 1)[-1]}); nothing was "
@@ -781,5 +821,3 @@ def _check_servable(text: bytes, path: Path) -> None:
         raise CatalogError(
             f"the server would refuse these files as one dataset: {exc}; nothing was written. "
             "Make the files agree, or publish them as separate datasets") from exc
-    finally:
-        handles.close()

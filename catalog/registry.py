@@ -1,10 +1,21 @@
-"""The catalog: every dataset published under one root folder.
+"""The catalog: every dataset published under one root folder, kept current while it is served.
 
 ``Catalog.scan(root)`` finds every ``*.dstp.xml`` below ``root``, validates
-it, and opens its files. A broken descriptor, a missing file or an unreadable
-netCDF file becomes a :class:`Problem` in ``catalog.problems`` (logged by the
-server, listed by ``dstp catalog validate``) and never stops the other
-datasets from being served.
+it, and opens its files. A broken descriptor, a missing file or a dataset whose
+files disagree becomes a :class:`Problem` in ``catalog.problems`` (logged by
+the server, listed by ``dstp catalog validate``) and never stops the other
+datasets from being served; a file that cannot be opened is *held back*
+(``catalog.held_back``) and the dataset served without it.
+
+With an index (:mod:`.index`, one SQLite file per catalog in the server's
+state folder) a restart on an unchanged archive reads no data file.
+:meth:`Catalog.refresh` looks again (stat only where nothing changed,
+:mod:`.rescan`) and publishes what changed: new, replaced, grown, removed and
+renamed files, edited descriptors. What the catalog serves is one immutable
+:class:`~dstp.catalog.rescan.CatalogState`, replaced whole: a query plans on
+:meth:`Catalog.snapshot` and keeps it to its end, the next one sees the
+change, never a mixture. Every change bumps the dataset's version and is
+logged: :meth:`Catalog.changes` says which files, columns and time range.
 
 A descriptor with ``<remote server=… dataset=…/>`` publishes a dataset of
 another dstp server (:mod:`.remote`): it is kept apart from the local datasets
@@ -16,120 +27,189 @@ finds either kind.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Mapping
 
+from dstp.catalog.changes import Change, ChangeFeed
 from dstp.catalog.dataset import GriddedDataset
-from dstp.catalog.descriptor import DESCRIPTOR_SUFFIX, Descriptor, read_descriptor
+from dstp.catalog.descriptor import Descriptor
+from dstp.catalog.index import CatalogIndex
 from dstp.catalog.netcdf4_ import FileHandles
 from dstp.catalog.remote import RemoteDataset, RemoteSource
-from dstp.errors import CatalogError, DatasetNotFoundError, FileNotPublishedError
+from dstp.catalog.rescan import CatalogState, HeldBack, Problem, Rescanner
+from dstp.errors import DatasetNotFoundError, FileNotPublishedError
 
-__all__ = ["Catalog", "Problem"]
+__all__ = ["Catalog", "CatalogPage", "HeldBack", "Problem"]
 
 log = logging.getLogger("dstp.catalog")
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
-    """Why one descriptor was not published."""
+class CatalogPage:
+    """One page of a catalog listing (:meth:`Catalog.page`)."""
 
-    path: Path
-    message: str
-
-    def __str__(self) -> str:
-        return self.message if self.message.startswith(str(self.path)) else f"{self.path}: {self.message}"
+    #: Datasets matching the search, local and remote, in all pages.
+    total: int
+    offset: int
+    datasets: tuple[GriddedDataset | RemoteDataset, ...]
+    #: The catalog version the page was taken from.
+    version: int
 
 
 class Catalog:
-    """The datasets served from one root, by id."""
+    """The datasets served from one root, by id.
 
-    def __init__(self, root: Path, datasets: dict[str, GriddedDataset], problems: list[Problem],
-                 remotes: dict[str, RemoteDataset] | None = None, handles: FileHandles | None = None) -> None:
+    A catalog built by :meth:`scan` is *live*: :meth:`refresh` replaces what it serves. One made from a
+    mapping of datasets (a view a service narrows for a principal, a test's) serves those, and only those.
+    """
+
+    def __init__(self, root: Path, datasets: Mapping[str, GriddedDataset],
+                 problems: list[Problem] | tuple[Problem, ...], remotes: Mapping[str, RemoteDataset] | None = None, handles: FileHandles | None = None, *,
+                 state: CatalogState | None = None) -> None:
         self.root = root
         #: The open files of its datasets (one cache, so no file is opened twice; see FileHandles.inspect).
         self.handles = handles if handles is not None else FileHandles()
-        self._datasets = datasets
-        self.problems = problems
-        #: Datasets of other dstp servers published here (``<remote>`` descriptors), by id.
-        self.remotes: dict[str, RemoteDataset] = remotes or {}
+        self._state = state if state is not None else \
+            CatalogState(dict(datasets), dict(remotes or {}), tuple(problems))
+        self._rescanner: Rescanner | None = None
+        self._index: CatalogIndex | None = None
+        self._refreshing = threading.Lock()
+        self._remote_source: RemoteSource | None = None
+        #: Called with the changes of each refresh that published some (the server's file watch logs them).
+        self.on_change: list[Callable[[list[Change]], None]] = []
 
     @classmethod
-    def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20,
-             direct_chunks: bool = True) -> "Catalog":
-        """Return the catalog of ``root``; problems are collected, never raised."""
+    def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
+             *, index: Path | None = None, processes: int = 1, settle_s: float = 1.0,
+             clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> "Catalog":
+        """Return the catalog of ``root``; problems are collected, never raised.
+
+        ``index`` is the catalog index file (None: kept in memory, for this process only); ``processes`` read
+        file headers in parallel when many must be read; ``settle_s`` is how long a new or changed file must
+        keep its size and times before :meth:`refresh` publishes it, by ``clock``; changes are stamped with
+        ``wall`` time.
+        """
         root = Path(root).resolve()
-        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks)
-        datasets: dict[str, GriddedDataset] = {}
-        remotes: dict[str, RemoteDataset] = {}
-        problems: list[Problem] = []
         if not root.is_dir():
-            problems.append(Problem(root, "catalog root is not a directory"))
-            return cls(root, datasets, problems, handles=handles)
-        for path in sorted(root.rglob("*" + DESCRIPTOR_SUFFIX)):
-            try:
-                desc = read_descriptor(path)
-                if desc.id in datasets or desc.id in remotes:
-                    known = datasets.get(desc.id) or remotes[desc.id]
-                    raise CatalogError(f"dataset id {desc.id!r} is already published by {known.descriptor.path}")
-                if desc.remote is not None:
-                    remotes[desc.id] = RemoteDataset(desc)
-                    continue
-                datasets[desc.id] = GriddedDataset.open(desc, handles)
-            except CatalogError as exc:
-                problems.append(Problem(path, str(exc)))
-                log.warning("skipped %s: %s", path, exc)
-            except Exception as exc:  # noqa: BLE001 - one dataset's files must never stop the others being served
-                problems.append(Problem(path, f"this dataset could not be opened ({type(exc).__name__}: {exc}); "
-                                              "the server log has the details — please report it"))
-                log.exception("skipped %s: unexpected failure while opening it", path)
-        return cls(root, datasets, problems, remotes, handles)
+            return cls(root, {}, [Problem(root, "catalog root is not a directory")],
+                       handles=FileHandles(open_files, chunk_cache_bytes, direct_chunks))
+        store = CatalogIndex.open(index, root)
+        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, layouts=store)
+        rescanner = Rescanner(root, handles, store, settle_s=settle_s, clock=clock, wall=wall,
+                              processes=max(1, processes))
+        state, _ = rescanner.look(None)
+        catalog = cls(root, {}, (), handles=handles, state=state)
+        catalog._rescanner, catalog._index = rescanner, store
+        return catalog
+
+    # -- what it serves now ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> "Catalog":
+        """Return the catalog as it is now, fixed: what a query plans on and keeps to its end."""
+        view = Catalog(self.root, {}, (), handles=self.handles, state=self._state)
+        view._index = self._index
+        return view
+
+    @property
+    def problems(self) -> list[Problem]:
+        return list(self._state.problems)
+
+    @property
+    def remotes(self) -> Mapping[str, RemoteDataset]:
+        """Datasets of other dstp servers published here (``<remote>`` descriptors), by id."""
+        return self._state.remotes
+
+    @property
+    def held_back(self) -> tuple[HeldBack, ...]:
+        """Files matched by a descriptor but not served as they are on disk (being written, unreadable)."""
+        return self._state.held
+
+    @property
+    def version(self) -> int:
+        """The catalog version: the number of its last change (0 before any)."""
+        return self._state.version
+
+    @property
+    def epoch(self) -> str:
+        """Which index numbers the versions (a rebuilt index starts a new epoch); "" without one."""
+        return self._index.epoch if self._index is not None else ""
+
+    @property
+    def index(self) -> CatalogIndex | None:
+        """The catalog index (None for a catalog made from datasets)."""
+        return self._index
 
     def __iter__(self) -> Iterator[GriddedDataset]:
-        return iter(self._datasets.values())
+        return iter(self._state.datasets.values())
 
     def __len__(self) -> int:
-        return len(self._datasets)
+        return len(self._state.datasets)
 
     def __contains__(self, dataset_id: object) -> bool:
-        return dataset_id in self._datasets
+        return dataset_id in self._state.datasets
 
     def get(self, dataset_id: str) -> GriddedDataset:
         """Return the dataset ``dataset_id``; raise DatasetNotFoundError naming what exists."""
+        state = self._state
         try:
-            return self._datasets[dataset_id]
+            return state.datasets[dataset_id]
         except KeyError:
-            if dataset_id in self.remotes:
+            if dataset_id in state.remotes:
                 raise DatasetNotFoundError(
-                    f"dataset {dataset_id!r} is served by {self.remotes[dataset_id].server}; query it here, or "
+                    f"dataset {dataset_id!r} is served by {state.remotes[dataset_id].server}; query it here, or "
                     "describe it on that server") from None
-            known = ", ".join(sorted(self._datasets)) or "none"
+            known = ", ".join(sorted(state.datasets)) or "none"
             raise DatasetNotFoundError(
                 f"no dataset {dataset_id!r} in this catalog (published: {known})"
             ) from None
 
     def resolve(self, dataset_id: str) -> GriddedDataset | RemoteDataset:
         """Return the local or remote dataset ``dataset_id`` (what a query may name)."""
-        if dataset_id in self.remotes:
-            return self.remotes[dataset_id]
+        state = self._state
+        if dataset_id in state.remotes:
+            return state.remotes[dataset_id]
         try:
-            return self._datasets[dataset_id]
+            return state.datasets[dataset_id]
         except KeyError:
-            known = ", ".join(sorted(self.every_id())) or "none"
+            known = ", ".join(sorted([*state.datasets, *state.remotes])) or "none"
             raise DatasetNotFoundError(f"no dataset {dataset_id!r} in this catalog (published: {known})") from None
 
     def every_id(self) -> list[str]:
         """Return the ids of every dataset a query may name, local and remote."""
-        return [*self._datasets, *self.remotes]
+        state = self._state
+        return [*state.datasets, *state.remotes]
 
     def descriptor(self, dataset_id: str) -> Descriptor:
         """Return the descriptor of a local or remote dataset (its access policy, for one)."""
         return self.resolve(dataset_id).descriptor
 
+    def page(self, offset: int = 0, limit: int = 100, q: str = "",
+             where: Callable[[Descriptor], bool] | None = None) -> CatalogPage:
+        """Return ``limit`` datasets from ``offset``, by id, of those whose id, title, summary or keywords contain
+        every word of ``q`` (case-insensitive) and whose descriptor ``where`` accepts; served from memory."""
+        state = self._state
+        words = q.lower().split()
+        found: list[GriddedDataset | RemoteDataset] = []
+        for dataset_id in sorted([*state.datasets, *state.remotes]):
+            ds = state.remotes.get(dataset_id) or state.datasets[dataset_id]
+            d = ds.descriptor
+            if where is not None and not where(d):
+                continue
+            if words:
+                text = " ".join([d.id, d.title, d.summary or "", *d.keywords]).lower()
+                if not all(w in text for w in words):
+                    continue
+            found.append(ds)
+        offset, limit = max(0, offset), max(0, limit)
+        return CatalogPage(len(found), offset, tuple(found[offset:offset + limit]), state.version)
+
     def attach_remote_source(self, source: RemoteSource) -> None:
         """Let queries reach the remote datasets through ``source`` (the server assembly calls this)."""
-        for remote in self.remotes.values():
+        self._remote_source = source
+        for remote in self._state.remotes.values():
             remote.source = source
 
     def published_file(self, dataset_id: str, name: str) -> Path:
@@ -141,6 +221,40 @@ class Catalog:
         names = ", ".join(f.path.name for f in ds.files)
         raise FileNotPublishedError(f"{name!r} is not a file of dataset {dataset_id!r} (its files: {names})")
 
+    # -- keeping it current -----------------------------------------------------------------------------------
+
+    def refresh(self) -> list[Change]:
+        """Look at the root again and publish what changed; return the changes (none for a catalog not built by
+        :meth:`scan`). One refresh runs at a time; queries go on meanwhile, on the state they started on."""
+        if self._rescanner is None:
+            return []
+        with self._refreshing:
+            state, changes = self._rescanner.look(self._state)
+            if self._remote_source is not None:
+                for remote in state.remotes.values():
+                    remote.source = self._remote_source
+            self._state = state  # one assignment: a reader sees the old state or the new one, whole
+        if changes:
+            for listener in list(self.on_change):
+                listener(changes)
+        return changes
+
+    def due(self) -> float | None:
+        """Return when a file held back may have settled (the scan's clock), for the next refresh; None if none."""
+        return self._rescanner.due() if self._rescanner is not None else None
+
+    def changes(self, since: int = 0, epoch: str | None = None, limit: int = 10_000) -> ChangeFeed:
+        """Return what changed after catalog version ``since``: which datasets, files, columns and ranges.
+
+        With ``epoch`` (of an earlier feed), a feed of another index (rebuilt since) says it is incomplete.
+        """
+        if self._index is None:
+            return ChangeFeed("", 0, (), complete=since == 0)
+        return self._index.changes(since, epoch, limit)
+
     def close(self) -> None:
-        for ds in self._datasets.values():
+        for ds in self._state.datasets.values():
             ds.close()
+        self.handles.close()
+        if self._index is not None and self._rescanner is not None:
+            self._index.close()

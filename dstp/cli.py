@@ -2,8 +2,9 @@
 
     dstp serve [ROOT]                  run a server (no ROOT: the bundled samples)
     dstp samples DIR [--size S]        write the sample datasets
-    dstp publish FILE… --id ID         draft a descriptor beside the files
+    dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc')
     dstp catalog validate ROOT         check every descriptor under ROOT
+    dstp catalog reload [ROOT]         make the server serving ROOT publish what changed now
     dstp ls | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
     dstp token create | list | revoke  API tokens of the server on this machine
 """
@@ -131,6 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: server.reload())  # `dstp catalog reload`, kill -HUP: look again now
     stop.wait()
     print("stopping…", file=sys.stderr)
     server.stop()
@@ -173,9 +175,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
+    files = [Path(f) for f in args.files]
+    if args.glob:  # one folder and a pattern: no path list (100,000 paths exceed the command line's limit)
+        if len(files) != 1 or not files[0].is_dir() or "/" in args.glob:
+            error("--glob takes one folder (publish DIR --glob 'era5_*.nc') and a pattern of file names in it")
+            return 2
+        files = sorted(p for p in files[0].glob(args.glob) if p.is_file())
+        if not files:
+            error(f"no file in {args.files[0]} matches {args.glob!r}")
+            return 2
     notes: list[str] = []
-    path = publish([Path(f) for f in args.files], args.id, rename=rename, title=args.title,
-                   overwrite=args.overwrite, group=args.group, notes=notes)
+    path = publish(files, args.id, rename=rename, title=args.title, overwrite=args.overwrite, group=args.group,
+                   files_glob=args.glob or None, processes=args.processes or os.cpu_count() or 1, notes=notes)
     for note in notes:
         print(f"dstp: warning: {note}", file=sys.stderr)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
@@ -184,9 +195,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from dstp.catalog.packing import fills_in_packed_range
-    from dstp.catalog.registry import Catalog
+    from dstp.server import scan_catalog
+    from dstp.settings import Settings
 
-    catalog = Catalog.scan(Path(args.root))
+    catalog = scan_catalog(Settings.from_env(), Path(args.root))  # from the catalog index where it is current
     for ds in catalog:
         print(f"ok      {ds.id:20s} {len(ds.files)} file(s), {len(ds.attributes)} attributes  ({ds.descriptor.path})")
         for warning in (*ds.warnings, *fills_in_packed_range(ds)):
@@ -198,8 +210,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"note    {ds.id:20s} {column.name!r} is NULL on the records of {shown} (not in those files)")
     for problem in catalog.problems:
         print(f"ERROR   {problem}")
-    print(f"{len(catalog)} dataset(s) valid, {len(catalog.problems)} problem(s)")
-    return 1 if catalog.problems or not len(catalog) else 0
+    for held in catalog.held_back:
+        print(f"HELD    {held.reason}")
+    print(f"{len(catalog)} dataset(s) valid, {len(catalog.problems)} problem(s)"
+          + (f", {len(catalog.held_back)} file(s) held back" if catalog.held_back else ""))
+    catalog.close()
+    return 1 if catalog.problems or catalog.held_back or not len(catalog) else 0
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    from dstp.maintenance import reload_server
+    from dstp.settings import Settings
+
+    settings = Settings.from_env()
+    root = Path(args.root) if args.root else settings.catalog_root
+    if root is None:
+        from dstp.server import default_catalog_root
+
+        root = default_catalog_root()
+    done = reload_server(settings, root, timeout_s=args.timeout)
+    print(f"server (process {done.pid}) looked at {Path(root).resolve()} again: catalog version {done.before} → "
+          f"{done.version}")
+    for change in done.changes:
+        print(f"  {change.summary()}")
+    return 0
 
 
 # -------------------------------------------------------------- client commands
@@ -638,13 +672,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_samples)
 
     p = sub.add_parser("publish", help="draft a descriptor from CF/ACDD metadata and write it beside the files")
-    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder)")
+    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder), or the folder with --glob")
     p.add_argument("--id", required=True, help="dataset id used in queries (letters, digits, _)")
     p.add_argument("--rename", action="append", metavar="VAR=COLUMN",
                    help="expose a variable under another column name (repeatable), e.g. T=temperature")
     p.add_argument("--title", help="title (default: the files' ACDD title)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing descriptor")
     p.add_argument("--group", help="publish only this netCDF-4/HDF5 group and those below it, e.g. Grid")
+    p.add_argument("--glob", metavar="PATTERN",
+                   help="publish the files of the folder given that match PATTERN (publish DIR --glob 'era5_*.nc'); "
+                        "it becomes the descriptor's files glob")
+    p.add_argument("--processes", type=int, default=0, metavar="N",
+                   help="processes reading file headers in parallel (default: one per core)")
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("catalog", help="catalog maintenance")
@@ -652,6 +691,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = csub.add_parser("validate", help="check every descriptor and its files under ROOT")
     v.add_argument("root")
     v.set_defaults(func=cmd_validate)
+    r = csub.add_parser("reload", help="make the server serving ROOT look at it again now (as kill -HUP), and say "
+                                       "what changed")
+    r.add_argument("root", nargs="?", help="catalog root (default: DSTP_CATALOG_ROOT, else the small samples)")
+    r.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds to wait for the server's rescan (default 120)")
+    r.set_defaults(func=cmd_reload)
 
     p = sub.add_parser("ls", help="list the datasets of a server")
     _server_arg(p)

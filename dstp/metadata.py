@@ -47,6 +47,8 @@ class DatasetSummary:
     #: The longitudes' extent on −180…180 as (west, east): west > east when it crosses the antimeridian,
     #: (−180, 180) when it goes round the globe; None when unknown (no longitudes, or a remote dataset).
     lon_extent: tuple[float, float] | None = None
+    #: The dataset's version in its catalog: one more at every change of its descriptor or files (0: unknown).
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,7 @@ def dataset_summary(ds: GriddedDataset) -> DatasetSummary:
         size_bytes=ds.size_bytes,
         access_policy=d.access_policy,
         lon_extent=lon_extent,
+        version=ds.version,
     )
 
 

@@ -35,6 +35,8 @@ import platformdirs
 
 from dstp.auth import Authenticator
 from dstp.auth.tls import TlsMaterial, default_names, load_tls, self_signed
+from dstp.catalog.index import index_path
+from dstp.catalog.live import CatalogWatch
 from dstp.catalog.registry import Catalog
 from dstp.connections import Warden, door_connection_cap, raise_descriptor_limit
 from dstp.errors import CatalogError
@@ -48,7 +50,7 @@ from dstp.transport.channel_server import DataChannelServer
 from dstp.transport.frames import CIPHERS
 from dstp.transport.tcp import TcpListener, allowed_congestion_controls
 
-__all__ = ["DstpServer", "default_catalog_root", "tls_material"]
+__all__ = ["DstpServer", "catalog_index_file", "default_catalog_root", "scan_catalog", "tls_material"]
 
 log = logging.getLogger("dstp.server")
 
@@ -59,6 +61,26 @@ def default_catalog_root(progress=None) -> Path:  # type: ignore[no-untyped-def]
 
     cache = Path(platformdirs.user_cache_dir("dstp"))
     return ensure_samples(cache, "small", progress)
+
+
+def catalog_index_file(settings: Settings, root: Path) -> Path | None:
+    """Return the catalog index file of ``root`` under ``state_dir`` (None: catalog_index is off)."""
+    if not settings.catalog_index:
+        return None
+    state = settings.state_dir if settings.state_dir is not None else \
+        Path(platformdirs.user_state_dir("dstp")) / "catalogs"
+    return index_path(state, root)
+
+
+def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] = time.time,
+                 timer: Callable[[], float] = time.monotonic) -> Catalog:
+    """Return the catalog of ``root`` as ``settings`` say (its index, header-reading processes, settling)."""
+    import os
+
+    processes = settings.catalog_build_processes or os.cpu_count() or 1
+    return Catalog.scan(root, open_files=settings.open_files, chunk_cache_bytes=settings.chunk_cache_bytes,
+                        direct_chunks=settings.direct_chunks, index=catalog_index_file(settings, root),
+                        processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock)
 
 
 def tls_material(settings: Settings) -> TlsMaterial | None:
@@ -126,6 +148,8 @@ class DstpServer:
         self._stopped = threading.Event()
         self._extras: list = []  # data channels and the HTTP server, each with stop()
         self._undo: list[Callable[[], None]] = []  # logging set up at start, undone at stop
+        #: What keeps the catalog current (None until started, or for a catalog that is not scanned).
+        self.watch: CatalogWatch | None = None
 
     def start(self) -> Endpoints:
         """Start every listener; return their addresses.
@@ -144,8 +168,7 @@ class DstpServer:
         self.tls = tls_material(s)
         try:
             if root is not None:
-                self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes,
-                                            direct_chunks=s.direct_chunks)
+                self.catalog = scan_catalog(s, root, clock=self.clock, timer=self.timer)
             return self._start()
         except BaseException:
             self.stop(grace=0)
@@ -161,6 +184,10 @@ class DstpServer:
         log.info("files: %s", catalog.handles.describe())
         if catalog.handles.chunks is not None:
             catalog.handles.chunks.start()
+        if catalog.index is not None:  # a scanned catalog: kept current while served (docs/archive.md)
+            self.watch = CatalogWatch(catalog, watch=s.catalog_watch, poll_s=s.catalog_poll_s,
+                                      rescan_s=s.catalog_rescan_s, clock=self.timer).start()
+            self._undo.append(self.watch.stop)
         self.service = DstpService(catalog, s, clock=self.clock)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
             from dstp.federation import ClientRemoteSource, load_remote_credentials
@@ -303,10 +330,17 @@ class DstpServer:
             done.wait()
         if self.service is not None:
             self.service.close()
+        if self.watch is not None:
+            self.watch.stop()  # no refresh of a catalog being closed
         if self.catalog is not None:
             self.catalog.close()
         while self._undo:
             self._undo.pop()()
+
+    def reload(self) -> None:
+        """Look at the catalog again now and publish what changed (SIGHUP; safe from a signal handler)."""
+        if self.watch is not None:
+            self.watch.reload()
 
     def wait(self) -> None:
         """Block until the server stops."""

@@ -59,6 +59,35 @@ class Settings:
         16 * 2**30, "Most bytes DuckDB may spill at once, all queries together; 0 never spills (a query that "
         "outgrows duckdb_memory_limit then fails with RESOURCE_EXHAUSTED)."
     )
+    state_dir: Path | None = _setting(
+        None, "Folder of the server's state: the catalog index, one SQLite file per catalog root (None: "
+        "'catalogs' in the user's state folder, platformdirs, e.g. ~/.local/state/dstp/catalogs); docs/archive.md."
+    )
+    catalog_index: bool = _setting(
+        True, "Keep a catalog index in state_dir, so a restart on an unchanged archive reads no data file and a "
+        "change re-reads only the files that changed; false: every start reads every file's header."
+    )
+    catalog_watch: bool = _setting(
+        True, "Watch the catalog folder for changes (inotify, through watchfiles) and publish new, replaced, grown, "
+        "removed and renamed files and edited descriptors while serving; without it (or where it fails: network "
+        "file systems) the catalog is rescanned every catalog_poll_s."
+    )
+    catalog_poll_s: float = _setting(
+        2.0, "Seconds between stat-only rescans of the catalog when no file watch runs; 0: never (changes are then "
+        "published only on SIGHUP or `dstp catalog reload`)."
+    )
+    catalog_rescan_s: float = _setting(
+        300.0, "Seconds between stat-only rescans beside a running file watch (a watch can lose events: an "
+        "overflowing inotify queue); 0: never."
+    )
+    catalog_settle_s: float = _setting(
+        1.0, "Seconds a new or changed file must keep its size and times (two looks at least this far apart) "
+        "before it is published: a file still being written is held back, never served half."
+    )
+    catalog_build_processes: int = _setting(
+        0, "Processes that read file headers in parallel when many files are new (a cold index build); 0: one per "
+        "core; 1: in the server process only."
+    )
     open_files: int = _setting(32, "netCDF files kept open in the handle cache (one cache for all datasets).")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."
@@ -235,7 +264,7 @@ class Settings:
 
 
 #: Settings that name a file or folder (their default is None, so the type cannot be told from it).
-_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir", "remote_credentials"}
+_PATHS = {"catalog_root", "token_store", "tls_cert", "tls_key", "spill_dir", "state_dir", "remote_credentials"}
 
 
 def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:

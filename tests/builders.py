@@ -6,6 +6,7 @@ directly, so the files do not depend on dstp's own writer (samples) at all.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -521,3 +522,52 @@ def ugrid_split(folder: Path, *, nodes: int = 6, steps: int = 3, seed: int = 1, 
         v.coordinates = "Mesh2_node_x Mesh2_node_y"
         v[:] = rng.random((steps, nodes)).astype(np.float32)
     return [folder / "grid.nc", folder / "v1.nc"]
+
+
+def daily(path: Path, day: int, *, steps: int = 1, seed: int | None = None, lat: int = 3, lon: int = 4,
+          compress: bool = True, into_place: bool = True) -> Path:
+    """One file of a daily archive: ``steps`` records from day ``day`` (days since 2000-01-01) on a lat × lon
+    grid, ``t2m`` packed as int16 with this file's own scale and offset, some values missing (_FillValue).
+
+    Written beside ``path`` under a temporary name and renamed into place (how an archive is fed), unless
+    ``into_place`` is False. Values depend on ``seed`` (default: the day), so a replacement differs.
+    """
+    rng = np.random.default_rng(day if seed is None else seed)
+    target = path if not into_place else path.with_name(f".{path.name}.part")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with netCDF4.Dataset(target, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", lat)
+        nc.createDimension("lon", lon)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar, t.standard_name, t.axis = "days since 2000-01-01", "standard", "time", "T"
+        la = nc.createVariable("lat", "f4", ("lat",))
+        la.units, la.standard_name = "degrees_north", "latitude"
+        la[:] = np.linspace(-60, 60, lat)
+        lo = nc.createVariable("lon", "f4", ("lon",))
+        lo.units, lo.standard_name = "degrees_east", "longitude"
+        lo[:] = np.arange(lon) * 90.0
+        v = nc.createVariable("t2m", "i2", ("time", "lat", "lon"), fill_value=np.int16(-32767), zlib=compress,
+                              chunksizes=(1, lat, lon) if compress else None)
+        v.units, v.standard_name = "K", "air_temperature"
+        v.scale_factor, v.add_offset = np.float32(0.01 * (1 + day % 3)), np.float32(250 + day % 5)
+        v.set_auto_maskandscale(False)
+        t[:] = day + np.arange(steps) / steps
+        raw = rng.integers(-3000, 3000, size=(steps, lat, lon)).astype(np.int16)
+        raw[rng.random(raw.shape) < 0.1] = -32767
+        v[:] = raw
+    if into_place:
+        os.replace(target, path)
+    return path
+
+
+def append_day(path: Path, steps: int, *, seed: int = 99) -> None:
+    """Grow a :func:`daily` file in place along its unlimited time dimension by ``steps`` records."""
+    rng = np.random.default_rng(seed)
+    with netCDF4.Dataset(path, "a") as nc:
+        t, v = nc["time"], nc["t2m"]
+        v.set_auto_maskandscale(False)
+        n = len(t)
+        last = float(t[n - 1])
+        t[n:n + steps] = last + (np.arange(steps) + 1) / (n + steps)
+        v[n:n + steps] = rng.integers(-3000, 3000, size=(steps, *v.shape[1:])).astype(np.int16)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 # A developer's shell may name a running `dstp agent`: the tests' `dstp get` processes use one only where a test
 # starts it, so every other test runs the command as it runs alone.
 os.environ.pop("DSTP_AGENT_SOCK", None)
+# Servers keep their catalog index in the user's state folder (platformdirs): the tests' go to a folder of the run.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="dstp-test-state-")
 
 import builders  # noqa: E402
 

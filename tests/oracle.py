@@ -114,3 +114,15 @@ def assert_same_records(got: pa.Table, want: pa.Table, *, ordered: bool = False)
             np.testing.assert_array_equal(np.asarray(a, dtype="f8"), np.asarray(b, dtype="f8"), err_msg=col)
         else:
             assert pd.Series(a).equals(pd.Series(b)) or list(a) == list(b), f"column {col} differs"
+
+
+def daily_records(paths: Sequence[Path]) -> pa.Table:
+    """Return the (time, lat, lon, t2m) records of daily archive files (``builders.daily``) as xarray decodes
+    each file on its own (NaN where missing), in file name order."""
+    frames = []
+    for path in sorted(paths):
+        with xr.open_dataset(path, mask_and_scale=True) as ds:
+            frames.append(ds["t2m"].load().to_dataframe().reset_index()[["time", "lat", "lon", "t2m"]])
+    df = pd.concat(frames, ignore_index=True)
+    df["time"] = df["time"].astype("datetime64[us]")
+    return pa.Table.from_pandas(df, preserve_index=False)

@@ -654,7 +654,8 @@ def adopt_dataset(blob: bytes, root: str, fingerprints: list[str], dask_worker: 
     node = node_of(dask_worker)
     theirs: GriddedDataset = pickle.loads(blob)  # noqa: S301 - from the coordinator, over Dask's comms
     mine = node.catalog.root
-    files = tuple(dataclasses.replace(f, path=mine / f.path.relative_to(root)) for f in theirs.files)
+    # its own copies: the coordinator's file versions (inode, times) are not this host's
+    files = tuple(dataclasses.replace(f, path=mine / f.path.relative_to(root), identity=None) for f in theirs.files)
     agg = theirs.descriptor.aggregate
     coordinate = theirs.dimensions[agg].coordinate if agg else None
     variable = coordinate.spec.variable if coordinate is not None else None

@@ -142,6 +142,49 @@ def spill_folder(settings: Settings) -> Path:
     return base / f"process-{os.getpid()}"
 
 
+#: Lock files of the spill folders this process owns, held open (and flock'ed) while it lives.
+_SPILL_LOCKS: list[Any] = []
+
+
+def _claim_spill_folder(spill: Path) -> None:
+    """Create this process's spill folder, held by an flock on its ``.lock`` while the process lives, and remove
+    the folders other processes left (a process killed, or whose DuckDB wrote its folder again at exit): a
+    folder whose lock nobody holds, or without a lock whose process is gone."""
+    import fcntl
+
+    spill.mkdir(parents=True, exist_ok=True)
+    lock = open(spill / ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _SPILL_LOCKS.append(lock)
+    atexit.register(lock.close)
+    for other in spill.parent.glob("process-*"):
+        if other == spill or not other.is_dir():
+            continue
+        try:
+            with open(other / ".lock") as held:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its process runs
+        except FileNotFoundError:  # left by a dstp before these locks: its process id says whether it runs
+            pid = other.name.removeprefix("process-")
+            if not pid.isdigit() or _running(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     """Return a fresh connection (cursor) to the process's sandboxed DuckDB database.
 
@@ -165,7 +208,7 @@ def _connect(settings: Settings) -> duckdb.DuckDBPyConnection:
                 "temp_directory": "",
             }
             if spill is not None:
-                spill.mkdir(parents=True, exist_ok=True)
+                _claim_spill_folder(spill)
                 atexit.register(shutil.rmtree, spill, True)
                 config["temp_directory"] = str(spill)
                 config["max_temp_directory_size"] = f"{settings.spill_max_bytes}B"
@@ -412,8 +455,10 @@ def _annotate(schema: pa.Schema, plan: QueryPlan) -> pa.Schema:
         grid = " ".join(plan.grid)
     else:
         grid = " ".join(q.group_keys)
+    # The version of each dataset the query was planned on, in the order of dstp:datasets ("-": a remote one).
+    versions = {r.dataset.id: "-" if r.remote else str(getattr(r.dataset, "version", 0)) for r in q.references}
     metadata = {"dstp:dataset": ids[0], "dstp:datasets": " ".join(ids), "dstp:grid": grid, "dstp:sql": q.sql,
-                "dstp:plan": plan.explain_json()}
+                "dstp:plan": plan.explain_json(), "dstp:version": " ".join(versions[i] for i in ids)}
     for gm, wkt in mappings.items():
         # The CRS of the grid mapping the selected columns name (CF grid_mapping), as WKT 2.
         metadata[f"dstp:crs_wkt:{gm}"] = wkt

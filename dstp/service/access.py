@@ -39,13 +39,15 @@ class Access:
         return can_read(principal, self.catalog.descriptor(dataset_id), self.clock())
 
     def catalog_for(self, principal: Principal) -> Catalog:
-        """Return the catalog ``principal`` sees: a view holding only the datasets it may read."""
+        """Return the catalog ``principal`` sees: a view holding only the datasets it may read, of the catalog
+        as it is now (a refresh meanwhile changes the next view, never this one)."""
         now = self.clock()
-        readable = {ds.id: ds for ds in self.catalog if can_read(principal, ds.descriptor, now)}
-        remotes = {i: r for i, r in self.catalog.remotes.items() if can_read(principal, r.descriptor, now)}
-        if len(readable) == len(self.catalog) and len(remotes) == len(self.catalog.remotes):
-            return self.catalog
-        return Catalog(self.catalog.root, readable, self.catalog.problems, remotes, self.catalog.handles)
+        catalog = self.catalog.snapshot()
+        readable = {ds.id: ds for ds in catalog if can_read(principal, ds.descriptor, now)}
+        remotes = {i: r for i, r in catalog.remotes.items() if can_read(principal, r.descriptor, now)}
+        if len(readable) == len(catalog) and len(remotes) == len(catalog.remotes):
+            return catalog
+        return Catalog(catalog.root, readable, catalog.problems, remotes, catalog.handles)
 
     def require(self, principal: Principal, dataset_id: str) -> None:
         """Raise DatasetNotFoundError (as for a dataset that does not exist) unless ``principal`` may read it."""

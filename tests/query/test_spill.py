@@ -85,3 +85,32 @@ def test_group_by_bigger_than_memory_spills_and_completes(catalog, root: Path, t
     np.testing.assert_allclose(got["t"].to_numpy(dtype=float), expected)
     np.testing.assert_array_equal(got["h"].to_numpy(dtype=float), expected)
     np.testing.assert_array_equal(got["c"].to_numpy(dtype=float), expected)
+
+
+def test_spill_folders_left_by_ended_processes_are_removed_and_running_ones_kept(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    from dstp.query.execute import _claim_spill_folder
+
+    base = tmp_path / "spill"
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone_pid = int(ended.stdout)  # a process that has ended
+    left_locked = base / "process-1001"  # with a lock file nobody holds: its process ended
+    left_locked.mkdir(parents=True)
+    (left_locked / ".lock").touch()
+    (left_locked / "duckdb_temp_block-1.block").write_bytes(b"x" * 10)
+    left_old = base / f"process-{gone_pid}"  # left by a dstp before the locks: its process is gone
+    left_old.mkdir()
+    running_old = base / f"process-{os.getppid()}"  # no lock, but its process runs
+    running_old.mkdir()
+    running = base / "process-1002"  # its lock is held: a server that runs
+    running.mkdir()
+    with open(running / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        mine = base / f"process-{os.getpid()}-test"
+        _claim_spill_folder(mine)
+        assert sorted(p.name for p in base.iterdir()) == sorted([mine.name, running.name, running_old.name])
+        assert (mine / ".lock").exists()
