@@ -68,7 +68,7 @@ def _statement_not_utf8() -> bytes:
 
 @pytest.mark.parametrize(("descriptor", "status", "code", "words"), [
     (fl.FlightDescriptor.for_command("selec temperature from ccm3"), pa.ArrowInvalid, "syntax_error",
-     ["starts with SELECT"]),
+     ["not a keyword; did you mean SELECT?"]),
     (fl.FlightDescriptor.for_command("select nosuch from ccm3"), pa.ArrowInvalid, "unknown_column", ["nosuch"]),
     (fl.FlightDescriptor.for_path("nosuch"), pa.ArrowKeyError, "dataset_not_found", ["no dataset 'nosuch'"]),
     (fl.FlightDescriptor.for_path("ccm3", "temperature"), pa.ArrowInvalid, "invalid_query",

@@ -221,7 +221,9 @@ class Client:
                 yield batch
         except grpc.RpcError as exc:
             err = self._rpc.error(exc)
-            if type(err) is TransportError:  # the server was reached (it planned the query): the result broke off
+            # The server was reached (it planned the query), so a lost connection here is a result that broke off,
+            # never "cannot reach the server".
+            if isinstance(err, TransportError):
                 when = f"after {rows:,} records" if rows else "before its first records arrived"
                 err = TransportError(f"the result from {self.target} broke off {when} "
                                      f"({exc.details() if hasattr(exc, 'details') else exc}); it is incomplete")

@@ -108,7 +108,9 @@ def test_catalog_to_dataset_to_quicklook_to_builder_to_download(page, base_url, 
 
     # 6. preview: the first rows appear in the table
     page.click("#preview-btn")
-    page.wait_for_function("() => document.querySelectorAll('#preview-table tbody tr').length > 0")
+    # the table names the query its rows answer (the page's own preview on open answered another)
+    page.wait_for_function("s => document.querySelector('#preview-table').dataset.sql === s", arg=sql)
+    assert "stale" not in (page.get_attribute("#preview-table", "class") or "")
     headers = page.locator("#preview-table thead th").all_inner_texts()
     assert headers == ["time", "temperature"]
     assert page.locator("#preview-table tbody tr").count() == 100

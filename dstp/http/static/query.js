@@ -128,7 +128,10 @@ async function preview() {
   const run = previewRun = new AbortController();
   const started = performance.now();
   statusLine.textContent = "running…";
-  const params = new URLSearchParams({ sql: sqlBox.value, format: "json", limit: "100" });
+  const table = document.getElementById("preview-table");
+  const sql = sqlBox.value;
+  table.classList.add("stale");  // the rows shown are an older query's until this one answers
+  const params = new URLSearchParams({ sql, format: "json", limit: "100" });
   let response;
   let rows;
   try {
@@ -145,6 +148,8 @@ async function preview() {
   const body = document.querySelector("#preview-table tbody");
   head.replaceChildren();
   body.replaceChildren();
+  table.classList.remove("stale");
+  table.dataset.sql = sql;  // which query the rows answer
   if (!response.ok) {
     statusLine.textContent = "";
     showError(await errorMessage(response));
