@@ -38,6 +38,7 @@ from dstp.transport.tuning import AutoTuner
 if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor dstp.metadata)
     import pyarrow as pa
 
+    from dstp.catalog.changes import Change, ChangeFeed
     from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["Client", "connect"]
@@ -90,6 +91,47 @@ class Client:
     def datasets(self) -> list[DatasetSummary]:
         """Return the published datasets (each has ``.id``, ``.title``, ``.attributes``…)."""
         return self._rpc.datasets()
+
+    def pages(self, search: str = "", limit: int = 0, page_size: int = 500) -> Iterator[DatasetSummary]:
+        """Yield the published datasets in id order, a page of ``page_size`` at a time (``limit``: at most that
+        many; ``search``: words that must all occur in id, title, summary or keywords)."""
+        offset, sent = 0, 0
+        while True:
+            size = page_size if not limit else min(page_size, limit - sent)
+            found, _, nxt = self._rpc.datasets_page(offset, size, search)
+            for summary in found:
+                yield summary
+            sent += len(found)
+            if not nxt or not found or (limit and sent >= limit):
+                return
+            offset = nxt
+
+    def changes(self, since: int = 0, epoch: str | None = None) -> "ChangeFeed":
+        """Return what changed in the catalog after catalog version ``since``: which datasets, files, columns and
+        time ranges, with versions (``dstp.catalog.changes.ChangeFeed``; ask again with ``since=feed.version``).
+        With the ``epoch`` of an earlier feed, ``complete`` is False when the server's index was rebuilt since."""
+        from dstp.catalog.changes import ChangeFeed
+        from dstp.transport.feed_codec import change_from_pb
+
+        messages = self._rpc.watch(since, epoch or "", follow=False)
+        head = next(messages)
+        found = tuple(change_from_pb(m.change) for m in messages)
+        version = max([head.version, *(c.seq for c in found)])
+        return ChangeFeed(head.epoch, version, found, complete=head.complete)
+
+    def watch(self, since: int | None = None, epoch: str | None = None) -> Iterator["Change"]:
+        """Yield each change of the catalog as the server publishes it (``since=None``: from now on; a number:
+        first those after that catalog version). Stops only when you stop iterating or the connection breaks
+        (then resume with ``since`` = the last change's ``seq``)."""
+        from dstp.transport.feed_codec import change_from_pb
+
+        messages = self._rpc.watch(-1 if since is None else since, epoch or "", follow=True)
+        try:
+            next(messages)  # the stream's first message: epoch and version, no change
+            for m in messages:
+                yield change_from_pb(m.change)
+        finally:
+            messages.close()
 
     def describe(self, dataset_id: str) -> DatasetDetails:
         """Return dimensions, coordinates, attributes, files and keys of one dataset."""

@@ -51,6 +51,7 @@ from dstp.settings import Settings
 from dstp.http import STATIC_DIR
 from dstp.http.builder import BuilderState
 from dstp.http.facade_routes import facade_router
+from dstp.http.feed_routes import feed_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -69,6 +70,7 @@ from dstp.http.formats import (
     schema_header,
 )
 from dstp.http.identity import Identify, header, session_id
+from dstp.http.paging import VERSION_HEADER, version_header
 from dstp.http.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
 from dstp.http.quicklook import map_selection, render_map, render_series, series_selection
 from dstp.http.search import CatalogFilter
@@ -290,7 +292,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     # and no response header longer than every client reads.
     app.add_middleware(Guard, limits=HttpLimits.from_settings(settings))
     if settings.cors_origins:
-        exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", SCHEMA_OMITTED_HEADER,
+        exposed = ["Content-Disposition", "X-Dstp-Query-Id", VERSION_HEADER, "X-Dstp-Arrow-Schema", SCHEMA_OMITTED_HEADER,
                    "X-Dstp-Truncated", "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=exposed)
@@ -436,6 +438,8 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
             "Content-Disposition": f'attachment; filename="{result_filename(execution.schema, sql, kind.extension)}"',
             "X-Dstp-Query-Id": execution.query_id,
             schema_name: schema_value,
+            # The version of each dataset the result was computed on, as in the schema's dstp:version.
+            VERSION_HEADER: version_header(execution.schema),
         }
         if kind.streamed:
             # Whether max_result_rows/max_result_bytes can cut this result, decided before the status line;
@@ -593,6 +597,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
         return response
 
     app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
+    app.include_router(feed_router(service, current_principal))  # /changes, /changes/stream
     return app
 
 
