@@ -63,7 +63,7 @@ class ListDatasetsResponse(_message.Message):
     def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetSummary, _Mapping]]] = ..., total: _Optional[int] = ..., next_offset: _Optional[int] = ..., catalog_version: _Optional[int] = ...) -> None: ...
 
 class DatasetSummary(_message.Message):
-    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy")
+    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy", "version")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class DatasetSummary(_message.Message):
     LON_MAX_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACCESS_POLICY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     summary: str
@@ -94,7 +95,8 @@ class DatasetSummary(_message.Message):
     lon_max: float
     size_bytes: int
     access_policy: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ...) -> None: ...
+    version: int
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class WatchCatalogRequest(_message.Message):
     __slots__ = ("since", "epoch", "follow")

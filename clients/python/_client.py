@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -41,7 +42,18 @@ if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor ds
     from dstp.catalog.changes import Change, ChangeFeed
     from dstp.metadata import DatasetDetails, DatasetSummary
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "DatasetPage", "connect"]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPage:
+    """One page of a server's dataset listing (:meth:`Client.datasets_page`)."""
+
+    datasets: tuple["DatasetSummary", ...]
+    #: Datasets matching in all pages.
+    total: int
+    #: The ``offset`` of the next page; 0 when this page is the last.
+    next_offset: int
 
 
 class Client:
@@ -92,19 +104,12 @@ class Client:
         """Return the published datasets (each has ``.id``, ``.title``, ``.attributes``…)."""
         return self._rpc.datasets()
 
-    def pages(self, search: str = "", limit: int = 0, page_size: int = 500) -> Iterator[DatasetSummary]:
-        """Yield the published datasets in id order, a page of ``page_size`` at a time (``limit``: at most that
-        many; ``search``: words that must all occur in id, title, summary or keywords)."""
-        offset, sent = 0, 0
-        while True:
-            size = page_size if not limit else min(page_size, limit - sent)
-            found, _, nxt = self._rpc.datasets_page(offset, size, search)
-            for summary in found:
-                yield summary
-            sent += len(found)
-            if not nxt or not found or (limit and sent >= limit):
-                return
-            offset = nxt
+    def datasets_page(self, offset: int = 0, limit: int = 100, search: str = "") -> DatasetPage:
+        """Return one page of the published datasets, in id order: ``.datasets``, ``.total`` (matching in all
+        pages) and ``.next_offset`` (0: this is the last page). ``search``: words that must all occur in a
+        dataset's id, title, summary or keywords. The server answers at most 1,000 per page."""
+        found, total, nxt = self._rpc.datasets_page(offset, limit, search)
+        return DatasetPage(tuple(found), total, nxt)
 
     def changes(self, since: int = 0, epoch: str | None = None) -> "ChangeFeed":
         """Return what changed in the catalog after catalog version ``since``: which datasets, files, columns and

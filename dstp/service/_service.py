@@ -89,7 +89,10 @@ class DstpService:
 
     def describe(self, dataset_id: str, principal: Principal = ANONYMOUS) -> DatasetDetails:
         """Return the full description of one dataset (DatasetNotFoundError if ``principal`` may not read it)."""
-        return dataset_details(self.access.catalog_for(principal).get(dataset_id))
+        # One dataset's policy is asked, not every dataset's: a page of 100 descriptions at 10,000 datasets built
+        # the principal's whole catalog 100 times (0.4 s).
+        self.access.require(principal, dataset_id)
+        return dataset_details(self.catalog.snapshot().get(dataset_id))
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import http.server
 import json
 import queue
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -266,6 +268,52 @@ def test_query_results_name_the_dataset_version_they_were_computed_on(served) ->
         publish_now(server, "daily", 4)
         after = http.get("/query", params={"sql": "select time, t2m from daily", "format": "csv"})
         assert after.headers["x-dstp-version"] == "daily=2"
+
+
+def test_the_dataset_page_describes_a_dataset_as_it_is_now(served) -> None:
+    """Descriptions are kept per dataset version: after a file is published the page lists it (it was kept by id,
+    and showed the files and time range of the first version until a restart)."""
+    server, public, _, _ = served
+    with _http(server) as http:
+        assert len(http.get("/datasets/daily.json").json()["files"]) == 3
+        daily(public / "d_0003.nc", 3)
+        publish_now(server, "daily", 4)
+        after = http.get("/datasets/daily.json").json()
+        assert [f["name"] for f in after["files"]] == [f"d_{d:04d}.nc" for d in range(4)]
+        listed = http.get("/index.json", params={"q": "t2m"}).json()["datasets"]
+        assert [d["time_end"][:10] for d in listed if d["id"] == "daily"] == ["2000-01-04"]
+
+
+def test_dstp_changes_prints_and_follows_the_feed(served, capsys: pytest.CaptureFixture[str]) -> None:
+    from dstp.cli import main
+
+    server, public, _, tokens = served
+    assert server.endpoints is not None and server.catalog is not None
+    start = server.catalog.version
+    new = daily(public / "d_0003.nc", 3)
+    publish_now(server, "daily", 4)
+    first, last = time_range(new)
+    target = ["--server", server.endpoints.grpc, "--token", tokens["bob"]]
+    assert main(["changes", "--since", str(start), *target]) == 0
+    out = capsys.readouterr().out
+    assert f"#{start + 1}" in out and "daily changed, version 2: 1 file(s) added (daily/d_0003.nc)" in out
+    assert f"time {first} … {last}" in out and f"next: dstp changes --since {start + 1}" in out
+    assert main(["changes", "--json", "--since", str(start), *target]) == 0
+    [record] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (record["files_added"], record["first"], record["last"]) == (["daily/d_0003.nc"], first, last)
+    # --follow, in a process of its own: the backlog after --since, then each change as it is published
+    with subprocess.Popen([sys.executable, "-m", "dstp.cli", "changes", "--follow", "--json", "--since", str(start),
+                           *target], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as follow:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in follow.stdout], daemon=True).start()  # type: ignore[union-attr]
+        try:
+            assert json.loads(lines.get(timeout=WAIT_S))["files_added"] == ["daily/d_0003.nc"]
+            (public / "d_0001.nc").unlink()
+            publish_now(server, "daily", 3)
+            assert json.loads(lines.get(timeout=WAIT_S))["files_removed"] == ["daily/d_0001.nc"]
+        finally:
+            follow.terminate()
+            follow.wait(timeout=WAIT_S)
 
 
 class Receiver:
