@@ -93,7 +93,7 @@ def measure(root: Path, state: Path, n: int, repeats: int) -> list[dict[str, Any
             def page() -> int:
                 return len(client.datasets_page(0, PAGE).datasets)
 
-            rows.append({"datasets": n, "door": "gRPC ListDatasets (one page)", "paged": True, **_timed(page, repeats)})
+            rows.append({"datasets": n, "door": "gRPC ListDatasets (one page; bytes = datasets)", "paged": True, **_timed(page, repeats)})
 
         def ls() -> int:
             done = subprocess.run([sys.executable, "-m", "dstp.cli", "ls", "--limit", str(PAGE), "--server",

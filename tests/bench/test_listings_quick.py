@@ -35,7 +35,7 @@ def test_every_door_is_measured_and_reported(tmp_path: Path) -> None:
     finally:
         listings.measure = real  # type: ignore[assignment]
     doors = [r["door"] for r in rows]
-    assert doors == [d for d, _, _ in listings._doors(30)] + ["gRPC ListDatasets (one page)",
+    assert doors == [d for d, _, _ in listings._doors(30)] + ["gRPC ListDatasets (one page; bytes = datasets)",
                                                                "dstp ls --limit 100 (whole process)"]
     assert all(r["datasets"] == 30 and r["median_ms"] > 0 and r["bytes"] > 0 for r in rows), rows
     assert summary["worst_page"] in doors
