@@ -178,6 +178,26 @@ def test_a_file_renamed_into_a_served_folder_appears_on_every_door(served) -> No
         sse.close()
 
 
+def test_following_watches_are_capped_at_a_quarter_of_the_grpc_threads(served) -> None:
+    from dstp.errors import LimitExceededError
+
+    server, _, _, tokens = served
+    assert server.endpoints is not None
+    cap = server.settings.grpc_workers // 4
+    with dstp.connect(server.endpoints.grpc, token=tokens["bob"]) as client:
+        streams = [client._rpc.watch(-1, "", True) for _ in range(cap)]
+        try:
+            for stream in streams:
+                assert next(stream).complete  # the first message: the stream follows, holding its slot
+            with pytest.raises(LimitExceededError, match=f"at most {cap} catalog watches at once") as refused:
+                next(client._rpc.watch(-1, "", True))
+            assert refused.value.retry_after_s == 15
+            assert client.changes(since=0).complete  # a watch that does not follow is not counted
+        finally:
+            for stream in streams:
+                stream.close()
+
+
 def time_range_of_day(day: int) -> str:
     return _iso(np.datetime64("2000-01-01") + np.timedelta64(day, "D"))
 
@@ -375,7 +395,8 @@ def test_webhooks_post_each_change_and_retry_a_failed_post(tmp_path: Path) -> No
             assert (change["first"], change["last"]) == time_range(new)
             assert body["dropped"] == 0 and body["epoch"] == server.catalog.epoch  # type: ignore[union-attr]
             assert receiver.posts == 2  # the first answered 503, the retry delivered
-            assert server.webhooks.stats()[receiver.url]["sent"] == 1
+        # stopped: the sender has counted what it delivered (counted after the receiver answered)
+        assert server.webhooks.stats()[receiver.url] == {"sent": 1, "failed": 0, "dropped": 0, "waiting": 0}
         assert receiver.bodies.empty()
     finally:
         receiver.close()
