@@ -5,7 +5,7 @@
     dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc')
     dstp catalog validate ROOT         check every descriptor under ROOT
     dstp catalog reload [ROOT]         make the server serving ROOT publish what changed now
-    dstp ls | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
+    dstp ls | changes | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
     dstp token create | list | revoke  API tokens of the server on this machine
 """
 
@@ -240,8 +240,12 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with _connect(args) as c:
-        datasets = c.datasets()
+    from dstp.cli_feed import listing_pages
+
+    datasets, total = [], 0
+    with _connect(args) as c:  # a page at a time: 10,000 datasets are not one message
+        for page, total in listing_pages(c, args.limit, args.search):
+            datasets += page
     if args.json:
         print(json.dumps([asdict(d) for d in datasets], indent=2))
         return 0
@@ -254,6 +258,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print("no datasets on this server (or none you may read)")
         return 0
     console.print(ls_table(datasets, console.width))
+    if total > len(datasets):
+        print(f"{len(datasets)} of {total} datasets shown; --limit {total} lists them all")
     return 0
 
 
@@ -701,7 +707,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ls", help="list the datasets of a server")
     _server_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--limit", type=int, default=0, metavar="N", help="list at most N datasets (default: all)")
+    p.add_argument("--search", default="", metavar="WORDS",
+                   help="only datasets whose id, title, summary or keywords contain every word")
     p.set_defaults(func=cmd_ls)
+
+    from dstp.cli_feed import add_changes_parser
+
+    add_changes_parser(sub, _server_arg, _connect)
 
     p = sub.add_parser("usage", help="show what you run now and fetched today, against your quotas")
     _server_arg(p)

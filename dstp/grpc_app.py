@@ -43,6 +43,9 @@ from dstp.errors import DstpError, QueryError, ServerError, TicketError
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.service import DstpService, Offer, QueryHandle
+from dstp.grpc_feed import Watchers, max_watchers, watch_catalog
+from dstp.metadata import dataset_summary
+from dstp.service.feed import MAX_PAGE
 from dstp.service.files import FileHandle
 from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, FilePartInfo, QueryInfo
@@ -195,12 +198,25 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def __init__(self, service: DstpService) -> None:
         self.service = service
+        self.watchers = Watchers(max_watchers(service.settings.grpc_workers))
 
     def ListDatasets(self, request: pb.ListDatasetsRequest, context: grpc.ServicerContext) -> pb.ListDatasetsResponse:
         with grpc_errors(context):
-            return pb.ListDatasetsResponse(
-                datasets=[codec.summary_pb(s) for s in self.service.datasets(principal_of(context))])
+            principal = principal_of(context)
+            if not (request.offset or request.limit or request.search):  # the whole catalog, as before paging
+                listed = self.service.datasets(principal)
+                return pb.ListDatasetsResponse(datasets=[codec.summary_pb(s) for s in listed], total=len(listed),
+                                               catalog_version=self.service.catalog.version)
+            page = self.service.page(request.offset, request.limit or MAX_PAGE, request.search, principal)
+            end = page.offset + len(page.datasets)
+            return pb.ListDatasetsResponse(datasets=[codec.summary_pb(dataset_summary(d)) for d in page.datasets],
+                                           total=page.total, next_offset=end if end < page.total else 0,
+                                           catalog_version=page.version)
         raise AssertionError("unreachable")
+
+    def WatchCatalog(self, request: pb.WatchCatalogRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        with grpc_errors(context):
+            yield from watch_catalog(self.service, request, context, principal_of(context), self.watchers)
 
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.DatasetDescription:
         with grpc_errors(context):
@@ -386,6 +402,7 @@ def add_to_server(servicer: DstpServicer, server: grpc.Server) -> None:
         "FetchFile": stream(servicer.FetchFile, pb.FetchRequest, _file_chunk_bytes),
         "Usage": unary(servicer.Usage, pb.UsageRequest, pb.UsageResponse),
         "Resolve": unary(servicer.Resolve, pb.ResolveRequest, pb.Partition),
+        "WatchCatalog": stream(servicer.WatchCatalog, pb.WatchCatalogRequest, pb.WatchCatalogResponse.SerializeToString),
     }
     name = pb.DESCRIPTOR.services_by_name["Dstp"].full_name
     missing = {m.name for m in pb.DESCRIPTOR.services_by_name["Dstp"].methods} - set(handlers)

@@ -150,6 +150,8 @@ class DstpServer:
         self._undo: list[Callable[[], None]] = []  # logging set up at start, undone at stop
         #: What keeps the catalog current (None until started, or for a catalog that is not scanned).
         self.watch: CatalogWatch | None = None
+        #: What POSTs each change to the webhook_urls (None without any).
+        self.webhooks: Any = None
 
     def start(self) -> Endpoints:
         """Start every listener; return their addresses.
@@ -189,6 +191,13 @@ class DstpServer:
                                       rescan_s=s.catalog_rescan_s, clock=self.timer).start()
             self._undo.append(self.watch.stop)
         self.service = DstpService(catalog, s, clock=self.clock)
+        if s.webhook_urls:  # every change POSTed to the operator's URLs (dstp/webhooks.py)
+            from dstp.webhooks import Webhooks
+
+            self.webhooks = Webhooks(self.service.feed, s.webhook_urls, queue=s.webhook_queue,
+                                     retries=s.webhook_retries, retry_s=s.webhook_retry_s,
+                                     timeout_s=s.webhook_timeout_s).start()
+            self._undo.append(self.webhooks.stop)
         if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
             from dstp.federation import ClientRemoteSource, load_remote_credentials
 

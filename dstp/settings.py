@@ -84,6 +84,20 @@ class Settings:
         1.0, "Seconds a new or changed file must keep its size and times (two looks at least this far apart) "
         "before it is published: a file still being written is held back, never served half."
     )
+    webhook_urls: tuple[str, ...] = _setting(
+        (), "URLs (http or https) POSTed a JSON body for every change of the catalog (docs/archive.md, webhooks): "
+        "which dataset, files, columns and time range, with versions. Only changes of datasets a client without a "
+        "token may read are sent. Comma-separated in DSTP_WEBHOOK_URLS."
+    )
+    webhook_queue: int = _setting(
+        1_000, "Changes waiting to be sent, per webhook URL; past this the oldest are dropped (logged, and the next "
+        "body says how many were dropped: read GET /changes to catch up)."
+    )
+    webhook_retries: int = _setting(5, "Times a webhook POST is tried again after a failure (no answer, or not 2xx).")
+    webhook_retry_s: float = _setting(
+        2.0, "Seconds before the first retry of a failed webhook POST; doubled at each further retry."
+    )
+    webhook_timeout_s: float = _setting(10.0, "Seconds a webhook receiver has to answer a POST.")
     catalog_build_processes: int = _setting(
         0, "Processes that read file headers in parallel when many files are new (a cold index build); 0: one per "
         "core; 1: in the server process only."

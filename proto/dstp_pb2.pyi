@@ -7,6 +7,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHANGE_KIND_UNSPECIFIED: _ClassVar[ChangeKind]
+    CHANGE_KIND_ADDED: _ClassVar[ChangeKind]
+    CHANGE_KIND_CHANGED: _ClassVar[ChangeKind]
+    CHANGE_KIND_REMOVED: _ClassVar[ChangeKind]
+
 class ChannelKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHANNEL_KIND_UNSPECIFIED: _ClassVar[ChannelKind]
@@ -20,6 +27,10 @@ class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMPRESSION_NONE: _ClassVar[Compression]
     COMPRESSION_LZ4_FRAME: _ClassVar[Compression]
     COMPRESSION_ZSTD: _ClassVar[Compression]
+CHANGE_KIND_UNSPECIFIED: ChangeKind
+CHANGE_KIND_ADDED: ChangeKind
+CHANGE_KIND_CHANGED: ChangeKind
+CHANGE_KIND_REMOVED: ChangeKind
 CHANNEL_KIND_UNSPECIFIED: ChannelKind
 CHANNEL_KIND_GRPC_STREAM: ChannelKind
 CHANNEL_KIND_STRIPED_TCP: ChannelKind
@@ -30,17 +41,29 @@ COMPRESSION_LZ4_FRAME: Compression
 COMPRESSION_ZSTD: Compression
 
 class ListDatasetsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("offset", "limit", "search")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    limit: int
+    search: str
+    def __init__(self, offset: _Optional[int] = ..., limit: _Optional[int] = ..., search: _Optional[str] = ...) -> None: ...
 
 class ListDatasetsResponse(_message.Message):
-    __slots__ = ("datasets",)
+    __slots__ = ("datasets", "total", "next_offset", "catalog_version")
     DATASETS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CATALOG_VERSION_FIELD_NUMBER: _ClassVar[int]
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetSummary]
-    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetSummary, _Mapping]]] = ...) -> None: ...
+    total: int
+    next_offset: int
+    catalog_version: int
+    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetSummary, _Mapping]]] = ..., total: _Optional[int] = ..., next_offset: _Optional[int] = ..., catalog_version: _Optional[int] = ...) -> None: ...
 
 class DatasetSummary(_message.Message):
-    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy")
+    __slots__ = ("id", "title", "summary", "keywords", "attributes", "default_grid", "default_grid_rows", "time_start", "time_end", "lat_min", "lat_max", "lon_min", "lon_max", "size_bytes", "access_policy", "version")
     ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +79,7 @@ class DatasetSummary(_message.Message):
     LON_MAX_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACCESS_POLICY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     summary: str
@@ -71,7 +95,70 @@ class DatasetSummary(_message.Message):
     lon_max: float
     size_bytes: int
     access_policy: str
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ...) -> None: ...
+    version: int
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., summary: _Optional[str] = ..., keywords: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Iterable[str]] = ..., default_grid: _Optional[_Iterable[str]] = ..., default_grid_rows: _Optional[int] = ..., time_start: _Optional[str] = ..., time_end: _Optional[str] = ..., lat_min: _Optional[float] = ..., lat_max: _Optional[float] = ..., lon_min: _Optional[float] = ..., lon_max: _Optional[float] = ..., size_bytes: _Optional[int] = ..., access_policy: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class WatchCatalogRequest(_message.Message):
+    __slots__ = ("since", "epoch", "follow")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    since: int
+    epoch: str
+    follow: bool
+    def __init__(self, since: _Optional[int] = ..., epoch: _Optional[str] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class FileRename(_message.Message):
+    __slots__ = ("old_path", "new_path")
+    OLD_PATH_FIELD_NUMBER: _ClassVar[int]
+    NEW_PATH_FIELD_NUMBER: _ClassVar[int]
+    old_path: str
+    new_path: str
+    def __init__(self, old_path: _Optional[str] = ..., new_path: _Optional[str] = ...) -> None: ...
+
+class CatalogChange(_message.Message):
+    __slots__ = ("seq", "at_unix_ms", "dataset", "version", "kind", "files_added", "files_removed", "files_changed", "files_renamed", "columns", "axis", "first", "last", "descriptor")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FILES_ADDED_FIELD_NUMBER: _ClassVar[int]
+    FILES_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    FILES_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    FILES_RENAMED_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    AXIS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at_unix_ms: int
+    dataset: str
+    version: int
+    kind: ChangeKind
+    files_added: _containers.RepeatedScalarFieldContainer[str]
+    files_removed: _containers.RepeatedScalarFieldContainer[str]
+    files_changed: _containers.RepeatedScalarFieldContainer[str]
+    files_renamed: _containers.RepeatedCompositeFieldContainer[FileRename]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    axis: str
+    first: str
+    last: str
+    descriptor: bool
+    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., dataset: _Optional[str] = ..., version: _Optional[int] = ..., kind: _Optional[_Union[ChangeKind, str]] = ..., files_added: _Optional[_Iterable[str]] = ..., files_removed: _Optional[_Iterable[str]] = ..., files_changed: _Optional[_Iterable[str]] = ..., files_renamed: _Optional[_Iterable[_Union[FileRename, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ..., axis: _Optional[str] = ..., first: _Optional[str] = ..., last: _Optional[str] = ..., descriptor: _Optional[bool] = ...) -> None: ...
+
+class WatchCatalogResponse(_message.Message):
+    __slots__ = ("epoch", "version", "complete", "change")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
+    version: int
+    complete: bool
+    change: CatalogChange
+    def __init__(self, epoch: _Optional[str] = ..., version: _Optional[int] = ..., complete: _Optional[bool] = ..., change: _Optional[_Union[CatalogChange, _Mapping]] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("id",)

@@ -85,6 +85,11 @@ class DstpStub:
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.ResolveRequest.SerializeToString,
                 response_deserializer=dstp_dot_proto_dot_dstp__pb2.Partition.FromString,
                 _registered_method=True)
+        self.WatchCatalog = channel.unary_stream(
+                '/dstp.v1.Dstp/WatchCatalog',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.WatchCatalogRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.WatchCatalogResponse.FromString,
+                _registered_method=True)
 
 
 class DstpServicer:
@@ -194,6 +199,23 @@ class DstpServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchCatalog(self, request, context):
+        """Streams what changed in the catalog after catalog version `since`
+        (docs/archive.md, "The change feed"): first one WatchCatalogResponse
+        without a change (the feed's epoch, the catalog version now, whether the
+        changes asked for are all still kept), then one per change, oldest first:
+        which dataset, its new version, which files were added, removed, changed
+        or renamed, which columns may read differently, and the range of the
+        aggregation coordinate (a time range) the touched files cover. With
+        `follow` the stream stays open and sends each change as it is published
+        (resume after a broken stream with `since` = the last `seq` received);
+        without it, it ends after the changes kept now. Changes of datasets the
+        caller may not read are left out (their `seq` numbers are skipped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DstpServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -246,6 +268,11 @@ def add_DstpServicer_to_server(servicer, server):
                     servicer.Resolve,
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.ResolveRequest.FromString,
                     response_serializer=dstp_dot_proto_dot_dstp__pb2.Partition.SerializeToString,
+            ),
+            'WatchCatalog': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchCatalog,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.WatchCatalogRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.WatchCatalogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -519,6 +546,33 @@ class Dstp:
             '/dstp.v1.Dstp/Resolve',
             dstp_dot_proto_dot_dstp__pb2.ResolveRequest.SerializeToString,
             dstp_dot_proto_dot_dstp__pb2.Partition.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchCatalog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/dstp.v1.Dstp/WatchCatalog',
+            dstp_dot_proto_dot_dstp__pb2.WatchCatalogRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.WatchCatalogResponse.FromString,
             options,
             channel_credentials,
             insecure,

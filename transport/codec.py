@@ -130,6 +130,7 @@ def summary_pb(s: DatasetSummary) -> pb.DatasetSummary:
         id=s.id, title=s.title, summary=s.summary, keywords=list(s.keywords), attributes=list(s.attributes),
         default_grid=list(s.default_grid), default_grid_rows=s.default_grid_rows,
         time_start=s.time_start, time_end=s.time_end, size_bytes=s.size_bytes, access_policy=s.access_policy,
+        version=s.version,
     )
     if s.bbox is not None:
         msg.lat_min, msg.lat_max, msg.lon_min, msg.lon_max = s.bbox
@@ -145,7 +146,7 @@ def summary_from_pb(m: pb.DatasetSummary) -> DatasetSummary:
         default_grid=tuple(m.default_grid), default_grid_rows=m.default_grid_rows,
         time_start=m.time_start, time_end=m.time_end,
         bbox=(m.lat_min, m.lat_max, m.lon_min, m.lon_max) if m.HasField("lat_min") else None,
-        size_bytes=m.size_bytes, access_policy=m.access_policy,
+        size_bytes=m.size_bytes, access_policy=m.access_policy, version=m.version,
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -38,9 +39,21 @@ from dstp.transport.tuning import AutoTuner
 if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor dstp.metadata)
     import pyarrow as pa
 
+    from dstp.catalog.changes import Change, ChangeFeed
     from dstp.metadata import DatasetDetails, DatasetSummary
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "DatasetPage", "connect"]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPage:
+    """One page of a server's dataset listing (:meth:`Client.datasets_page`)."""
+
+    datasets: tuple["DatasetSummary", ...]
+    #: Datasets matching in all pages.
+    total: int
+    #: The ``offset`` of the next page; 0 when this page is the last.
+    next_offset: int
 
 
 class Client:
@@ -90,6 +103,40 @@ class Client:
     def datasets(self) -> list[DatasetSummary]:
         """Return the published datasets (each has ``.id``, ``.title``, ``.attributes``…)."""
         return self._rpc.datasets()
+
+    def datasets_page(self, offset: int = 0, limit: int = 100, search: str = "") -> DatasetPage:
+        """Return one page of the published datasets, in id order: ``.datasets``, ``.total`` (matching in all
+        pages) and ``.next_offset`` (0: this is the last page). ``search``: words that must all occur in a
+        dataset's id, title, summary or keywords. The server answers at most 1,000 per page."""
+        found, total, nxt = self._rpc.datasets_page(offset, limit, search)
+        return DatasetPage(tuple(found), total, nxt)
+
+    def changes(self, since: int = 0, epoch: str | None = None) -> "ChangeFeed":
+        """Return what changed in the catalog after catalog version ``since``: which datasets, files, columns and
+        time ranges, with versions (``dstp.catalog.changes.ChangeFeed``; ask again with ``since=feed.version``).
+        With the ``epoch`` of an earlier feed, ``complete`` is False when the server's index was rebuilt since."""
+        from dstp.catalog.changes import ChangeFeed
+        from dstp.transport.feed_codec import change_from_pb
+
+        messages = self._rpc.watch(since, epoch or "", follow=False)
+        head = next(messages)
+        found = tuple(change_from_pb(m.change) for m in messages)
+        version = max([head.version, *(c.seq for c in found)])
+        return ChangeFeed(head.epoch, version, found, complete=head.complete)
+
+    def watch(self, since: int | None = None, epoch: str | None = None) -> Iterator["Change"]:
+        """Yield each change of the catalog as the server publishes it (``since=None``: from now on; a number:
+        first those after that catalog version). Stops only when you stop iterating or the connection breaks
+        (then resume with ``since`` = the last change's ``seq``)."""
+        from dstp.transport.feed_codec import change_from_pb
+
+        messages = self._rpc.watch(-1 if since is None else since, epoch or "", follow=True)
+        try:
+            next(messages)  # the stream's first message: epoch and version, no change
+            for m in messages:
+                yield change_from_pb(m.change)
+        finally:
+            messages.close()
 
     def describe(self, dataset_id: str) -> DatasetDetails:
         """Return dimensions, coordinates, attributes, files and keys of one dataset."""

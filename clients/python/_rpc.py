@@ -131,6 +131,27 @@ class Rpc:
             raise self.error(exc) from None
         return [codec.summary_from_pb(m) for m in reply.datasets]
 
+    def datasets_page(self, offset: int, limit: int, search: str = "") -> tuple[list[DatasetSummary], int, int]:
+        """Return one page of the listing: its datasets, how many match in all, and the next page's offset (0:
+        none)."""
+        try:
+            reply = self._stub.ListDatasets(pb.ListDatasetsRequest(offset=offset, limit=limit, search=search),
+                                            timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return [codec.summary_from_pb(m) for m in reply.datasets], reply.total, reply.next_offset
+
+    def watch(self, since: int, epoch: str, follow: bool) -> Iterator[pb.WatchCatalogResponse]:
+        """Yield the messages of a WatchCatalog stream (no deadline when following)."""
+        stream = self._stub.WatchCatalog(pb.WatchCatalogRequest(since=since, epoch=epoch, follow=follow),
+                                         timeout=None if follow else self.timeout, metadata=self.metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        finally:
+            stream.cancel()
+
     def describe(self, dataset_id: str) -> DatasetDetails:
         try:
             reply = self._stub.Describe(pb.DescribeRequest(id=dataset_id), timeout=self.timeout,

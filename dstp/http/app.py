@@ -37,7 +37,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -51,6 +51,7 @@ from dstp.settings import Settings
 from dstp.http import STATIC_DIR
 from dstp.http.builder import BuilderState
 from dstp.http.facade_routes import facade_router
+from dstp.http.feed_routes import feed_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -69,6 +70,9 @@ from dstp.http.formats import (
     schema_header,
 )
 from dstp.http.identity import Identify, header, session_id
+from dstp.catalog.registry import CatalogPage
+from dstp.http.paging import DEFAULT_PAGE, VERSION_HEADER, link_header, summaries, version_header
+from dstp.service.feed import MAX_PAGE
 from dstp.http.pages import CatalogView, PageRenderer, builder_page, catalog_page, dataset_page
 from dstp.http.quicklook import map_selection, render_map, render_series, series_selection
 from dstp.http.search import CatalogFilter
@@ -290,7 +294,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     # and no response header longer than every client reads.
     app.add_middleware(Guard, limits=HttpLimits.from_settings(settings))
     if settings.cors_origins:
-        exposed = ["Content-Disposition", "X-Dstp-Query-Id", "X-Dstp-Arrow-Schema", SCHEMA_OMITTED_HEADER,
+        exposed = ["Content-Disposition", "X-Dstp-Query-Id", VERSION_HEADER, "X-Dstp-Arrow-Schema", SCHEMA_OMITTED_HEADER,
                    "X-Dstp-Truncated", "X-Dstp-Truncated-Reason", "X-Dstp-Truncated-Rows"]
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"], expose_headers=exposed)
@@ -316,28 +320,50 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     START = Query("", description="Keep datasets whose time span overlaps [start, end]; ISO 8601 prefix.")
     END = Query("", description="End of the time span (ISO 8601 prefix; 1990 means all of 1990).")
     BBOX = Query("", description="lat0,lat1,lon0,lon1: keep datasets whose region overlaps this box.")
+    PAGE_LIMIT = Query(None, ge=1, le=MAX_PAGE, description="Datasets per page (at most 1,000).")
+    HOME_LIMIT = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Datasets per page (at most 1,000).")
+    PAGE_OFFSET = Query(0, ge=0, description="Datasets to skip (the Link header's next page names it).")
 
     @app.get("/", response_class=HTMLResponse, summary="Catalog page", responses=PAGE_ERRORS)
     @app.get("/datasets", response_class=HTMLResponse, include_in_schema=False)
     def catalog_html(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                     bbox: str = BBOX, principal: Principal = PRINCIPAL) -> HTMLResponse:
-        return page("catalog.html", catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal),
-                    principal)
+                     bbox: str = BBOX, limit: int = HOME_LIMIT, offset: int = PAGE_OFFSET,
+                     principal: Principal = PRINCIPAL) -> HTMLResponse:
+        return page("catalog.html", catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal,
+                                                 offset, limit), principal)
 
-    @app.get("/index.json", summary="Catalog page as JSON: filter, hits (best first) and facets",
+    @app.get("/index.json", summary="Catalog page as JSON: filter, one page of hits (best first), facets, paging",
              responses=PAGE_ERRORS)
     def catalog_json(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                     bbox: str = BBOX, principal: Principal = PRINCIPAL) -> dict[str, Any]:
-        return catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal)
+                     bbox: str = BBOX, limit: int = HOME_LIMIT, offset: int = PAGE_OFFSET,
+                     principal: Principal = PRINCIPAL) -> dict[str, Any]:
+        return catalog_page(view, CatalogFilter.parse(q, attribute, start, end, bbox), principal, offset, limit)
 
     @app.get("/datasets.json", summary="The published datasets: a JSON array of summaries (same filters as /)",
-             responses=PAGE_ERRORS)
-    def datasets_json(q: str = Q, attribute: list[str] = ATTR, start: str = START, end: str = END,
-                      bbox: str = BBOX, principal: Principal = PRINCIPAL) -> list[dict[str, Any]]:
+             description="With `limit` (and `offset`) one page, by id (best first when filtered): the header "
+             "X-Total-Count says how many match, and Link names the next and previous pages (RFC 8288). "
+             "Without either, every dataset.", responses=PAGE_ERRORS)
+    def datasets_json(request: Request, q: str = Q, attribute: list[str] = ATTR, start: str = START,
+                      end: str = END, bbox: str = BBOX, limit: int | None = PAGE_LIMIT, offset: int = PAGE_OFFSET,
+                      principal: Principal = PRINCIPAL) -> Response:
         f = CatalogFilter.parse(q, attribute, start, end, bbox)
-        if not f.active:
-            return [summary_json(s) for s in service.datasets(principal)]
-        return [summary_json(h.summary) for h in view.index(principal).search(f)]
+        if limit is None and not offset:  # the whole listing, as before paging
+            listed = [summary_json(s) for s in service.datasets(principal)] if not f.active else \
+                [summary_json(h.summary) for h in view.index(principal).search(f)]
+            return JSONResponse(listed, headers={"X-Total-Count": str(len(listed))})
+        size = DEFAULT_PAGE if limit is None else limit
+        if f.active:  # the full search (attributes, units, standard names…), one slice of it
+            hits = view.index(principal).search(f)
+            page = CatalogPage(len(hits), offset, tuple(hits[offset:offset + size]), service.catalog.version)
+            body = [summary_json(h.summary) for h in page.datasets]  # type: ignore[union-attr]
+        else:  # the catalog's own page, by id, from memory
+            page = service.page(offset, size, f.q, principal)
+            body = [summary_json(s) for s in summaries(page)]
+        headers = {"X-Total-Count": str(page.total)}
+        links = link_header(request.url.path, request.query_params, page, size)
+        if links:
+            headers["Link"] = links
+        return JSONResponse(body, headers=headers)
 
     # -- one dataset --------------------------------------------------------------------
 
@@ -436,6 +462,8 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
             "Content-Disposition": f'attachment; filename="{result_filename(execution.schema, sql, kind.extension)}"',
             "X-Dstp-Query-Id": execution.query_id,
             schema_name: schema_value,
+            # The version of each dataset the result was computed on, as in the schema's dstp:version.
+            VERSION_HEADER: version_header(execution.schema),
         }
         if kind.streamed:
             # Whether max_result_rows/max_result_bytes can cut this result, decided before the status line;
@@ -593,6 +621,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
         return response
 
     app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
+    app.include_router(feed_router(service, current_principal))  # /changes, /changes/stream
     return app
 
 

@@ -29,6 +29,8 @@ from dstp.http import stac
 from dstp.http.erddap import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
 from dstp.http.erddap_meta import all_datasets, info_table, search_table
 from dstp.http.error_responses import incident
+from dstp.http.paging import DEFAULT_PAGE, erddap_page, next_offset, page_url, summaries
+from dstp.service.feed import MAX_PAGE
 from dstp.service import DstpService
 from dstp.settings import Settings
 
@@ -146,6 +148,15 @@ def _send(body: bytes | str, ext: str, name: str) -> Response:
     return Response(body, media_type=fmt.MEDIA_TYPES.get(ext, "text/plain"), headers=headers)
 
 
+def erddap_paging(request: Request) -> tuple[str, tuple[int, int] | None]:
+    """Return the request's query string without ERDDAP's page= and itemsPerPage=, and the (offset, limit) they
+    ask for (None: not given)."""
+    params = {k: v for k, v in request.query_params.items()}
+    rest = "&".join(part for part in request.url.query.split("&")
+                    if part.split("=", 1)[0] not in ("page", "itemsPerPage"))
+    return rest, erddap_page(params)
+
+
 def facade_router(service: DstpService, settings: Settings,
                   principal_of: Callable[[Request], Principal]) -> APIRouter:
     """Return the router of the ERDDAP and STAC facades and of ``/docs``."""
@@ -215,8 +226,10 @@ def facade_router(service: DstpService, settings: Settings,
         if dataset_id == ALL_DATASETS:
             if ext not in LIST_FORMATS:
                 raise QueryError(f"allDatasets answers {', '.join('.' + f for f in LIST_FORMATS)}")
-            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
-            listing = all_datasets(details, facade.base(request), request.url.query)
+            query, paged = erddap_paging(request)
+            ids = [s.id for s in service.datasets(principal)] if paged is None else \
+                [s.id for s in summaries(service.page(paged[0], paged[1], "", principal))]
+            listing = all_datasets([service.describe(i, principal) for i in ids], facade.base(request), query)
             return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, ALL_DATASETS), ext, ALL_DATASETS)
         ds = facade.dataset(dataset_id, principal)
         if ext == "das":
@@ -242,7 +255,12 @@ def facade_router(service: DstpService, settings: Settings,
         if ext not in LIST_FORMATS:
             raise QueryError(f"dataset lists answer {', '.join('.' + f for f in LIST_FORMATS)}")
         principal = principal_of(request)
-        details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+        if protocol:
+            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+        else:  # info/index: one page (ERDDAP's page=1&itemsPerPage=1000 unless asked otherwise)
+            offset, limit = erddap_paging(request)[1] or (0, MAX_PAGE)
+            details = [service.describe(s.id, principal)
+                       for s in summaries(service.page(offset, limit, "", principal))]
         listing = search_table(details, facade.base(request), "", protocol)
         return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "datasets"), ext, "datasets")
 
@@ -324,10 +342,26 @@ def facade_router(service: DstpService, settings: Settings,
 
     @router.get("/stac/collections", tags=["STAC"],
                 summary="Every dataset as a STAC Collection (datacube extension)")
-    def stac_collections(request: Request) -> JSONResponse:
+    def stac_collections(request: Request,
+                         limit: int = Query(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Collections per page."),
+                         offset: int = Query(0, ge=0, description="Collections to skip (the next link names it).")
+                         ) -> JSONResponse:
         principal, links = principal_of(request), facade.links(request)
-        return JSONResponse(stac.collections([stac.collection(service.describe(i, principal), links)
-                                              for i in visible(request)], links))
+        page = service.page(offset, limit, "", principal)
+        body = stac.collections([stac.collection(service.describe(s.id, principal), links) for s in summaries(page)],
+                                links)
+        # STAC API - Collections: numberMatched/numberReturned and next/prev links (OGC API - Common 2)
+        body["numberMatched"], body["numberReturned"] = page.total, len(page.datasets)
+        base = facade.base(request)
+        nxt = next_offset(page)
+        if nxt is not None:
+            body["links"].append({"rel": "next", "type": "application/json", "method": "GET",
+                                  "href": base + page_url(request.url.path, request.query_params, nxt, limit)})
+        if page.offset > 0:
+            body["links"].append({"rel": "prev", "type": "application/json", "method": "GET",
+                                  "href": base + page_url(request.url.path, request.query_params,
+                                                          max(0, page.offset - limit), limit)})
+        return JSONResponse(body)
 
     @router.get("/stac/collections/{dataset_id}", tags=["STAC"], summary="One dataset as a STAC Collection")
     def stac_collection(request: Request, dataset_id: str = Path(..., examples=["ccm3"])) -> JSONResponse:

@@ -30,7 +30,9 @@ from dstp.transport.codec import size_estimate
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
 from dstp.http.quicklook import geographic_columns, plain_number
 from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier
+from dstp.http.paging import DEFAULT_PAGE, summaries
 from dstp.http.search import CatalogFilter, SearchIndex
+from dstp.service.feed import MAX_PAGE
 from dstp.http.shapes import column_json, details_json, summary_json
 from dstp.http.snippets import FORMAT_LABELS, Endpoints, download_links, query_url, snippets
 
@@ -40,6 +42,8 @@ __all__ = ["CatalogView", "PageRenderer", "builder_page", "catalog_page", "datas
 MAX_LISTED_VALUES = 1000
 #: Search indexes kept, one per set of datasets some principal can see.
 INDEXES_KEPT = 32
+#: Most datasets the unfiltered catalog page counts facets over (each needs its description, once per version).
+FACETS_MAX = 1_000
 
 
 class CatalogView:
@@ -48,28 +52,31 @@ class CatalogView:
     def __init__(self, service: DstpService) -> None:
         self.service = service
         self._lock = threading.Lock()
-        self._details: dict[str, DatasetDetails] = {}
+        self._details: dict[str, tuple[int, DatasetDetails]] = {}
         self._values: dict[tuple[str, str], list[Any]] = {}
-        self._indexes: dict[tuple[str, ...], SearchIndex] = {}
+        self._indexes: dict[tuple[Any, ...], SearchIndex] = {}
 
     def details(self, dataset_id: str, principal: Principal) -> DatasetDetails:
         """Return the description of ``dataset_id`` (DatasetNotFoundError if unknown or not readable by ``principal``)."""
         self.service.require(principal, dataset_id)
+        # kept per version: a dataset changed while served (a new file) is described again
+        version = self.service.catalog.get(dataset_id).version
         with self._lock:
-            cached = self._details.get(dataset_id)
-        if cached is None:
-            cached = self.service.describe(dataset_id, principal)
+            kept = self._details.get(dataset_id)
+        if kept is None or kept[0] != version:
+            kept = (version, self.service.describe(dataset_id, principal))
             with self._lock:
-                self._details[dataset_id] = cached
-        return cached
+                self._details[dataset_id] = kept
+        return kept[1]
 
     def index(self, principal: Principal) -> SearchIndex:
         """Return the search index of the datasets ``principal`` may read."""
-        visible = tuple(s.id for s in self.service.datasets(principal))
+        catalog = self.service.catalog
+        visible = (catalog.version, *(s.id for s in self.service.datasets(principal)))
         with self._lock:
             found = self._indexes.get(visible)
         if found is None:
-            found = SearchIndex(self.details(i, principal) for i in visible)
+            found = SearchIndex(self.details(i, principal) for i in visible[1:])
             with self._lock:
                 self._indexes[visible] = found
                 while len(self._indexes) > INDEXES_KEPT:
@@ -127,26 +134,53 @@ def _query_string(f: CatalogFilter, attributes: tuple[str, ...]) -> str:
     return f"?{text}" if text else ""
 
 
-def catalog_page(view: CatalogView, f: CatalogFilter, principal: Principal) -> dict[str, Any]:
-    """Return the catalog page: the filter, matching datasets best first, and facets (with toggle links).
+def catalog_page(view: CatalogView, f: CatalogFilter, principal: Principal, offset: int = 0,
+                 limit: int = DEFAULT_PAGE) -> dict[str, Any]:
+    """Return one page of the catalog page: the filter, matching datasets (by id; best first when searched), facets
+    (with toggle links), and links to the next and previous pages.
 
-    Only datasets ``principal`` may read are searched, counted and faceted.
+    Only datasets ``principal`` may read are searched, counted and faceted. Without a filter the page comes from
+    the catalog's listing in memory (:meth:`DstpService.page`), and facets are counted only while there are at
+    most FACETS_MAX datasets (counting them reads every dataset's description).
     """
-    index = view.index(principal)
-    hits = index.search(f)
+    offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
+    if f.active:
+        index = view.index(principal)
+        hits = index.search(f)
+        total = len(hits)
+        shown = [summary_json(h.summary) | {"matches": list(h.matches), "score": h.score}
+                 for h in hits[offset:offset + limit]]
+        values = index.facets(hits, f)
+    else:
+        page = view.service.page(offset, limit, "", principal)
+        total = page.total
+        shown = [summary_json(s) | {"matches": [], "score": 0} for s in summaries(page)]
+        values = []
+        if total <= FACETS_MAX:
+            index = view.index(principal)
+            values = index.facets(index.search(f), f)
     facets = []
-    for v in index.facets(hits, f):
+    for v in values:
         toggled = tuple(a for a in f.attributes if a.casefold() != v.value.casefold()) if v.selected \
             else (*f.attributes, v.value)
         facets.append({"value": v.value, "count": v.count, "selected": v.selected,
                        "href": "/" + _query_string(f, toggled)})
+    here = _query_string(f, f.attributes)
+
+    def at(start: int) -> str:
+        joiner = "&" if here else "?"
+        return f"/{here}{joiner}{urlencode({'offset': start, 'limit': limit})}"
+
     return {
         "filter": {"q": f.q, "attribute": list(f.attributes), "start": f.start, "end": f.end,
                    "bbox": list(f.bbox) if f.bbox else None},
-        "query_string": _query_string(f, f.attributes),
-        "count": len(hits),
-        "datasets": [summary_json(h.summary) | {"matches": list(h.matches), "score": h.score} for h in hits],
-        "facets": {"attribute": facets},
+        "query_string": here,
+        "count": total,
+        "datasets": shown,
+        "facets": {"attribute": facets, "counted": f.active or total <= FACETS_MAX},
+        "paging": {"offset": offset, "limit": limit, "total": total,
+                   "next": at(offset + limit) if offset + limit < total else None,
+                   "prev": at(max(0, offset - limit)) if offset > 0 else None},
     }
 
 

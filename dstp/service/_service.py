@@ -7,13 +7,14 @@ import time
 from typing import Callable, Sequence
 
 from dstp.auth import ANONYMOUS, Principal
-from dstp.catalog.registry import Catalog
+from dstp.catalog.registry import Catalog, CatalogPage
 from dstp.errors import TicketError
 from dstp.metadata import DatasetDetails, DatasetSummary, dataset_details, dataset_summary
 from dstp.query.execute import PreparedQuery
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
+from dstp.service.feed import Feed, FeedPage
 from dstp.service.files import FileHandle, FileRequest, Files
 from dstp.service.offers import ChannelInfo, Offers
 from dstp.service.queries import Execution, Queries, QueryHandle
@@ -54,6 +55,8 @@ class DstpService:
         self.access = Access(catalog, clock)
         self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
+        self.feed = Feed(catalog, clock)
         #: Checks that the credential a principal was verified from still holds (revoked, expired): set by the
         #: server assembly to the authenticator's, so a ticket stops working with its token (AuthenticationError).
         self.revalidate: Callable[[Principal], None] = lambda principal: None
@@ -75,9 +78,21 @@ class DstpService:
         """Return the summaries of the published datasets ``principal`` may read, by id."""
         return sorted((dataset_summary(ds) for ds in self.access.catalog_for(principal)), key=lambda s: s.id)
 
+    def page(self, offset: int = 0, limit: int = 100, q: str = "", principal: Principal = ANONYMOUS) -> CatalogPage:
+        """Return one page of the datasets ``principal`` may read, by id, matching every word of ``q``."""
+        return self.feed.page(principal, offset, limit, q)
+
+    def changes(self, since: int = 0, epoch: str | None = None, limit: int = 1_000,
+                principal: Principal = ANONYMOUS) -> FeedPage:
+        """Return what changed after catalog version ``since`` in the datasets ``principal`` may read."""
+        return self.feed.changes(principal, since, epoch, limit)
+
     def describe(self, dataset_id: str, principal: Principal = ANONYMOUS) -> DatasetDetails:
         """Return the full description of one dataset (DatasetNotFoundError if ``principal`` may not read it)."""
-        return dataset_details(self.access.catalog_for(principal).get(dataset_id))
+        # One dataset's policy is asked, not every dataset's: a page of 100 descriptions at 10,000 datasets built
+        # the principal's whole catalog 100 times (0.4 s).
+        self.access.require(principal, dataset_id)
+        return dataset_details(self.catalog.snapshot().get(dataset_id))
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""
@@ -197,7 +212,8 @@ class DstpService:
         return self.admission.usage(principal.share_key, principal.name)
 
     def cancel_all(self) -> None:
-        """Interrupt every running query (server shutdown)."""
+        """Interrupt every running query and end every stream following the change feed (server shutdown)."""
+        self.feed.close()
         self.admission.cancel_all()
 
     def close(self) -> None:
