@@ -26,6 +26,7 @@ from dstp.errors import DatasetNotFoundError, DstpError, LimitExceededError, Not
 from dstp.hyperslabs import kept_rows
 from dstp.http import erddap_formats as fmt
 from dstp.http import stac
+from dstp.http import stac_items as stac_items_
 from dstp.http.erddap import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
 from dstp.http.erddap_meta import all_datasets, info_table, search_table
 from dstp.http.error_responses import incident
@@ -369,10 +370,76 @@ def facade_router(service: DstpService, settings: Settings,
                                             facade.links(request)))
 
     @router.get("/stac/collections/{dataset_id}/items", tags=["STAC"],
-                summary="A collection's items: none (dstp serves data cubes; see the collection's assets)")
+                summary="A collection's items: one per file, with its time span (limit, offset, bbox, datetime)")
     def stac_items(request: Request, dataset_id: str) -> JSONResponse:
-        service.describe(dataset_id, principal_of(request))
-        return JSONResponse(stac.items(dataset_id, facade.links(request)), media_type="application/geo+json")
+        details = service.describe(dataset_id, principal_of(request))
+        params = dict(request.query_params)
+        params["collections"] = dataset_id
+        search = stac_items_.parse_search(params)
+        found, matched = stac_items_.items_of([details], facade.links(request), search)
+        return _item_page(request, found, matched, search, extra=[
+            {"rel": "collection", "href": f"{facade.base(request)}/stac/collections/{dataset_id}",
+             "type": "application/json"}])
+
+    @router.get("/stac/collections/{dataset_id}/items/{item}", tags=["STAC"],
+                summary="One item: a file of the dataset")
+    def stac_item(request: Request, dataset_id: str, item: str) -> JSONResponse:
+        details = service.describe(dataset_id, principal_of(request))
+        f = next((f for f in details.files if f.name == item), None)
+        if f is None:
+            raise NotFoundError(f"dataset {dataset_id} has no file {item!r}; its items are listed at "
+                                f"/stac/collections/{dataset_id}/items")
+        return JSONResponse(stac_items_.item_of(details, f, facade.links(request)),
+                            media_type="application/geo+json")
+
+    def _item_page(request: Request, found: list[dict[str, Any]], matched: int, search: stac_items_.Search,
+                   post: dict[str, Any] | None = None, extra: Any = ()) -> JSONResponse:
+        base = facade.base(request)
+        self_href = base + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        nxt: dict[str, Any] | None = None
+        if search.offset + len(found) < matched:
+            offset = search.offset + len(found)
+            if post is None:
+                nxt = {"rel": "next", "type": "application/geo+json", "method": "GET",
+                       "href": base + page_url(request.url.path, request.query_params, offset, search.limit)}
+            else:  # STAC API: a POST search's next link repeats the body with the new token
+                nxt = {"rel": "next", "type": "application/geo+json", "method": "POST", "merge": False,
+                       "href": base + request.url.path, "body": {**post, "offset": offset, "limit": search.limit}}
+        body = stac_items_.feature_collection(found, matched, self_href, nxt, [
+            {"rel": "root", "href": f"{base}/stac", "type": "application/json"}, *extra])
+        return JSONResponse(body, media_type="application/geo+json")
+
+    def _search(request: Request, params: dict[str, Any], post: dict[str, Any] | None) -> JSONResponse:
+        principal, links = principal_of(request), facade.links(request)
+        search = stac_items_.parse_search(params)
+        wanted = search.collections
+        ids = [s.id for s in service.datasets(principal)] if wanted is None else list(wanted)
+        if search.ids is not None and wanted is None:  # an item id names its collection: dataset/file
+            ids = [i for i in ids if any(x.startswith(i + "/") for x in search.ids)]
+        details = []
+        for dataset_id in ids:
+            try:
+                details.append(service.describe(dataset_id, principal))
+            except DatasetNotFoundError:
+                continue  # an unknown or hidden collection matches nothing (STAC: no error for a filter)
+        found, matched = stac_items_.items_of(details, links, search)
+        return _item_page(request, found, matched, search, post)
+
+    @router.get("/stac/search", tags=["STAC"],
+                summary="STAC API item search: bbox, datetime, collections, ids, limit (files as items)")
+    def stac_search_get(request: Request) -> JSONResponse:
+        return _search(request, dict(request.query_params), None)
+
+    @router.post("/stac/search", tags=["STAC"], summary="STAC API item search with a JSON body")
+    async def stac_search_post(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise QueryError("the search body is not JSON; send e.g. {\"collections\": [\"ccm3\"], \"limit\": 10}") \
+                from None
+        if not isinstance(body, dict):
+            raise QueryError("the search body must be a JSON object")
+        return await anyio.to_thread.run_sync(lambda: _search(request, body, body))
 
     # -- the API's docs, offline --------------------------------------------------------------
 

@@ -7,7 +7,7 @@ Framework-free page models, as :mod:`dstp.http.pages`: the router
     /stac/conformance             the conformance classes: STAC API core and collections
     /stac/collections             every dataset the caller may read, as a STAC Collection
     /stac/collections/{id}        one of them
-    /stac/collections/{id}/items  an empty FeatureCollection: dstp serves cubes, not scenes
+    /stac/collections/{id}/items  its files as Items, and /stac/search (see dstp.http.stac_items)
 
 Each Collection carries the datacube extension (``cube:dimensions`` with
 extents, steps and reference systems; ``cube:variables`` with units and
@@ -32,6 +32,11 @@ CONFORMANCE = [
     "https://api.stacspec.org/v1.0.0/core",
     "https://api.stacspec.org/v1.0.0/collections",
     "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
+    # item search over the files (dstp.http.stac_items)
+    "https://api.stacspec.org/v1.0.0/item-search",
+    "https://api.stacspec.org/v1.0.0/ogcapi-features",
+    "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/core",
+    "http://www.opengis.net/spec/ogcapi-features-1/1.0/conf/geojson",
 ]
 _SPDX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+-]*$")
 
@@ -189,6 +194,8 @@ def landing(ids: list[str], links: Links) -> dict[str, Any]:
             {"rel": "root", "href": base, "type": "application/json"},
             {"rel": "conformance", "href": f"{base}/conformance", "type": "application/json"},
             {"rel": "data", "href": f"{base}/collections", "type": "application/json"},
+            {"rel": "search", "href": f"{base}/search", "type": "application/geo+json", "method": "GET"},
+            {"rel": "search", "href": f"{base}/search", "type": "application/geo+json", "method": "POST"},
             {"rel": "service-desc", "href": f"{links.http}/openapi.json", "type": "application/vnd.oai.openapi+json;version=3.0"},
             {"rel": "service-doc", "href": f"{links.http}/docs", "type": "text/html"},
             *child,
@@ -204,12 +211,4 @@ def collections(items: list[dict[str, Any]], links: Links) -> dict[str, Any]:
     base = f"{links.http}/stac"
     return {"collections": items,
             "links": [{"rel": "self", "href": f"{base}/collections", "type": "application/json"},
-                      {"rel": "root", "href": base, "type": "application/json"}]}
-
-
-def items(dataset_id: str, links: Links) -> dict[str, Any]:
-    base = f"{links.http}/stac"
-    return {"type": "FeatureCollection", "features": [], "numberReturned": 0,
-            "links": [{"rel": "self", "href": f"{base}/collections/{dataset_id}/items", "type": "application/geo+json"},
-                      {"rel": "collection", "href": f"{base}/collections/{dataset_id}", "type": "application/json"},
                       {"rel": "root", "href": base, "type": "application/json"}]}

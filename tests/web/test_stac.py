@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 import pystac.validation
@@ -53,7 +55,7 @@ def test_every_collection_validates_and_describes_its_cube(http: httpx.Client, n
         assert "xarray" in collection.assets and collection.assets["xarray"].href.endswith("/" + collection.id)
 
 
-def test_a_collection_by_id_and_its_items(http: httpx.Client) -> None:
+def test_a_collection_by_id_and_its_items(http: httpx.Client, catalog_root: Path) -> None:
     ccm3 = http.get("/stac/collections/ccm3").json()
     dims = ccm3["cube:dimensions"]
     assert dims["lat"] == {"type": "spatial", "axis": "y", "extent": [-87.86, 87.86], "reference_system": 4326,
@@ -61,7 +63,9 @@ def test_a_collection_by_id_and_its_items(http: httpx.Client) -> None:
     assert ccm3["extent"]["spatial"]["bbox"] == [[-180.0, -87.86, 180.0, 87.86]]
     assert ccm3["assets"]["erddap-griddap"]["href"].endswith("/erddap/griddap/ccm3.html")
     items = http.get("/stac/collections/ccm3/items")
-    assert items.status_code == 200 and items.json()["features"] == []
+    assert items.status_code == 200
+    files = sorted(p.name for p in (catalog_root / "ccm3").glob("*.nc"))  # an item per file, in file order
+    assert [f["id"] for f in items.json()["features"]] == [f"ccm3/{name}" for name in files][:10]
     missing = http.get("/stac/collections/nosuch")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "dataset_not_found"
 
