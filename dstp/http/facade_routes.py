@@ -35,7 +35,7 @@ from dstp.service.feed import MAX_PAGE
 from dstp.service import DstpService
 from dstp.settings import Settings
 
-__all__ = ["facade_router", "MAX_ASSEMBLED_BYTES"]
+__all__ = ["facade_router", "MAX_ASSEMBLED_BYTES", "whole_result"]
 
 #: Largest result (Arrow bytes) an ERDDAP answer assembles before it is sent (ERDDAP too writes whole files).
 MAX_ASSEMBLED_BYTES = 512 * 2**20
@@ -61,6 +61,27 @@ def _split(name: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     if ext not in allowed:
         raise QueryError(f"format .{ext} is not supported here; use one of {', '.join('.' + a for a in allowed)}")
     return dataset, ext
+
+
+def whole_result(service: DstpService, sql: str, principal: Principal,
+                 cancel: threading.Event | None = None) -> pa.Table:
+    """Return the whole result of ``sql`` run by the service for a door that answers in one piece (ERDDAP files,
+    Zarr chunks): LimitExceededError (413) past MAX_ASSEMBLED_BYTES, or when the server would truncate it."""
+    execution = service.run(sql, cancel, principal)
+    try:
+        batches, size = [], 0
+        for batch in execution.batches():
+            size += batch.nbytes
+            if size > MAX_ASSEMBLED_BYTES:
+                raise LimitExceededError(f"the request needs more than {MAX_ASSEMBLED_BYTES // 2**20} MiB; "
+                                         "ask for a smaller subset (fewer variables, a narrower range or a stride)")
+            batches.append(batch)
+        if execution.summary.truncated:
+            raise LimitExceededError(f"the result is larger than this server sends ({execution.summary.truncated_reason});"
+                                     " ask for a smaller subset")
+        return pa.Table.from_batches(batches, schema=execution.schema)
+    finally:
+        execution.close()
 
 
 class _Facade:
@@ -111,21 +132,7 @@ class _Facade:
 
     def table(self, sql: str, principal: Principal, cancel: threading.Event | None = None) -> pa.Table:
         """Return the whole result of ``sql`` run by the service (413 past MAX_ASSEMBLED_BYTES or a server limit)."""
-        execution = self.service.run(sql, cancel, principal)
-        try:
-            batches, size = [], 0
-            for batch in execution.batches():
-                size += batch.nbytes
-                if size > MAX_ASSEMBLED_BYTES:
-                    raise LimitExceededError(f"the request needs more than {MAX_ASSEMBLED_BYTES // 2**20} MiB; "
-                                   "ask for a smaller subset (fewer variables, a narrower range or a stride)")
-                batches.append(batch)
-            if execution.summary.truncated:
-                raise LimitExceededError(f"the result is larger than this server sends ({execution.summary.truncated_reason});"
-                               " ask for a smaller subset")
-            return pa.Table.from_batches(batches, schema=execution.schema)
-        finally:
-            execution.close()
+        return whole_result(self.service, sql, principal, cancel)
 
     def base(self, request: Request) -> str:
         return str(request.base_url).rstrip("/")

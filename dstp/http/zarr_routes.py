@@ -1,0 +1,129 @@
+"""The Zarr v3 store door: ``/zarr/<dataset>/…`` for xr.open_zarr, zarr-python, zarrita.js, GDAL.
+
+The store's documents and chunks are made by :mod:`dstp.zarr_v3`; this
+router only translates: it asks the service for the dataset as the caller
+may see it (``describe``: a hidden dataset is not found, 404, like any
+unknown one), and every chunk is one query the service runs for that caller
+(policy, admission, audit). A key the store does not hold is a 404, which
+Zarr readers take as "not there"; errors are JSON ``{"error": …}`` as on the
+rest of the HTTP API.
+
+Coordinate values (what a hyperslab's predicates are built from) are read
+once per dataset version and kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import anyio
+import numpy as np
+import pyarrow as pa
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from dstp.auth import Principal
+from dstp.errors import NotFoundError
+from dstp.hyperslabs import Axis, quote_name
+from dstp.metadata import DatasetDetails
+from dstp.http.facade_routes import whole_result
+from dstp.service import DstpService
+from dstp.zarr_v3 import ZarrStore, axis_columns
+
+__all__ = ["zarr_router"]
+
+#: Datasets whose coordinate values are kept at once (the least recently used is dropped first).
+KEPT_DATASETS = 64
+
+
+class _Axes:
+    """Coordinate values per (dataset, version): the Arrow column as read, and the Axis the slab queries use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, object], tuple[dict[str, Axis], dict[str, pa.Array]]] = OrderedDict()
+
+    def of(self, store_id: str, version: object, details: DatasetDetails, run: Callable[[str], pa.Table]
+           ) -> tuple[dict[str, Axis], dict[str, pa.Array]]:
+        key = (store_id, version)
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+                return found
+        columns = axis_columns(details)
+        axes: dict[str, Axis] = {}
+        raw: dict[str, pa.Array] = {}
+        for d in details.dimensions:
+            column = columns.get(d.name)
+            if column is None:
+                axes[d.name] = Axis(d.name, d.size)
+                continue
+            values = run(f"select {quote_name(column)} from {quote_name(store_id)}").column(0).combine_chunks()
+            raw[d.name] = values
+            compared = np.asarray(values.to_numpy(zero_copy_only=False))
+            if compared.dtype.kind == "M":
+                compared = compared.astype("datetime64[us]")
+            axes[d.name] = Axis(d.name, d.size, column, compared, d.order)
+        with self._lock:
+            self._kept[key] = (axes, raw)
+            while len(self._kept) > KEPT_DATASETS:
+                self._kept.popitem(last=False)
+        return axes, raw
+
+
+def zarr_router(service: DstpService, principal_of: Callable[[Request], Principal]) -> APIRouter:
+    """Return the router of ``/zarr/<dataset>/…``."""
+    router = APIRouter()
+    axes_cache = _Axes()
+
+    def store(dataset_id: str, principal: Principal) -> ZarrStore:
+        details = service.describe(dataset_id, principal)
+
+        def run(sql: str) -> pa.Table:
+            return whole_result(service, sql, principal)
+
+        version = getattr(details.summary, "version", None)
+        axes, raw = axes_cache.of(dataset_id, version, details, run)
+        return ZarrStore(details, axes, raw, run)
+
+    async def in_thread(work: Callable[[], Response]) -> Response:
+        return await anyio.to_thread.run_sync(work)
+
+    @router.get("/zarr/{dataset_id}/zarr.json", tags=["Zarr"],
+                summary="A dataset as a Zarr v3 group: attributes and every array's metadata (consolidated)")
+    async def group(request: Request, dataset_id: str) -> Response:
+        principal = principal_of(request)
+        return await in_thread(lambda: JSONResponse(store(dataset_id, principal).group_metadata()))
+
+    @router.get("/zarr/{dataset_id}/{array}/zarr.json", tags=["Zarr"], summary="One array's Zarr v3 metadata")
+    async def array(request: Request, dataset_id: str, array: str) -> Response:
+        principal = principal_of(request)
+        return await in_thread(lambda: JSONResponse(store(dataset_id, principal).array_metadata(array)))
+
+    @router.get("/zarr/{dataset_id}/{array}/c", tags=["Zarr"], include_in_schema=False)
+    @router.get("/zarr/{dataset_id}/{array}/c/{index:path}", tags=["Zarr"],
+                summary="One chunk: little-endian values in C order, e.g. /zarr/ccm3/temperature/c/0/0/0/0")
+    async def chunk(request: Request, dataset_id: str, array: str, index: str = "") -> Response:
+        principal = principal_of(request)
+        try:
+            key = tuple(int(p) for p in index.split("/")) if index else ()
+        except ValueError:
+            raise NotFoundError(f"chunk key c/{index} is not a list of chunk indices (c/0/1/2)") from None
+
+        def answer() -> Response:
+            data = store(dataset_id, principal).chunk(array, key)
+            return Response(data, media_type="application/octet-stream")
+
+        return await in_thread(answer)
+
+    @router.get("/zarr/{dataset_id}/{rest:path}", include_in_schema=False)
+    async def other(request: Request, dataset_id: str, rest: str) -> Response:
+        principal = principal_of(request)
+        service.describe(dataset_id, principal)  # an unknown or hidden dataset is not found, like any other
+        raise NotFoundError(f"the Zarr store of {dataset_id} holds no key {rest!r}: its keys are zarr.json, "
+                            "<array>/zarr.json and <array>/c/<i>/<j>/…")
+
+    return router

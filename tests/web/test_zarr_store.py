@@ -1,0 +1,216 @@
+"""The Zarr v3 door: xr.open_zarr and zarr-python over HTTP read what xarray reads from the files.
+
+The oracle is xarray with its netCDF4 engine on the published files, each
+file opened on its own and concatenated along the aggregation dimension.
+Besides two bundled samples (ccm3: packed, 4-D; ocean) the archive written
+here has what real archives vary: a 360_day model in monthly files with
+packed int16 values and fill values on descending latitudes and 0…360
+longitudes, and a noleap one whose files state their time units per file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import netCDF4
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import oracle
+from dstp.auth import TokenStore
+from dstp.catalog.publish import publish
+from dstp.server import DstpServer
+from dstp.settings import Settings
+
+SPECS = {
+    **{k: oracle.DATASETS[k] for k in ("ccm3", "ocean")},
+    "model": {"folder": "model", "glob": "model_*.nc", "agg": "time", "rename": {}},
+    "monthly": {"folder": "monthly", "glob": "monthly_*.nc", "agg": "time", "rename": {}},
+}
+
+
+def _model(folder: Path) -> None:
+    """360_day monthly files: tas packed in int16 with _FillValue, lat north to south, lon 0…357.5."""
+    folder.mkdir()
+    rng = np.random.default_rng(7)
+    lat, lon = np.linspace(60.0, -60.0, 13), np.arange(0.0, 360.0, 22.5)
+    files = []
+    for m in range(3):
+        path = folder / f"model_{m:02d}.nc"
+        with netCDF4.Dataset(path, "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("lat", lat.size)
+            nc.createDimension("lon", lon.size)
+            t = nc.createVariable("time", "f8", ("time",))
+            t.units, t.calendar, t.standard_name, t.axis = "days since 2000-01-01", "360_day", "time", "T"
+            t[:] = np.arange(30) + 30 * m + 0.5
+            y = nc.createVariable("lat", "f4", ("lat",))
+            y.units, y.standard_name = "degrees_north", "latitude"
+            y[:] = lat
+            x = nc.createVariable("lon", "f4", ("lon",))
+            x.units, x.standard_name = "degrees_east", "longitude"
+            x[:] = lon
+            v = nc.createVariable("tas", "i2", ("time", "lat", "lon"), fill_value=np.int16(-32767))
+            v.scale_factor, v.add_offset, v.units, v.long_name = np.float32(0.01), np.float32(280.0), "K", "tas"
+            values = rng.normal(0, 10, (30, lat.size, lon.size))
+            values[rng.random(values.shape) < 0.05] = np.nan
+            v[:] = np.ma.masked_array(np.nan_to_num(values), mask=np.isnan(values))
+        files.append(path)
+    publish(files, "model")
+
+
+def _monthly(folder: Path) -> None:
+    """noleap files whose time units restart each month (days since the month's first day)."""
+    folder.mkdir()
+    for m, first in enumerate(("2001-01-01", "2001-02-01", "2001-03-01")):
+        ds = xr.Dataset({"pr": (("time", "y"), np.arange(3 * 5, dtype="f8").reshape(3, 5) * (m + 1),
+                                {"units": "mm/day"})},
+                        coords={"time": ("time", [0.0, 1.0, 2.0], {"units": f"days since {first}",
+                                                                   "calendar": "noleap", "standard_name": "time"}),
+                                "y": ("y", np.arange(5.0), {"units": "m"})})
+        ds.to_netcdf(folder / f"monthly_{m}.nc")
+    publish(sorted(folder.glob("monthly_*.nc")), "monthly")
+
+
+@pytest.fixture(scope="module")
+def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    here = tmp_path_factory.mktemp("zarr")
+    for name in ("ccm3", "ocean"):
+        shutil.copytree(catalog_root / name, here / name)
+    _model(here / "model")
+    _monthly(here / "monthly")
+    secret = here / "secret"
+    shutil.copytree(catalog_root / "ocean", secret)
+    xml = next(secret.glob("*.dstp.xml"))
+    text = xml.read_text().replace('id="ocean"', 'id="secret"')
+    assert '<access policy="public"/>' in text
+    xml.write_text(text.replace('<access policy="public"/>', '<access policy="restricted" groups="polar"/>'))
+    return here
+
+
+@pytest.fixture(scope="module")
+def served(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    store = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens = TokenStore(store)
+    issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}
+    settings_ = Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1, token_store=store,
+                         allow_anonymous="true")
+    with DstpServer(settings_) as srv:
+        assert srv.endpoints is not None
+        yield f"http://{srv.endpoints.http}", issued
+
+
+def local(root: Path, dataset: str) -> xr.Dataset:
+    spec = SPECS[dataset]
+    parts = []
+    for f in sorted((root / spec["folder"]).glob(spec["glob"])):
+        with xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as part:
+            parts.append(part.load())
+    ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim=spec["agg"], data_vars="minimal", coords="minimal",
+                                                     compat="override")
+    return ds.sortby(spec["agg"]).rename(spec["rename"]) if spec["agg"] else ds.rename(spec["rename"])
+
+
+def remote(url: str, dataset: str) -> xr.Dataset:
+    return xr.open_zarr(f"{url}/zarr/{dataset}", zarr_format=3, consolidated=True,
+                        decode_times=xr.coders.CFDatetimeCoder(use_cftime=True))
+
+
+def same(got: xr.DataArray, want: xr.DataArray, what: str) -> None:
+    g, w = np.asarray(got.values), np.asarray(want.values)
+    assert g.shape == w.shape, (what, g.shape, w.shape)
+    if w.dtype.kind == "f":
+        np.testing.assert_array_equal(g.astype("f8"), w.astype("f8"), err_msg=what)
+    else:
+        assert g.tolist() == w.tolist(), what
+
+
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "model", "monthly"])
+def test_open_zarr_reads_every_variable_as_xarray_reads_the_files(served, root: Path, dataset: str) -> None:
+    url, _ = served
+    want, got = local(root, dataset), remote(url, dataset)
+    for dim, size in want.sizes.items():
+        if dim not in ("nbnd", "bnds"):
+            assert got.sizes[dim] == size, dim
+    for name, var in want.data_vars.items():
+        if name.endswith("_bnds") or var.dtype.kind in "OSU" or not var.dims:
+            continue
+        assert name in got.data_vars, name
+        assert got[name].dims == var.dims, name
+        assert got[name].dtype == var.dtype, name
+        same(got[name], var, name)
+        for key in ("units", "long_name", "standard_name"):
+            if key in var.attrs:
+                assert str(got[name].attrs.get(key)) == str(var.attrs[key]), (name, key)
+    for name, coord in want.coords.items():
+        if coord.dtype.kind in "OSU" and not (coord.size and hasattr(coord.values.flat[0], "calendar")):
+            continue
+        assert name in got.coords, name
+        same(got[name], coord, name)
+
+
+def test_zarr_python_reads_a_chunk_and_the_group(served, root: Path) -> None:
+    url, _ = served
+    group = zarr.open_group(f"{url}/zarr/model", mode="r", zarr_format=3)
+    tas = group["tas"]
+    assert tas.metadata.dimension_names == ("time", "lat", "lon")
+    want = local(root, "model")["tas"].values
+    np.testing.assert_array_equal(tas[40:50, 2:9, 3], want[40:50, 2:9, 3])  # across two files' boundary
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_slab_through_zarr_equals_the_files(served, root: Path, data: st.DataObject) -> None:
+    url, _ = served
+    want = local(root, "model")["tas"]
+    got = remote(url, "model")["tas"]
+    key = []
+    for n in want.shape:
+        a = data.draw(st.integers(0, n - 1))
+        b = data.draw(st.integers(a + 1, n))
+        step = data.draw(st.integers(1, 4))
+        key.append(slice(a, b, step))
+    same(got[tuple(key)], want[tuple(key)], str(key))
+
+
+def test_a_restricted_store_is_not_found_for_others(served) -> None:
+    url, tokens = served
+    for who, status in (("alice", 200), ("bob", 404), (None, 404)):
+        headers = {"Authorization": f"Bearer {tokens[who]}"} if who else {}
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            assert http.get("/zarr/secret/zarr.json").status_code == status
+            assert http.get("/zarr/secret/salinity/c/0/0/0/0").status_code == status
+
+
+def test_keys_the_store_does_not_hold_are_404_naming_what_exists(served) -> None:
+    url, _ = served
+    with httpx.Client(base_url=url, timeout=30) as http:
+        missing = http.get("/zarr/model/nosuch/zarr.json")
+        assert missing.status_code == 404 and "tas" in missing.text
+        outside = http.get("/zarr/model/tas/c/99/0/0")
+        assert outside.status_code == 404 and "outside its chunk grid" in outside.text
+        assert http.get("/zarr/model/.zattrs").status_code == 404  # a v2 key: Zarr readers take 404 as absent
+        assert http.get("/zarr/nosuch/zarr.json").status_code == 404
+
+
+def test_the_store_lists_the_files_variables_and_reads_chunks_through_queries(served, root: Path) -> None:
+    url, _ = served
+    got = remote(url, "ccm3")
+    want = local(root, "ccm3")
+    data = {n for n, v in want.data_vars.items() if v.dims and v.dtype.kind == "f" and not n.endswith("_bnds")}
+    assert data and data <= set(got.data_vars)  # every numeric variable of the files is there
+    with httpx.Client(base_url=url, timeout=30) as http:
+        meta = http.get("/zarr/ccm3/temperature/zarr.json").json()
+        chunk = http.get("/zarr/ccm3/temperature/c/0/0/0/0")
+    assert chunk.status_code == 200
+    assert len(chunk.content) == np.prod(meta["chunk_grid"]["configuration"]["chunk_shape"]) * 4
+    first = np.frombuffer(chunk.content, "<f4").reshape(meta["chunk_grid"]["configuration"]["chunk_shape"])
+    n = [min(c, s) for c, s in zip(first.shape, meta["shape"])]
+    np.testing.assert_array_equal(first[: n[0], : n[1], : n[2], : n[3]],
+                                  want["temperature"].values[: n[0], : n[1], : n[2], : n[3]])
