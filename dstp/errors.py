@@ -24,6 +24,7 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     │   ├── FileNotPublishedError       NOT_FOUND            404  file_not_published
     │   └── RouteNotFoundError          NOT_FOUND            404  not_found
     ├── LimitExceededError              RESOURCE_EXHAUSTED   429  limit_exceeded
+    │   ├── ResultTooLargeError         RESOURCE_EXHAUSTED   413  too_large
     │   └── TruncatedResultError        RESOURCE_EXHAUSTED   429  truncated
     ├── QueryTimeoutError               DEADLINE_EXCEEDED    504  timeout
     ├── CancelledError                  CANCELLED            499  cancelled
@@ -63,6 +64,7 @@ __all__ = [
     "ForbiddenQueryError",
     "IntegrityError",
     "LimitExceededError",
+    "ResultTooLargeError",
     "MethodNotAllowedError",
     "NotFoundError",
     "ProtocolError",
@@ -242,6 +244,14 @@ class LimitExceededError(DstpError):
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class ResultTooLargeError(LimitExceededError):
+    """The answer asked for is larger than this door sends in one piece (its size, known before it is read, is
+    in the message): ask for a smaller one. Waiting does not help."""
+
+    http_status = 413
+    code = "too_large"
 
 
 class TruncatedResultError(LimitExceededError):

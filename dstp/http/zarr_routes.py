@@ -14,70 +14,26 @@ once per dataset version and kept.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Callable
 
 import anyio
-import numpy as np
 import pyarrow as pa
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from dstp.auth import Principal
 from dstp.errors import NotFoundError
-from dstp.hyperslabs import Axis, quote_name
-from dstp.metadata import DatasetDetails
+from dstp.http.axis_cache import AxisCache
 from dstp.http.facade_routes import whole_result
 from dstp.service import DstpService
-from dstp.zarr_v3 import ZarrStore, axis_columns
+from dstp.zarr_v3 import ZarrStore
 
 __all__ = ["zarr_router"]
-
-#: Datasets whose coordinate values are kept at once (the least recently used is dropped first).
-KEPT_DATASETS = 64
-
-
-class _Axes:
-    """Coordinate values per (dataset, version): the Arrow column as read, and the Axis the slab queries use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[tuple[str, object], tuple[dict[str, Axis], dict[str, pa.Array]]] = OrderedDict()
-
-    def of(self, store_id: str, version: object, details: DatasetDetails, run: Callable[[str], pa.Table]
-           ) -> tuple[dict[str, Axis], dict[str, pa.Array]]:
-        key = (store_id, version)
-        with self._lock:
-            found = self._kept.get(key)
-            if found is not None:
-                self._kept.move_to_end(key)
-                return found
-        columns = axis_columns(details)
-        axes: dict[str, Axis] = {}
-        raw: dict[str, pa.Array] = {}
-        for d in details.dimensions:
-            column = columns.get(d.name)
-            if column is None:
-                axes[d.name] = Axis(d.name, d.size)
-                continue
-            values = run(f"select {quote_name(column)} from {quote_name(store_id)}").column(0).combine_chunks()
-            raw[d.name] = values
-            compared = np.asarray(values.to_numpy(zero_copy_only=False))
-            if compared.dtype.kind == "M":
-                compared = compared.astype("datetime64[us]")
-            axes[d.name] = Axis(d.name, d.size, column, compared, d.order)
-        with self._lock:
-            self._kept[key] = (axes, raw)
-            while len(self._kept) > KEPT_DATASETS:
-                self._kept.popitem(last=False)
-        return axes, raw
-
 
 def zarr_router(service: DstpService, principal_of: Callable[[Request], Principal]) -> APIRouter:
     """Return the router of ``/zarr/<dataset>/…``."""
     router = APIRouter()
-    axes_cache = _Axes()
+    axes_cache = AxisCache()
 
     def store(dataset_id: str, principal: Principal) -> ZarrStore:
         details = service.describe(dataset_id, principal)

@@ -10,6 +10,7 @@
 #   |   +-- dstp_dataset_not_found      dataset_not_found (404)
 #   |   +-- dstp_file_not_published     file_not_published (404)
 #   +-- dstp_limit_exceeded             limit_exceeded (429)
+#   |   +-- dstp_too_large              too_large (413)
 #   |   +-- dstp_truncated              truncated (429)
 #   +-- dstp_timeout                    timeout (504)
 #   +-- dstp_cancelled                  cancelled (499)
@@ -36,6 +37,7 @@ DSTP_CLASSES <- list(
   dataset_not_found = c("dstp_dataset_not_found", "dstp_not_found"),
   file_not_published = c("dstp_file_not_published", "dstp_not_found"),
   limit_exceeded = "dstp_limit_exceeded",
+  too_large = c("dstp_too_large", "dstp_limit_exceeded"),
   truncated = c("dstp_truncated", "dstp_limit_exceeded"),
   timeout = "dstp_timeout",
   cancelled = "dstp_cancelled",
@@ -62,6 +64,7 @@ STATUS_CLASSES <- list(
   "404" = "dstp_not_found",
   "405" = "dstp_method_not_allowed",
   "409" = "dstp_catalog_error",
+  "413" = "dstp_too_large",
   "429" = "dstp_limit_exceeded",
   "499" = "dstp_cancelled",
   "500" = "dstp_server_error",

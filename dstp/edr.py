@@ -1,0 +1,427 @@
+"""OGC API – Environmental Data Retrieval 1.1 on the query engine: position, area and cube queries.
+
+Framework-free: :mod:`dstp.http.edr_routes` serves it at ``/edr``. An EDR
+query becomes one dstp SQL query (the service runs it under the caller's
+policy, admission and audit) and its records become CoverageJSON or CSV:
+
+- **position** ``coords=POINT(lon lat)``: the grid cell nearest the point
+  (nearest coordinate value along each horizontal axis, as
+  ``ds.sel(lat=…, lon=…, method="nearest")``; a tie goes to the lower index),
+  every time and level asked for — a CoverageJSON ``PointSeries``;
+- **area** ``coords=POLYGON((…))``: the cells whose centres lie inside the
+  polygon (or on its edge) — a ``Grid`` whose cells outside are null;
+- **cube** ``bbox=west,south,east,north``: the cells whose centres lie in the box — a ``Grid``.
+
+``datetime`` (an instant, or ``a/b`` with ``..`` for an open end) and ``z``
+(a value, ``a/b``, or a list ``a,b``) narrow the time and vertical axes;
+``parameter-name`` picks the variables (default: all). Longitudes are
+−180…180 in requests whatever the files store (0…360 is converted). Before
+anything is read the size is known from the axes; past :data:`MAX_VALUES`
+values the query is refused (413) with that figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dstp.errors import QueryError, ResultTooLargeError
+from dstp.hyperslabs import Axis, quote_name, sql_literal
+from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
+
+__all__ = ["MAX_VALUES", "EdrQuery", "collection", "coverage_json", "csv_text", "parse_query", "plan_sql"]
+
+#: The most values (records × parameters) one EDR answer holds.
+MAX_VALUES = 20_000_000
+
+CONFORMANCE = [
+    "http://www.opengis.net/spec/ogcapi-edr-1/1.1/conf/core",
+    "http://www.opengis.net/spec/ogcapi-edr-1/1.1/conf/collections",
+    "http://www.opengis.net/spec/ogcapi-edr-1/1.1/conf/json",
+    "http://www.opengis.net/spec/ogcapi-edr-1/1.1/conf/covjson",
+    "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/core",
+    "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
+]
+QUERY_TYPES = ("position", "area", "cube")
+FORMATS = ("CoverageJSON", "CSV")
+
+
+@dataclass(frozen=True, slots=True)
+class EdrQuery:
+    kind: str
+    #: position: (lon, lat); area: the polygon's exterior ring; cube: west, south, east, north
+    geometry: Any
+    start: str | None
+    end: str | None
+    z: tuple[float, float] | tuple[float, ...] | None
+    z_list: bool
+    parameters: tuple[str, ...]
+    fmt: str
+
+
+def _axes(d: DatasetDetails) -> dict[str, DimensionInfo]:
+    """Return the dataset's dimensions by CF axis (X, Y, Z, T), those that have one."""
+    out: dict[str, DimensionInfo] = {}
+    for dim in d.dimensions:
+        if dim.axis in ("X", "Y", "Z", "T") and dim.coordinate and dim.axis not in out:
+            out[dim.axis] = dim
+    return out
+
+
+def _instant(text: str) -> str | None:
+    text = text.strip()
+    if text in ("", ".."):
+        return None
+    if not re.fullmatch(r"-?\d{4,}-\d\d-\d\d([T ]\d\d:\d\d(:\d\d(\.\d+)?)?)?(Z|[+-]00:?00)?", text):
+        raise QueryError(f"datetime {text!r} is not an ISO 8601 instant (2001-03-01T00:00:00Z); an interval is a/b, "
+                         "an open end ..")
+    return re.sub(r"(Z|[+-]00:?00)$", "", text).replace("T", " ")
+
+
+def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> EdrQuery:
+    """Return an EDR query of ``kind`` from its parameters, or raise QueryError naming what to fix."""
+    from shapely import wkt
+    from shapely.errors import ShapelyError
+
+    if kind not in QUERY_TYPES:
+        raise QueryError(f"query type {kind!r} is not offered; this server answers {', '.join(QUERY_TYPES)}")
+    geometry: Any
+    if kind == "cube":
+        text = params.get("bbox", "")
+        try:
+            box = [float(v) for v in text.split(",")]
+        except ValueError:
+            box = []
+        if len(box) != 4:
+            raise QueryError(f"bbox {text!r} is not four numbers west,south,east,north")
+        w, s, e, n = box
+        if not (-90 <= s <= n <= 90 and -180 <= w <= e <= 180):
+            raise QueryError(f"bbox {text!r} is not west,south,east,north in degrees with west ≤ east and south ≤ "
+                             "north (a box across the antimeridian: ask for its two halves)")
+        geometry = (w, s, e, n)
+    else:
+        text = params.get("coords", "")
+        if not text:
+            raise QueryError(f"a {kind} query needs coords= ({'POINT(lon lat)' if kind == 'position' else 'POLYGON((lon lat, …))'})")
+        try:
+            shape = wkt.loads(text)
+        except (ShapelyError, ValueError, TypeError):
+            raise QueryError(f"coords {text!r} is not well-known text (WKT), e.g. POINT(-20 40)") from None
+        want = "Point" if kind == "position" else "Polygon"
+        if shape.geom_type != want:
+            raise QueryError(f"a {kind} query takes a {want.upper()}; coords is a {shape.geom_type.upper()}")
+        if kind == "position":
+            geometry = (float(shape.x), float(shape.y))
+            if not (-180 <= geometry[0] <= 360 and -90 <= geometry[1] <= 90):
+                raise QueryError(f"coords {text!r} is not lon lat in degrees")
+        else:
+            geometry = shape
+    start = end = None
+    if params.get("datetime"):
+        text = params["datetime"]
+        a, slash, b = text.partition("/")
+        start, end = _instant(a), (_instant(b) if slash else _instant(a))
+        if start is None and end is None:
+            raise QueryError(f"datetime {text!r} names no instant")
+    z: Any = None
+    z_list = False
+    if params.get("z"):
+        text = params["z"]
+        try:
+            if "/" in text:
+                lo, _, hi = text.partition("/")
+                z = (float(lo), float(hi))
+            else:
+                z = tuple(float(v) for v in text.split(","))
+                z_list = True
+        except ValueError:
+            raise QueryError(f"z {text!r} is not a level, a list of levels a,b or an interval a/b") from None
+    names = [c.name for c in details.attributes]
+    parameters = tuple(p.strip() for p in params.get("parameter-name", "").split(",") if p.strip()) or tuple(names)
+    unknown = [p for p in parameters if p not in names]
+    if unknown:
+        raise QueryError(f"parameter-name {unknown[0]!r} is not a parameter of {details.summary.id}; its parameters "
+                         f"are {', '.join(names)}")
+    fmt = params.get("f", "CoverageJSON") or "CoverageJSON"
+    fmt = {"coveragejson": "CoverageJSON", "covjson": "CoverageJSON", "json": "CoverageJSON", "csv": "CSV"}.get(
+        fmt.lower(), fmt)
+    if fmt not in FORMATS:
+        raise QueryError(f"f={fmt!r} is not offered; choose one of {', '.join(FORMATS)}")
+    return EdrQuery(kind, geometry, start, end, z, z_list, parameters, fmt)
+
+
+def _dataset_lon(lon: float, values: np.ndarray) -> float:
+    """Return a −180…180 longitude in the convention the dataset stores (0…360 when its values exceed 180)."""
+    return lon % 360.0 if values.size and float(np.nanmax(values)) > 180.0 else ((lon + 180.0) % 360.0) - 180.0
+
+
+def _nearest(values: np.ndarray, target: float) -> Any:
+    distance = np.abs(values.astype("f8") - target)
+    return values[int(np.argmin(distance))]
+
+
+def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tuple[str, int]:
+    """Return the SQL answering ``q`` and the number of values it returns (records × parameters), known before
+    it runs from the axes; raise ResultTooLargeError (413) past MAX_VALUES."""
+    by_axis = _axes(details)
+    if "X" not in by_axis or "Y" not in by_axis:
+        raise QueryError(f"{details.summary.id} has no longitude/latitude axes (X and Y): EDR position, area and "
+                         "cube queries need them")
+    x, y = by_axis["X"], by_axis["Y"]
+    xs, ys = axes[x.name].values, axes[y.name].values
+    assert xs is not None and ys is not None
+    where: list[str] = []
+    counts: dict[str, int] = {}
+    if q.kind == "position":
+        lon = _dataset_lon(q.geometry[0], xs)
+        lx, ly = _nearest(xs, lon), _nearest(ys, q.geometry[1])
+        where += [f"{quote_name(x.coordinate)} = {sql_literal(lx)}", f"{quote_name(y.coordinate)} = {sql_literal(ly)}"]
+        counts[x.name] = counts[y.name] = 1
+    else:
+        w, s, e, n = q.geometry if q.kind == "cube" else q.geometry.bounds
+        lo, hi = _dataset_lon(w, xs), _dataset_lon(e, xs)
+        if e - w >= 360.0:  # all the way round
+            picked_x = np.ones(xs.size, bool)
+        elif lo > hi:  # the box straddles the dataset's seam (0° on 0…360 storage): ask for both sides
+            picked_x = (xs >= lo) | (xs <= hi)
+            where.append(f"({quote_name(x.coordinate)} >= {sql_literal(lo)} or {quote_name(x.coordinate)} <= "
+                         f"{sql_literal(hi)})")
+        else:
+            picked_x = (xs >= lo) & (xs <= hi)
+            where.append(f"{quote_name(x.coordinate)} between {sql_literal(lo)} and {sql_literal(hi)}")
+        where.append(f"{quote_name(y.coordinate)} between {sql_literal(float(s))} and {sql_literal(float(n))}")
+        counts[x.name] = int(picked_x.sum())
+        counts[y.name] = int(((ys >= s) & (ys <= n)).sum())
+    if "T" in by_axis:
+        t = by_axis["T"]
+        tv = axes[t.name].values
+        if q.start is not None or q.end is not None:
+            lo_t, hi_t = _time_literal(q.start, tv), _time_literal(q.end, tv)
+            column = quote_name(t.coordinate)
+            if lo_t is not None:
+                where.append(f"{column} >= {lo_t}")
+            if hi_t is not None:
+                where.append(f"{column} <= {hi_t}")
+            counts[t.name] = _count_between(tv, q.start, q.end)
+    elif q.start is not None or q.end is not None:
+        raise QueryError(f"{details.summary.id} has no time axis; drop datetime=")
+    if "Z" in by_axis and q.z is not None:
+        zd = by_axis["Z"]
+        zv = axes[zd.name].values
+        assert zv is not None
+        column = quote_name(zd.coordinate)
+        if q.z_list:
+            picked = [_nearest(zv, v) for v in q.z]
+            where.append(f"{column} in ({', '.join(sql_literal(v) for v in picked)})")
+            counts[zd.name] = len(set(picked))
+        else:
+            lo_z, hi_z = sorted(q.z)
+            where.append(f"{column} between {sql_literal(lo_z)} and {sql_literal(hi_z)}")
+            counts[zd.name] = int(((zv >= lo_z) & (zv <= hi_z)).sum())
+    elif q.z is not None:
+        raise QueryError(f"{details.summary.id} has no vertical axis; drop z=")
+    dims = _dims_of(q, details)
+    records = math.prod(counts.get(d.name, d.size) for d in details.dimensions if d.name in dims)
+    values = records * len(q.parameters)
+    if values > MAX_VALUES:
+        raise ResultTooLargeError(f"this {q.kind} query would return {values:,} values ({records:,} records × "
+                                 f"{len(q.parameters)} parameters); the limit is {MAX_VALUES:,}: ask for a smaller "
+                                 "area, fewer times or levels, or fewer parameters")
+    coords = [quote_name(d.coordinate) for d in details.dimensions if d.name in dims and d.coordinate]
+    sql = (f"select {', '.join(coords + [quote_name(p) for p in q.parameters])} from "
+           f"{quote_name(details.summary.id)} where {' and '.join(where)}")
+    return sql, values
+
+
+def _dims_of(q: EdrQuery, details: DatasetDetails) -> set[str]:
+    cols = {c.name: c for c in details.attributes}
+    dims: set[str] = set()
+    for p in q.parameters:
+        dims |= set(cols[p].dimensions)
+    return dims
+
+
+def _time_literal(text: str | None, values: np.ndarray | None) -> str | None:
+    if text is None:
+        return None
+    if values is not None and values.dtype.kind == "M":
+        return f"timestamp '{text}'"
+    return sql_literal(text.replace(" ", "T") if values is not None and values.size and "T" in str(values[0])
+                       else text)
+
+
+def _count_between(values: np.ndarray | None, start: str | None, end: str | None) -> int:
+    if values is None:
+        return 0
+    if values.dtype.kind == "M":
+        lo = np.datetime64(start.replace(" ", "T")) if start else None
+        hi = np.datetime64(end.replace(" ", "T")) if end else None
+        keep = np.ones(values.size, bool)
+        if lo is not None:
+            keep &= values >= lo
+        if hi is not None:
+            keep &= values <= hi
+        return int(keep.sum())
+    text = np.array([str(v).replace("T", " ") for v in values])
+    keep = np.ones(values.size, bool)
+    if start:
+        keep &= text >= start
+    if end:
+        keep &= text <= end
+    return int(keep.sum())
+
+
+# -- answers ---------------------------------------------------------------------------------------------
+
+_COVJSON_AXIS = {"X": "x", "Y": "y", "Z": "z", "T": "t"}
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, np.datetime64):
+        return str(value.astype("datetime64[s]")) + "Z"
+    if hasattr(value, "isoformat"):
+        return value.isoformat().replace("+00:00", "") + ("Z" if "T" in value.isoformat() else "")
+    return str(value).replace(" ", "T") + "Z"
+
+
+def _plain(values: np.ndarray) -> list[Any]:
+    return [None if isinstance(v, float) and math.isnan(v) else v for v in values.tolist()]
+
+
+def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
+    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries or Grid)."""
+    dims = [d for d in details.dimensions if d.name in _dims_of(q, details) and d.coordinate]
+    axes: dict[str, Any] = {}
+    index_of: list[np.ndarray] = []
+    names: list[str] = []
+    for d in dims:
+        raw = table.column(d.coordinate).to_numpy(zero_copy_only=False)
+        unique, first = np.unique(raw, return_index=True)
+        ordered = raw[np.sort(first)]
+        lookup = {v: i for i, v in enumerate(ordered.tolist())}
+        index_of.append(np.array([lookup[v] for v in raw.tolist()], dtype=np.int64))
+        key = _COVJSON_AXIS.get(d.axis, d.name)
+        names.append(key)
+        if d.axis == "T":
+            axes[key] = {"values": [_iso(v) for v in ordered]}
+        elif d.axis == "X":
+            axes[key] = {"values": [((float(v) + 180.0) % 360.0) - 180.0 for v in ordered]}
+        else:
+            axes[key] = {"values": [v.item() if hasattr(v, "item") else v for v in ordered]}
+    shape = [len(axes[n]["values"]) for n in names]
+    if q.kind == "area":
+        from shapely import contains_xy, intersects_xy
+
+        xs = np.asarray(axes["x"]["values"])
+        ys = np.asarray(axes["y"]["values"])
+        xi, yi = index_of[names.index("x")], index_of[names.index("y")]
+        inside = contains_xy(q.geometry, xs[xi], ys[yi]) | intersects_xy(q.geometry, xs[xi], ys[yi])
+    else:
+        inside = np.ones(table.num_rows, bool)
+    ranges: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    cols = {c.name: c for c in details.attributes}
+    for p in q.parameters:
+        grid = np.full(shape, np.nan)
+        values = table.column(p).to_numpy(zero_copy_only=False).astype("f8")
+        flat = np.ravel_multi_index(tuple(index_of), shape) if shape else np.zeros(table.num_rows, np.int64)
+        grid.reshape(-1)[flat[inside]] = values[inside]
+        ranges[p] = {"type": "NdArray", "dataType": "float", "axisNames": names, "shape": shape,
+                     "values": _plain(grid.reshape(-1))}
+        parameters[p] = _parameter(cols[p])
+    domain_type = "PointSeries" if q.kind == "position" else "Grid"
+    return {
+        "type": "Coverage",
+        "domain": {"type": "Domain", "domainType": domain_type, "axes": axes,
+                   "referencing": [{"coordinates": ["x", "y"], "system": {
+                       "type": "GeographicCRS", "id": "http://www.opengis.net/def/crs/OGC/1.3/CRS84"}}]
+                   + ([{"coordinates": ["t"], "system": {"type": "TemporalRS", "calendar": _calendar(details)}}]
+                      if "t" in axes else [])},
+        "parameters": parameters,
+        "ranges": ranges,
+    }
+
+
+def _calendar(details: DatasetDetails) -> str:
+    t = _axes(details).get("T")
+    cal = (t.calendar if t is not None else "") or "standard"
+    return "Gregorian" if cal in ("standard", "gregorian", "proleptic_gregorian") else cal
+
+
+def _parameter(c: ColumnInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "Parameter", "observedProperty": {"label": {"en": c.description or c.name}}}
+    standard = dict(c.cf).get("standard_name")
+    if standard:
+        out["observedProperty"]["id"] = f"http://vocab.nerc.ac.uk/standard_name/{standard}/"
+    if c.units:
+        out["unit"] = {"symbol": c.units}
+    return out
+
+
+def csv_text(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> str:
+    """Return the records of an EDR query as CSV (one row per record; area: only the cells inside)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(table.column_names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    keep = _inside_rows(q, details, table)
+    for i, row in enumerate(zip(*columns)):
+        if keep is None or keep[i]:
+            writer.writerow(["" if v is None else _iso(v) if hasattr(v, "isoformat") else v for v in row])
+    return out.getvalue()
+
+
+def _inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.ndarray | None:
+    if q.kind != "area":
+        return None
+    from shapely import contains_xy, intersects_xy
+
+    ax = _axes(details)
+    xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+    ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+    xs = ((xs + 180.0) % 360.0) - 180.0
+    return np.asarray(contains_xy(q.geometry, xs, ys) | intersects_xy(q.geometry, xs, ys))
+
+
+def collection(details: DatasetDetails, base: str) -> dict[str, Any]:
+    """Return a dataset as an EDR collection: extents, parameters and the queries it answers."""
+    s = details.summary
+    url = f"{base}/edr/collections/{s.id}"
+    extent: dict[str, Any] = {}
+    if s.bbox is not None:
+        lat0, lat1, lon0, lon1 = s.bbox
+        if lon1 - lon0 >= 359.0 or lon1 > 180.0:
+            lon0, lon1 = -180.0, 180.0
+        extent["spatial"] = {"bbox": [[lon0, lat0, lon1, lat1]], "crs": "OGC:CRS84"}
+    if s.time_start:
+        extent["temporal"] = {"interval": [[s.time_start, s.time_end]], "trs": _calendar(details)}
+    z = _axes(details).get("Z")
+    if z is not None:
+        extent["vertical"] = {"interval": [[z.min, z.max]], "vrs": z.units or z.coordinate}
+    queries = {k: {"link": {"href": f"{url}/{k}", "rel": "data", "variables": {
+        "query_type": k, "output_formats": list(FORMATS), "default_output_format": "CoverageJSON"}}}
+        for k in QUERY_TYPES}
+    return {
+        "id": s.id, "title": s.title or s.id, "description": s.summary or s.title or s.id,
+        "extent": extent, "data_queries": queries, "output_formats": list(FORMATS),
+        "crs": ["OGC:CRS84"],
+        "parameter_names": {c.name: _parameter(c) for c in details.attributes},
+        "links": [{"href": url, "rel": "self", "type": "application/json"},
+                  {"href": f"{base}/datasets/{s.id}", "rel": "alternate", "type": "text/html"}],
+    }
+
+
+def landing(base: str) -> dict[str, Any]:
+    return {"title": "dstp OGC API - EDR", "description": "The datasets of this dstp server as EDR collections.",
+            "links": [{"href": f"{base}/edr", "rel": "self", "type": "application/json"},
+                      {"href": f"{base}/edr/conformance", "rel": "conformance", "type": "application/json"},
+                      {"href": f"{base}/edr/collections", "rel": "data", "type": "application/json"},
+                      {"href": f"{base}/openapi.json", "rel": "service-desc", "type": "application/json"}]}
+

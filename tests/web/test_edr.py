@@ -1,0 +1,187 @@
+"""OGC API - EDR: position, area and cube answers equal xarray's nearest cell / box on the files.
+
+The oracle opens each file with xarray on its own (concatenated along time)
+and selects with ``sel(method="nearest")`` for a position and by coordinate
+bounds for a box; the server's CoverageJSON and CSV must hold the same values.
+Archives: ccm3 (noleap, 4-D, longitudes 0…354.375) and a 360_day model
+(packed int16 with fill values, latitudes north to south).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import oracle
+from protocol_archives import model_360_day
+from dstp.auth import TokenStore
+from dstp.server import DstpServer
+from dstp.settings import Settings
+
+SPECS = {"ccm3": oracle.DATASETS["ccm3"],
+         "model": {"folder": "model", "glob": "model_*.nc", "agg": "time", "rename": {}}}
+
+
+@pytest.fixture(scope="module")
+def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    here = tmp_path_factory.mktemp("edr")
+    shutil.copytree(catalog_root / "ccm3", here / "ccm3")
+    model_360_day(here / "model")
+    secret = here / "secret"
+    shutil.copytree(catalog_root / "ccm3", secret)
+    xml = next(secret.glob("*.dstp.xml"))
+    text = xml.read_text().replace('id="ccm3"', 'id="secret"')
+    xml.write_text(text.replace('<access policy="public"/>', '<access policy="restricted" groups="polar"/>'))
+    return here
+
+
+@pytest.fixture(scope="module")
+def served(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, dict[str, str]]]:
+    store = tmp_path_factory.mktemp("tokens") / "tokens.json"
+    tokens = TokenStore(store)
+    issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}
+    with DstpServer(Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1, token_store=store,
+                             allow_anonymous="true")) as srv:
+        assert srv.endpoints is not None
+        with httpx.Client(base_url=f"http://{srv.endpoints.http}", timeout=60) as http:
+            yield http, issued
+
+
+def local(root: Path, dataset: str) -> xr.Dataset:
+    spec = SPECS[dataset]
+    parts = []
+    for f in sorted((root / spec["folder"]).glob(spec["glob"])):
+        with xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as part:
+            parts.append(part.load())
+    return xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override") \
+        .sortby("time").rename(spec["rename"])
+
+
+def _lon(ds: xr.Dataset, lon: float) -> float:
+    return lon % 360.0 if float(ds.lon.max()) > 180.0 else lon
+
+
+def _values(cov: dict, name: str) -> np.ndarray:
+    r = cov["ranges"][name]
+    return np.array([np.nan if v is None else v for v in r["values"]], dtype="f8").reshape(r["shape"])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lon=st.floats(-180, 180), lat=st.floats(-60, 60), dataset=st.sampled_from(["ccm3", "model"]))
+def test_position_is_the_nearest_cell_as_xarray_selects_it(served, root: Path, lon: float, lat: float,
+                                                           dataset: str) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    want = ds[name].sel(lat=lat, lon=_lon(ds, lon), method="nearest")
+    answer = http.get(f"/edr/collections/{dataset}/position",
+                      params={"coords": f"POINT({lon!r} {lat!r})", "parameter-name": name})
+    assert answer.status_code == 200, answer.text
+    cov = answer.json()
+    assert cov["domain"]["domainType"] == "PointSeries"
+    assert cov["domain"]["axes"]["y"]["values"] == [pytest.approx(float(want.lat))]
+    got = _values(cov, name)
+    expected = want.transpose(*[d for d in ("time", "lev") if d in want.dims]).values
+    np.testing.assert_array_equal(got.reshape(expected.shape), expected.astype("f8"))
+
+
+@pytest.mark.parametrize("dataset, box, z", [
+    ("ccm3", (-30.0, 20.0, 15.0, 50.0), "500/1000"),   # across 0° on 0…360 storage
+    ("model", (10.0, -25.0, 80.0, 35.0), None),         # latitudes stored north to south
+])
+def test_cube_holds_the_cells_in_the_box_as_the_files_do(served, root: Path, dataset: str,
+                                                         box: tuple[float, ...], z: str | None) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    w, s, e, n = box
+    lon = ((ds.lon + 180.0) % 360.0) - 180.0
+    sel = ds[name].where((lon >= w) & (lon <= e), drop=True).where((ds.lat >= s) & (ds.lat <= n), drop=True)
+    params = {"bbox": ",".join(map(str, box)), "parameter-name": name, "f": "CSV"}
+    if z:
+        params["z"] = z
+        lo, hi = map(float, z.split("/"))
+        sel = sel.where((ds.lev >= lo) & (ds.lev <= hi), drop=True)
+    answer = http.get(f"/edr/collections/{dataset}/cube", params=params)
+    assert answer.status_code == 200, answer.text
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    want = sel.to_dataframe().reset_index()
+    assert len(rows) == len(want)
+    got = sorted((float(r["lat"]), float(r["lon"]), r["time"][:19], float(r[name]) if r[name] else np.nan)
+                 for r in rows)
+    expected = sorted((float(r.lat), float(r.lon), r.time.isoformat()[:19], float(getattr(r, name)))
+                      for r in want.itertuples())
+    assert [g[:3] for g in got] == [x[:3] for x in expected]
+    np.testing.assert_array_equal([g[3] for g in got], [x[3] for x in expected])
+    cube = http.get(f"/edr/collections/{dataset}/cube", params={**params, "f": "CoverageJSON"}).json()
+    assert np.count_nonzero(~np.isnan(_values(cube, name))) == int(np.count_nonzero(~np.isnan(sel.values)))
+
+
+def test_area_keeps_the_cells_inside_the_polygon(served, root: Path) -> None:
+    http, _ = served
+    ds = local(root, "model")
+    from shapely import Polygon, contains_xy, intersects_xy
+
+    poly = Polygon([(0, -20), (60, -20), (0, 40)])
+    answer = http.get("/edr/collections/model/area", params={"coords": poly.wkt, "parameter-name": "tas", "f": "CSV"})
+    assert answer.status_code == 200, answer.text
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    lon2, lat2 = np.meshgrid(((ds.lon.values + 180) % 360) - 180, ds.lat.values)
+    inside = contains_xy(poly, lon2, lat2) | intersects_xy(poly, lon2, lat2)
+    assert len(rows) == int(inside.sum()) * ds.sizes["time"]
+    assert {(float(r["lat"]), ((float(r["lon"]) + 180) % 360) - 180) for r in rows} == \
+        set(zip(lat2[inside].tolist(), lon2[inside].tolist()))
+
+
+def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_cannot_read(served) -> None:
+    http, tokens = served
+    landing = http.get("/edr").json()
+    assert any(link["rel"] == "conformance" for link in landing["links"])
+    assert "http://www.opengis.net/spec/ogcapi-edr-1/1.1/conf/core" in http.get("/edr/conformance").json()["conformsTo"]
+    ids = {c["id"] for c in http.get("/edr/collections").json()["collections"]}
+    assert ids == {"ccm3", "model"}
+    alice = {"Authorization": f"Bearer {tokens['alice']}"}
+    assert "secret" in {c["id"] for c in http.get("/edr/collections", headers=alice).json()["collections"]}
+    assert http.get("/edr/collections/secret/position", params={"coords": "POINT(0 0)"}).status_code == 404
+    model = http.get("/edr/collections/model").json()
+    assert set(model["data_queries"]) == {"position", "area", "cube"}
+    assert model["parameter_names"]["tas"]["unit"]["symbol"] == "K"
+
+
+@pytest.mark.parametrize("path, params, status, words", [
+    ("position", {"coords": "POINT(0)"}, 400, "well-known text"),
+    ("position", {"coords": "POLYGON((0 0, 1 0, 1 1, 0 0))"}, 400, "takes a POINT"),
+    ("cube", {"bbox": "10,50,20"}, 400, "four numbers"),
+    ("cube", {"bbox": "-180,-90,180,90", "parameter-name": "temperature,humidity,cloud,pressure,precipitation"},
+     200, ""),
+    ("position", {"coords": "POINT(0 0)", "parameter-name": "nosuch"}, 400, "'nosuch' is not a parameter"),
+    ("position", {"coords": "POINT(0 0)", "datetime": "soon"}, 400, "not an ISO 8601 instant"),
+    ("trajectory", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
+    ("position", {"coords": "POINT(0 0)", "f": "GRIB"}, 400, "f='GRIB' is not offered"),
+])
+def test_a_bad_query_names_what_to_fix(served, path: str, params: dict, status: int, words: str) -> None:
+    http, _ = served
+    answer = http.get(f"/edr/collections/ccm3/{path}", params=params)
+    assert answer.status_code == status, answer.text
+    assert words in answer.text
+
+
+def test_an_answer_over_the_limit_is_refused_with_its_size_before_anything_is_read(served, root: Path,
+                                                                                  monkeypatch) -> None:
+    http, _ = served
+    size = local(root, "ccm3")["temperature"].size
+    from dstp import edr
+
+    monkeypatch.setattr(edr, "MAX_VALUES", 1000)
+    answer = http.get("/edr/collections/ccm3/cube", params={"bbox": "-180,-90,180,90", "parameter-name": "temperature"})
+    assert answer.status_code == 413
+    assert f"would return {size:,} values" in answer.text  # the whole variable, counted before it is read
