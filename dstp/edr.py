@@ -1,4 +1,4 @@
-"""OGC API – Environmental Data Retrieval 1.1 on the query engine: position, area and cube queries.
+"""OGC API – Environmental Data Retrieval 1.1 on the query engine: position, radius, area, cube, trajectory.
 
 Framework-free: :mod:`dstp.http.edr_routes` serves it at ``/edr``. An EDR
 query becomes one dstp SQL query (the service runs it under the caller's
@@ -10,7 +10,11 @@ policy, admission and audit) and its records become CoverageJSON or CSV:
   every time and level asked for — a CoverageJSON ``PointSeries``;
 - **area** ``coords=POLYGON((…))``: the cells whose centres lie inside the
   polygon (or on its edge) — a ``Grid`` whose cells outside are null;
-- **cube** ``bbox=west,south,east,north``: the cells whose centres lie in the box — a ``Grid``.
+- **cube** ``bbox=west,south,east,north``: the cells whose centres lie in the box — a ``Grid``;
+- **radius** ``coords=POINT(lon lat)&within=R&within-units=km``: the cells whose centres lie within R
+  along the great circle (haversine on the IUGG mean sphere, 6371.0088 km) — a ``Grid``, cells outside null;
+- **trajectory** ``coords=LINESTRING(lon lat, …)``: vertex by vertex, the nearest cell's values at every
+  time and level asked for — a ``Trajectory`` (a composite axis of (t, z, x, y) tuples).
 
 ``datetime`` (an instant, or ``a/b`` with ``..`` for an open end) and ``z``
 (a value, ``a/b``, or a list ``a,b``) narrow the time and vertical axes;
@@ -49,7 +53,10 @@ CONFORMANCE = [
     "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/core",
     "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
 ]
-QUERY_TYPES = ("position", "area", "cube")
+QUERY_TYPES = ("position", "radius", "area", "cube", "trajectory")
+#: Kilometres per unit of ``within-units``.
+DISTANCE_UNITS = {"km": 1.0, "m": 0.001, "mi": 1.609344, "nmi": 1.852}
+EARTH_RADIUS_KM = 6371.0088  # the IUGG mean radius
 FORMATS = ("CoverageJSON", "CSV")
 
 
@@ -64,6 +71,8 @@ class EdrQuery:
     z_list: bool
     parameters: tuple[str, ...]
     fmt: str
+    #: radius: the distance from the point, in km
+    within_km: float = 0.0
 
 
 def _axes(d: DatasetDetails) -> dict[str, DimensionInfo]:
@@ -114,10 +123,15 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
             shape = wkt.loads(text)
         except (ShapelyError, ValueError, TypeError):
             raise QueryError(f"coords {text!r} is not well-known text (WKT), e.g. POINT(-20 40)") from None
-        want = "Point" if kind == "position" else "Polygon"
+        want = {"position": "Point", "radius": "Point", "area": "Polygon", "trajectory": "LineString"}[kind]
         if shape.geom_type != want:
             raise QueryError(f"a {kind} query takes a {want.upper()}; coords is a {shape.geom_type.upper()}")
-        if kind == "position":
+        if kind == "trajectory":
+            if shape.has_z:
+                raise QueryError("a trajectory with heights (LINESTRINGZ) is not answered yet; send LINESTRING(lon lat, …)"
+                                 " and z=")
+            geometry = [(float(x), float(y)) for x, y in shape.coords]
+        elif kind in ("position", "radius"):
             geometry = (float(shape.x), float(shape.y))
             if not (-180 <= geometry[0] <= 360 and -90 <= geometry[1] <= 90):
                 raise QueryError(f"coords {text!r} is not lon lat in degrees")
@@ -154,7 +168,19 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
         fmt.lower(), fmt)
     if fmt not in FORMATS:
         raise QueryError(f"f={fmt!r} is not offered; choose one of {', '.join(FORMATS)}")
-    return EdrQuery(kind, geometry, start, end, z, z_list, parameters, fmt)
+    within = 0.0
+    if kind == "radius":
+        text, unit = params.get("within", ""), params.get("within-units", "km") or "km"
+        if unit not in DISTANCE_UNITS:
+            raise QueryError(f"within-units={unit!r} is not offered; use one of {', '.join(DISTANCE_UNITS)}")
+        try:
+            within = float(text) * DISTANCE_UNITS[unit]
+        except ValueError:
+            raise QueryError(f"a radius query needs within= (a distance; within-units km, m, mi or nmi), got {text!r}") \
+                from None
+        if not 0 < within <= math.pi * EARTH_RADIUS_KM:
+            raise QueryError(f"within={text} {unit} is not a distance between 0 and half the Earth's circumference")
+    return EdrQuery(kind, geometry, start, end, z, z_list, parameters, fmt, within)
 
 
 def _dataset_lon(lon: float, values: np.ndarray) -> float:
@@ -179,13 +205,18 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
     assert xs is not None and ys is not None
     where: list[str] = []
     counts: dict[str, int] = {}
-    if q.kind == "position":
+    if q.kind == "trajectory":
+        cells = sorted({(_nearest(xs, _dataset_lon(lon, xs)), _nearest(ys, lat)) for lon, lat in q.geometry})
+        where.append("(" + " or ".join(f"({quote_name(x.coordinate)} = {sql_literal(cx)} and "
+                                       f"{quote_name(y.coordinate)} = {sql_literal(cy)})" for cx, cy in cells) + ")")
+        counts[x.name], counts[y.name] = len(cells), 1
+    elif q.kind == "position":
         lon = _dataset_lon(q.geometry[0], xs)
         lx, ly = _nearest(xs, lon), _nearest(ys, q.geometry[1])
         where += [f"{quote_name(x.coordinate)} = {sql_literal(lx)}", f"{quote_name(y.coordinate)} = {sql_literal(ly)}"]
         counts[x.name] = counts[y.name] = 1
     else:
-        w, s, e, n = q.geometry if q.kind == "cube" else q.geometry.bounds
+        w, s, e, n = q.geometry if q.kind == "cube" else _radius_box(q) if q.kind == "radius" else q.geometry.bounds
         lo, hi = _dataset_lon(w, xs), _dataset_lon(e, xs)
         if e - w >= 360.0:  # all the way round
             picked_x = np.ones(xs.size, bool)
@@ -238,6 +269,28 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
     sql = (f"select {', '.join(coords + [quote_name(p) for p in q.parameters])} from "
            f"{quote_name(details.summary.id)} where {' and '.join(where)}")
     return sql, values
+
+
+def _radius_box(q: EdrQuery) -> tuple[float, float, float, float]:
+    """Return a west, south, east, north box holding every point within ``q.within_km`` of ``q.geometry``."""
+    lon, lat = q.geometry
+    dlat = math.degrees(q.within_km / EARTH_RADIUS_KM)
+    south, north = max(-90.0, lat - dlat), min(90.0, lat + dlat)
+    if south <= -90.0 or north >= 90.0:
+        return -180.0, south, 180.0, north  # over a pole: every longitude
+    dlon = math.degrees(q.within_km / (EARTH_RADIUS_KM * math.cos(math.radians(max(abs(south), abs(north))))))
+    if dlon >= 180.0:
+        return -180.0, south, 180.0, north
+    west, east = ((lon - dlon + 180.0) % 360.0) - 180.0, ((lon + dlon + 180.0) % 360.0) - 180.0
+    return (west, south, east, north) if west <= east else (-180.0, south, 180.0, north)
+
+
+def great_circle_km(lon0: float, lat0: float, lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    """Return the haversine distances (km) from (lon0, lat0) to each (lon, lat), on the IUGG mean sphere."""
+    p0, p = math.radians(lat0), np.radians(lat)
+    dp, dl = p - p0, np.radians(lon - lon0)
+    h = np.sin(dp / 2) ** 2 + math.cos(p0) * np.cos(p) * np.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
 
 
 def _dims_of(q: EdrQuery, details: DatasetDetails) -> set[str]:
@@ -296,7 +349,9 @@ def _plain(values: np.ndarray) -> list[Any]:
 
 
 def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
-    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries or Grid)."""
+    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory)."""
+    if q.kind == "trajectory":
+        return _trajectory_json(q, details, table)
     dims = [d for d in details.dimensions if d.name in _dims_of(q, details) and d.coordinate]
     axes: dict[str, Any] = {}
     index_of: list[np.ndarray] = []
@@ -316,15 +371,8 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
         else:
             axes[key] = {"values": [v.item() if hasattr(v, "item") else v for v in ordered]}
     shape = [len(axes[n]["values"]) for n in names]
-    if q.kind == "area":
-        from shapely import contains_xy, intersects_xy
-
-        xs = np.asarray(axes["x"]["values"])
-        ys = np.asarray(axes["y"]["values"])
-        xi, yi = index_of[names.index("x")], index_of[names.index("y")]
-        inside = contains_xy(q.geometry, xs[xi], ys[yi]) | intersects_xy(q.geometry, xs[xi], ys[yi])
-    else:
-        inside = np.ones(table.num_rows, bool)
+    kept = _inside_rows(q, details, table)
+    inside = np.ones(table.num_rows, bool) if kept is None else kept
     ranges: dict[str, Any] = {}
     parameters: dict[str, Any] = {}
     cols = {c.name: c for c in details.attributes}
@@ -336,7 +384,7 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
         ranges[p] = {"type": "NdArray", "dataType": "float", "axisNames": names, "shape": shape,
                      "values": _plain(grid.reshape(-1))}
         parameters[p] = _parameter(cols[p])
-    domain_type = "PointSeries" if q.kind == "position" else "Grid"
+    domain_type = "PointSeries" if q.kind == "position" else "Grid"  # area, radius: cells outside are null
     return {
         "type": "Coverage",
         "domain": {"type": "Domain", "domainType": domain_type, "axes": axes,
@@ -366,28 +414,78 @@ def _parameter(c: ColumnInfo) -> dict[str, Any]:
 
 
 def csv_text(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> str:
-    """Return the records of an EDR query as CSV (one row per record; area: only the cells inside)."""
+    """Return the records of an EDR query as CSV (one row per record; area and radius: only the cells inside;
+    trajectory: vertex by vertex)."""
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     keep = _inside_rows(q, details, table)
-    for i, row in enumerate(zip(*columns)):
+    order = _trajectory_rows(q, details, table) if q.kind == "trajectory" else range(table.num_rows)
+    for i in order:
         if keep is None or keep[i]:
-            writer.writerow(["" if v is None else _iso(v) if hasattr(v, "isoformat") else v for v in row])
+            writer.writerow(["" if v is None else _iso(v) if hasattr(v, "isoformat") else v
+                             for v in (c[i] for c in columns)])
     return out.getvalue()
 
 
 def _inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.ndarray | None:
-    if q.kind != "area":
+    """Return which records an area or radius query keeps (None: all), by their cell centres."""
+    if q.kind not in ("area", "radius"):
         return None
-    from shapely import contains_xy, intersects_xy
-
     ax = _axes(details)
     xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     xs = ((xs + 180.0) % 360.0) - 180.0
+    if q.kind == "radius":
+        return great_circle_km(q.geometry[0], q.geometry[1], xs, ys) <= q.within_km
+    from shapely import contains_xy, intersects_xy
+
     return np.asarray(contains_xy(q.geometry, xs, ys) | intersects_xy(q.geometry, xs, ys))
+
+
+def _trajectory_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> list[int]:
+    """Return, vertex by vertex, the records of the vertex's nearest cell (every time and level, in order)."""
+    ax = _axes(details)
+    xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+    ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+    grid_x, grid_y = np.unique(xs), np.unique(ys)
+    rows: list[int] = []
+    for lon, lat in q.geometry:
+        cx = _nearest(grid_x, _dataset_lon(lon, grid_x)) if grid_x.size else np.nan
+        cy = _nearest(grid_y, lat) if grid_y.size else np.nan
+        rows += np.flatnonzero((xs == cx) & (ys == cy)).tolist()
+    return rows
+
+
+def _trajectory_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
+    rows = _trajectory_rows(q, details, table)
+    ax = _axes(details)
+    found = [("t", ax.get("T")), ("z", ax.get("Z")), ("x", ax.get("X")), ("y", ax.get("Y"))]
+    parts = [(k, d) for k, d in found if d is not None and d.coordinate in table.column_names]
+    columns = {k: table.column(d.coordinate).to_pylist() for k, d in parts}
+    tuples = []
+    for i in rows:
+        one = []
+        for k, _ in parts:
+            v = columns[k][i]
+            one.append(_iso(v) if k == "t" else ((float(v) + 180.0) % 360.0) - 180.0 if k == "x" else v)
+        tuples.append(one)
+    cols = {c.name: c for c in details.attributes}
+    ranges = {}
+    for p in q.parameters:
+        values = table.column(p).to_numpy(zero_copy_only=False).astype("f8")
+        ranges[p] = {"type": "NdArray", "dataType": "float", "axisNames": ["composite"], "shape": [len(rows)],
+                     "values": _plain(values[rows]) if rows else []}
+    return {
+        "type": "Coverage",
+        "domain": {"type": "Domain", "domainType": "Trajectory", "axes": {"composite": {
+            "dataType": "tuple", "coordinates": [k for k, _ in parts], "values": tuples}},
+            "referencing": [{"coordinates": ["x", "y"], "system": {
+                "type": "GeographicCRS", "id": "http://www.opengis.net/def/crs/OGC/1.3/CRS84"}}]},
+        "parameters": {p: _parameter(cols[p]) for p in q.parameters},
+        "ranges": ranges,
+    }
 
 
 def collection(details: DatasetDetails, base: str) -> dict[str, Any]:

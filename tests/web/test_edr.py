@@ -153,7 +153,7 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
     assert "secret" in {c["id"] for c in http.get("/edr/collections", headers=alice).json()["collections"]}
     assert http.get("/edr/collections/secret/position", params={"coords": "POINT(0 0)"}).status_code == 404
     model = http.get("/edr/collections/model").json()
-    assert set(model["data_queries"]) == {"position", "area", "cube"}
+    assert set(model["data_queries"]) == {"position", "radius", "area", "cube", "trajectory"}
     assert model["parameter_names"]["tas"]["unit"]["symbol"] == "K"
 
 
@@ -165,7 +165,9 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
      200, ""),
     ("position", {"coords": "POINT(0 0)", "parameter-name": "nosuch"}, 400, "'nosuch' is not a parameter"),
     ("position", {"coords": "POINT(0 0)", "datetime": "soon"}, 400, "not an ISO 8601 instant"),
-    ("trajectory", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
+    ("corridor", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
+    ("radius", {"coords": "POINT(0 0)"}, 400, "needs within="),
+    ("trajectory", {"coords": "POINT(0 0)"}, 400, "takes a LINESTRING"),
     ("position", {"coords": "POINT(0 0)", "f": "GRIB"}, 400, "f='GRIB' is not offered"),
 ])
 def test_a_bad_query_names_what_to_fix(served, path: str, params: dict, status: int, words: str) -> None:
@@ -185,3 +187,43 @@ def test_an_answer_over_the_limit_is_refused_with_its_size_before_anything_is_re
     answer = http.get("/edr/collections/ccm3/cube", params={"bbox": "-180,-90,180,90", "parameter-name": "temperature"})
     assert answer.status_code == 413
     assert f"would return {size:,} values" in answer.text  # the whole variable, counted before it is read
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lon=st.floats(-180, 180), lat=st.floats(-50, 50), km=st.floats(50, 3000))
+def test_radius_holds_the_cells_within_the_distance(served, root: Path, lon: float, lat: float, km: float) -> None:
+    http, _ = served
+    ds = local(root, "model")
+    # the oracle's own haversine (not dstp's): cell centres within km of the point
+    lon2, lat2 = np.meshgrid(((ds.lon.values + 180) % 360) - 180, ds.lat.values)
+    p0, p = np.radians(lat), np.radians(lat2)
+    h = np.sin((p - p0) / 2) ** 2 + np.cos(p0) * np.cos(p) * np.sin(np.radians(lon2 - lon) / 2) ** 2
+    within = 2 * 6371.0088 * np.arcsin(np.sqrt(h)) <= km
+    answer = http.get("/edr/collections/model/radius", params={
+        "coords": f"POINT({lon!r} {lat!r})", "within": repr(km), "within-units": "km", "parameter-name": "tas",
+        "f": "CSV"})
+    assert answer.status_code == 200, answer.text
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    assert {(float(r["lat"]), ((float(r["lon"]) + 180) % 360) - 180) for r in rows} == \
+        set(zip(lat2[within].tolist(), lon2[within].tolist()))
+    assert len(rows) == int(within.sum()) * ds.sizes["time"]
+
+
+def test_trajectory_is_each_vertex_nearest_cell_in_order(served, root: Path) -> None:
+    http, _ = served
+    ds = local(root, "model")
+    path = [(-170.0, 50.0), (-20.0, 10.0), (5.0, -5.0), (100.0, -40.0)]
+    line = "LINESTRING(" + ", ".join(f"{x} {y}" for x, y in path) + ")"
+    answer = http.get("/edr/collections/model/trajectory", params={
+        "coords": line, "parameter-name": "tas", "datetime": "2000-02-01/2000-02-03"})
+    assert answer.status_code == 200, answer.text
+    cov = answer.json()
+    assert cov["domain"]["domainType"] == "Trajectory"
+    import cftime
+
+    lo, hi = (cftime.Datetime360Day(2000, 2, 1), cftime.Datetime360Day(2000, 2, 3))  # the instants, not whole days
+    times = ds.time[(ds.time >= lo) & (ds.time <= hi)]
+    want = np.concatenate([ds["tas"].sel(lon=lon % 360, lat=lat, method="nearest").sel(time=times).values
+                           for lon, lat in path])
+    np.testing.assert_array_equal(_values(cov, "tas"), want.astype("f8"))
+    assert len(cov["domain"]["axes"]["composite"]["values"]) == len(path) * times.size
