@@ -52,6 +52,7 @@ from dstp.http import STATIC_DIR
 from dstp.http.builder import BuilderState
 from dstp.http.facade_routes import facade_router
 from dstp.http.feed_routes import feed_router
+from dstp.http.map_routes import map_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -622,6 +623,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
 
     app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
     app.include_router(feed_router(service, current_principal))  # /changes, /changes/stream
+    app.include_router(map_router(service, current_principal))  # /tiles, /wms, /datasets/{id}/map
     return app
 
 
