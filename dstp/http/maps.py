@@ -13,6 +13,8 @@ version: a dataset that changes (a new file) is read again.
       .slab(dataset, variable, params, principal) -> MapSlab (the field and its fixed dimensions)
       .tile(dataset, variable, z, x, y, style, params, principal) -> PNG bytes
       .series(dataset, variable, lon, lat, params, principal)     -> the time series at that point (JSON)
+      .picture(dataset, variable, crs, bbox, width, height, style, params, principal) -> PNG bytes (WMS GetMap)
+      .value_at(dataset, variable, lon, lat, params, principal)   -> the cell's value there (GetFeatureInfo)
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dstp.errors import BadRequestError, QueryError
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 from dstp.http.pages import CatalogView
 from dstp.http.quicklook import geographic_columns, map_selection, series_selection
-from dstp.render import COLORMAPS, Slab, colour, png, sample, tile_lonlat
+from dstp.render import COLORMAPS, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
 
 __all__ = ["Layer", "MapSlab", "MapSource", "Style", "TILE_CACHE_ENTRIES", "SLAB_CACHE_ENTRIES"]
 
@@ -227,3 +229,35 @@ class MapSource:
         return {"dataset": dataset, "variable": variable, "units": layer.attribute.units, "cell": cell,
                 "fixed": dict(s.fixed), "time": [times[i] for i in order],
                 "values": [None if not np.isfinite(values[i]) else float(values[i]) for i in order]}
+
+    def picture(self, dataset: str, variable: str, crs: str, bbox: tuple[float, float, float, float], width: int,
+                height: int, style: Style, params: Mapping[str, str], principal: Principal) -> bytes:
+        """Return a PNG of ``bbox`` (min x, min y, max x, max y in ``crs``: CRS:84/EPSG:4326 lon/lat or EPSG:3857)."""
+        lon, lat = bbox_lonlat(crs, bbox, width, height)
+        m = self.slab(dataset, variable, params, principal)
+        colormap, vmin, vmax = style.resolved(m.slab)
+        return png(colour(sample(m.slab, lon, lat), colormap, vmin, vmax))
+
+    def legend(self, dataset: str, variable: str, style: Style, params: Mapping[str, str],
+               principal: Principal) -> bytes:
+        """Return the colour bar of ``style`` over the slab's range (or the one asked for), labelled with units."""
+        layer = self.layer(dataset, variable, principal)
+        m = self.slab(dataset, variable, params, principal)
+        colormap, vmin, vmax = style.resolved(m.slab)
+        return legend_png(colormap, vmin, vmax, layer.attribute.units)
+
+    def value_at(self, dataset: str, variable: str, lon: float, lat: float, params: Mapping[str, str],
+                 principal: Principal) -> dict[str, Any]:
+        """Return the value of the cell under (lon, lat) with the cell's centre and what was fixed (None outside)."""
+        layer = self.layer(dataset, variable, principal)
+        m = self.slab(dataset, variable, params, principal)
+        flat = int(m.slab.locate(np.array([lon]), np.array([lat]))[0])
+        answer: dict[str, Any] = {"dataset": dataset, "variable": variable, "units": layer.attribute.units,
+                                  "fixed": dict(m.fixed), "lon": lon, "lat": lat, "value": None, "cell": None}
+        if flat >= 0:
+            row, col = divmod(flat, m.slab.values.shape[1])
+            value = float(m.slab.values[row, col])
+            answer["value"] = value if np.isfinite(value) else None
+            answer["cell"] = {"lat": float(m.slab.lat.ravel()[flat] if m.slab.curvilinear else m.slab.lat[row]),
+                              "lon": float(m.slab.lon.ravel()[flat] if m.slab.curvilinear else m.slab.lon[col])}
+        return answer
