@@ -142,3 +142,23 @@ def test_bad_tile_requests_are_refused_with_what_to_fix(maps_server, url, words)
         answer = http.get(url)
     assert answer.status_code == 400, answer.text
     assert words in answer.json()["error"]["message"]
+
+
+def test_the_series_under_a_point_is_the_cells_values_over_every_file(maps_server, catalog_root) -> None:
+    srv, _ = maps_server
+    times, values = [], []
+    for path in sorted((catalog_root / "ccm3").glob("*.nc")):
+        with xr.open_dataset(path) as ds:  # each file decoded on its own
+            cell = ds["T"].isel(lev=3).sel(lat=ds.lat.values[7], lon=ds.lon.values[50])
+            times += [t.isoformat().replace(" ", "T") for t in ds.time.values]
+            values += [float(v) for v in cell.values]
+            lat, lon = float(ds.lat.values[7]), float(ds.lon.values[50])
+            level = float(ds.lev.values[3])
+    with client(srv) as http:
+        # a point inside the cell, on −180…180 though the file's longitudes run 0…360
+        answer = http.get("/datasets/ccm3/series.json", params={"variable": "temperature", "lat": lat + 1.0,
+                                                                "lon": lon - 360 - 1.5, "elevation": level})
+    assert answer.status_code == 200, answer.text
+    got = answer.json()
+    assert got["cell"] == {"lat": lat, "lon": lon}
+    assert list(zip(got["time"], got["values"])) == sorted(zip(times, values))
