@@ -99,7 +99,7 @@ def measure(root: Path, zooms: tuple[int, ...], clients: int, cold_rounds: int) 
         every = [t for z in zooms for t in _tiles(z)]
         first = {"time": combos[0][0], "elevation": combos[0][1]}
         for kind, colormap in (("render", "cividis"), ("warm", "cividis")):
-            seconds: list[float] = []
+            together: list[float] = []
             lock = threading.Lock()
 
             def client(seed: int, colormap: str = colormap) -> None:
@@ -108,7 +108,7 @@ def measure(root: Path, zooms: tuple[int, ...], clients: int, cold_rounds: int) 
                 with httpx.Client(base_url=base, timeout=600) as http:
                     got = [get(http, t, first | {"colormap": colormap}) for t in order]
                 with lock:
-                    seconds.extend(got)
+                    together.extend(got)
 
             threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
             for t in threads:
@@ -116,7 +116,7 @@ def measure(root: Path, zooms: tuple[int, ...], clients: int, cold_rounds: int) 
             for t in threads:
                 t.join()
             rows.append({"mode": f"{clients} clients", "zoom": f"{zooms[0]}–{zooms[-1]}", "kind": kind,
-                         **_percentiles(seconds)})
+                         **_percentiles(together)})
             print(json.dumps(rows[-1]), file=sys.stderr)
     return {"rows": rows}
 
