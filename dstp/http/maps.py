@@ -118,19 +118,40 @@ def _floats(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
+#: CF's units of latitude and longitude (``degrees`` alone may be a rotated grid's, so it is not enough).
+LATITUDE_UNITS = ("degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn")
+LONGITUDE_UNITS = ("degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese")
+
+
+def _geographic_axis(details: DatasetDetails, d: DimensionInfo, std: str, units: tuple[str, ...]) -> bool:
+    """Return whether dimension ``d``'s coordinate is latitude or longitude itself (not grid_latitude, not x)."""
+    coordinate = next((c for c in details.coordinates if c.name == (d.coordinate or d.name)), None)
+    standard = dict(coordinate.cf).get("standard_name", "") if coordinate is not None else ""
+    return standard == std or (not standard and d.units.strip().lower() in units)
+
+
 def mappable(details: DatasetDetails) -> list[Layer]:
-    """Return the attributes of a gridded dataset that have a latitude and a longitude axis (or 2-D lat/lon)."""
+    """Return the attributes of a gridded dataset on latitude × longitude axes, or with 2-D latitude/longitude.
+
+    A grid whose Y/X axes are neither (projected metres, a rotated grid's degrees) and that has no 2-D
+    latitude/longitude is left out: drawing its axes as degrees would put the data in the wrong place.
+    """
     if details.feature_type:
         return []
     found = []
     for a in details.attributes:
         dims = [d for d in details.dimensions if d.name in a.dimensions]
-        axes = {d.axis for d in dims}
-        if not {"Y", "X"} <= axes:
+        y = next((d for d in dims if d.axis == "Y"), None)
+        x = next((d for d in dims if d.axis == "X"), None)
+        if y is None or x is None:
+            continue
+        curvilinear = geographic_columns(details, a.dimensions) is not None
+        if not curvilinear and not (_geographic_axis(details, y, "latitude", LATITUDE_UNITS)
+                                    and _geographic_axis(details, x, "longitude", LONGITUDE_UNITS)):
             continue
         time = next((d for d in dims if d.axis == "T"), None)
         level = next((d for d in dims if d.axis == "Z"), None)
-        found.append(Layer(details.summary.id, a, time, level, geographic_columns(details, a.dimensions) is not None))
+        found.append(Layer(details.summary.id, a, time, level, curvilinear))
     return found
 
 

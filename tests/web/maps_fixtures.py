@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import netCDF4
 import numpy as np
 import pytest
 from PIL import Image
@@ -35,6 +36,17 @@ def serve(catalog_root: Path, root: Path) -> Iterator[tuple[DstpServer, dict[str
                  lambda lat, lon: np.stack([250 + lat + 0.1 * lon, 260 + lat - 0.1 * lon]),
                  rlat=np.linspace(-10, 10, 30), rlon=np.linspace(-12, 12, 36), times=[0, 1])
     publish([root / "rot" / "rot.nc"], "rot")
+    # the same grid without its 2-D latitude/longitude: its axes are rotated degrees, not geographic ones
+    (root / "rotonly").mkdir()
+    with netCDF4.Dataset(root / "rot" / "rot.nc") as src, netCDF4.Dataset(root / "rotonly" / "rotonly.nc", "w") as nc:
+        for name in ("time", "rlat", "rlon"):
+            nc.createDimension(name, None if name == "time" else len(src.dimensions[name]))
+        for name in ("time", "rlat", "rlon", "tas"):
+            v = src[name]
+            out = nc.createVariable(name, v.dtype, v.dimensions)
+            out.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k not in ("coordinates", "grid_mapping")})
+            out[:] = v[:]
+    publish([root / "rotonly" / "rotonly.nc"], "rotonly")
     store = root / "tokens.json"
     tokens = TokenStore(store)
     issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}

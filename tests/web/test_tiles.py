@@ -162,3 +162,24 @@ def test_the_series_under_a_point_is_the_cells_values_over_every_file(maps_serve
     got = answer.json()
     assert got["cell"] == {"lat": lat, "lon": lon}
     assert list(zip(got["time"], got["values"])) == sorted(zip(times, values))
+
+
+def test_a_grid_on_rotated_axes_without_latitude_longitude_is_refused_not_misplaced(maps_server) -> None:
+    srv, _ = maps_server
+    with client(srv) as http:
+        answer = http.get("/tiles/rotonly/tas/0/0/0.png")
+        assert answer.status_code == 400, answer.text
+        assert "rotonly has no attribute 'tas' on a latitude/longitude grid" in answer.json()["error"]["message"]
+        assert answer.json()["error"]["message"].endswith("none")
+
+
+def test_the_series_under_a_point_of_a_rotated_grid_is_its_cells(maps_server) -> None:
+    srv, _ = maps_server
+    with xr.open_dataset(srv.settings.catalog_root / "rot" / "rot.nc", decode_times=False) as ds:
+        lat, lon = float(ds["lat"].values[12, 20]), float(ds["lon"].values[12, 20])
+        expected = [float(v) for v in ds["tas"].values[:, 12, 20]]
+    with client(srv) as http:
+        got = http.get("/datasets/rot/series.json", params={"variable": "tas", "lat": lat + 0.01,
+                                                            "lon": lon - 0.01}).json()
+    assert got["cell"] == {"lat": lat, "lon": lon}
+    assert got["values"] == expected and len(got["time"]) == 2
