@@ -89,6 +89,10 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
                 x.attribute.name for x in layers], "variable": "", "colormaps": list(COLORMAPS)}
             if chosen is None:
                 return info
+            s = details.summary
+            if s.bbox is not None:  # the page opens on the data: [[south, west], [north, east]]
+                west, east = s.lon_extent or (-180.0, 180.0)
+                info["bounds"] = [[s.bbox[0], west], [s.bbox[1], east + 360.0 if west > east else east]]
             m = source.slab(dataset, chosen.attribute.name, {}, principal)
             low, high = m.slab.finite_range() or (0.0, 1.0)
             info.update(variable=chosen.attribute.name, units=chosen.attribute.units, vmin=low, vmax=high,

@@ -5,7 +5,8 @@
 (function () {
   const page = JSON.parse(document.getElementById("map-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const map = L.map("map", { worldCopyJump: true }).setView([20, 0], 1);
+  const map = L.map("map", { worldCopyJump: true });
+  if (page.bounds) map.fitBounds(page.bounds); else map.setView([20, 0], 1);
 
   function choice() {
     const c = { colormap: $("map-colormap").value, vmin: $("map-vmin").value, vmax: $("map-vmax").value };
