@@ -1,0 +1,284 @@
+"""What the map doors (XYZ tiles, WMS, the map page) share: slabs read through the service, and caches.
+
+A slab is read the way the quicklook reads one (:func:`dstp.http.quicklook.map_selection`:
+one query fixing time and level by equality, so pushdown reads one hyperslab),
+through :class:`~dstp.http.pages.CatalogView` and so the service — its access
+policy, admission slots, limits and audit. Access is asked on every request
+before any cache is looked at, so a cached tile of a restricted dataset is never
+shown to someone who may not read it. Caches are keyed by the dataset's catalog
+version: a dataset that changes (a new file) is read again.
+
+    MapSource(view)
+      .layer(dataset, variable, principal)        -> Layer (dimensions, units, values)
+      .slab(dataset, variable, params, principal) -> MapSlab (the field and its fixed dimensions)
+      .tile(dataset, variable, z, x, y, style, params, principal) -> PNG bytes
+      .series(dataset, variable, lon, lat, params, principal)     -> the time series at that point (JSON)
+      .picture(dataset, variable, crs, bbox, width, height, style, params, principal) -> PNG bytes (WMS GetMap)
+      .value_at(dataset, variable, lon, lat, params, principal)   -> the cell's value there (GetFeatureInfo)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Generic, Hashable, Mapping, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dstp.auth import Principal
+from dstp.errors import BadRequestError, QueryError
+from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
+from dstp.http.pages import CatalogView
+from dstp.http.quicklook import geographic_columns, map_selection, series_selection
+from dstp.render import COLORMAPS, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
+
+__all__ = ["Layer", "MapSlab", "MapSource", "Style", "TILE_CACHE_ENTRIES", "SLAB_CACHE_ENTRIES"]
+
+#: Rendered tiles kept (about 20 KB each).
+TILE_CACHE_ENTRIES = 2048
+#: Slabs kept (one per dataset version, variable, time and level asked for).
+SLAB_CACHE_ENTRIES = 32
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Lru(Generic[K, V]):
+    """A bounded, thread-safe least-recently-used map."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How values become colours: a colour map and its range (None: the slab's own least and greatest)."""
+
+    colormap: str = COLORMAPS[0]
+    vmin: float | None = None
+    vmax: float | None = None
+
+    def resolved(self, slab: Slab) -> tuple[str, float, float]:
+        """Return (colour map, vmin, vmax), filling an open end from the slab's values."""
+        found = slab.finite_range() or (0.0, 1.0)
+        low = found[0] if self.vmin is None else self.vmin
+        high = found[1] if self.vmax is None else self.vmax
+        if low == high and self.vmin is None and self.vmax is None:
+            low, high = low - 0.5, high + 0.5
+        return self.colormap, low, high
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A mappable attribute of a dataset: its column, and its time and level dimensions if any."""
+
+    dataset: str
+    attribute: ColumnInfo
+    time: DimensionInfo | None
+    level: DimensionInfo | None
+    curvilinear: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MapSlab:
+    """A slab read for a map: the field, the coordinate values of its rows and columns, and what was fixed."""
+
+    slab: Slab
+    rows: np.ndarray
+    columns: np.ndarray
+    free: tuple[str, str]
+    fixed: tuple[tuple[str, str], ...]
+    version: int
+
+
+def _floats(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+#: CF's units of latitude and longitude (``degrees`` alone may be a rotated grid's, so it is not enough).
+LATITUDE_UNITS = ("degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn")
+LONGITUDE_UNITS = ("degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese")
+
+
+def _geographic_axis(details: DatasetDetails, d: DimensionInfo, std: str, units: tuple[str, ...]) -> bool:
+    """Return whether dimension ``d``'s coordinate is latitude or longitude itself (not grid_latitude, not x)."""
+    coordinate = next((c for c in details.coordinates if c.name == (d.coordinate or d.name)), None)
+    standard = dict(coordinate.cf).get("standard_name", "") if coordinate is not None else ""
+    return standard == std or (not standard and d.units.strip().lower() in units)
+
+
+def mappable(details: DatasetDetails) -> list[Layer]:
+    """Return the attributes of a gridded dataset on latitude × longitude axes, or with 2-D latitude/longitude.
+
+    A grid whose Y/X axes are neither (projected metres, a rotated grid's degrees) and that has no 2-D
+    latitude/longitude is left out: drawing its axes as degrees would put the data in the wrong place.
+    """
+    if details.feature_type:
+        return []
+    found = []
+    for a in details.attributes:
+        dims = [d for d in details.dimensions if d.name in a.dimensions]
+        y = next((d for d in dims if d.axis == "Y"), None)
+        x = next((d for d in dims if d.axis == "X"), None)
+        if y is None or x is None:
+            continue
+        curvilinear = geographic_columns(details, a.dimensions) is not None
+        if not curvilinear and not (_geographic_axis(details, y, "latitude", LATITUDE_UNITS)
+                                    and _geographic_axis(details, x, "longitude", LONGITUDE_UNITS)):
+            continue
+        time = next((d for d in dims if d.axis == "T"), None)
+        level = next((d for d in dims if d.axis == "Z"), None)
+        found.append(Layer(details.summary.id, a, time, level, curvilinear))
+    return found
+
+
+class MapSource:
+    """Slabs, tiles and series of datasets, read through a :class:`CatalogView` with the caller's principal."""
+
+    def __init__(self, view: CatalogView) -> None:
+        self.view = view
+        self._slabs: Lru[tuple[Any, ...], MapSlab] = Lru(SLAB_CACHE_ENTRIES)
+        self._tiles: Lru[tuple[Any, ...], bytes] = Lru(TILE_CACHE_ENTRIES)
+
+    def layer(self, dataset: str, variable: str, principal: Principal) -> Layer:
+        """Return the layer of ``variable`` (DatasetNotFoundError if ``principal`` may not read the dataset)."""
+        details = self.view.details(dataset, principal)
+        layers = mappable(details)
+        for layer in layers:
+            if layer.attribute.name == variable:
+                return layer
+        names = ", ".join(x.attribute.name for x in layers) or "none"
+        raise QueryError(f"{dataset} has no attribute {variable!r} on a latitude/longitude grid to map; "
+                         f"its mappable attributes are: {names}")
+
+    def _params(self, layer: Layer, params: Mapping[str, str]) -> dict[str, str]:
+        chosen = {}
+        for key, dim in (("time", layer.time), ("elevation", layer.level)):
+            if dim is not None and params.get(key, "").strip():
+                chosen[dim.name] = params[key].strip()
+        return chosen
+
+    def slab(self, dataset: str, variable: str, params: Mapping[str, str], principal: Principal) -> MapSlab:
+        """Return the lat/lon slab of ``variable`` at the time and elevation in ``params`` (nearest values)."""
+        layer = self.layer(dataset, variable, principal)
+        details = self.view.details(dataset, principal)
+        s = map_selection(details, variable, self._params(layer, params),
+                          lambda dim: self.view.values(dataset, dim, principal))
+        version = self.view.service.catalog.get(dataset).version
+        key = (dataset, version, variable, s.fixed)
+        found = self._slabs.get(key)
+        if found is not None:
+            return found
+        table = self.view.table(s.sql, principal)
+        y_name, x_name = s.free
+        rows, ri = np.unique(_floats(table, y_name), return_inverse=True)
+        cols, ci = np.unique(_floats(table, x_name), return_inverse=True)
+        values = np.full((len(rows), len(cols)), np.nan)
+        values[ri, ci] = _floats(table, variable)
+        if s.geographic is not None:
+            lat, lon = np.full(values.shape, np.nan), np.full(values.shape, np.nan)
+            lat[ri, ci] = _floats(table, s.geographic[0])
+            lon[ri, ci] = _floats(table, s.geographic[1])
+            slab = Slab(values, lat, lon)
+        else:
+            slab = Slab(values, rows, cols)
+        found = MapSlab(slab, rows, cols, (y_name, x_name), s.fixed, version)
+        self._slabs.put(key, found)
+        return found
+
+    def tile(self, dataset: str, variable: str, z: int, x: int, y: int, style: Style, params: Mapping[str, str],
+             principal: Principal) -> bytes:
+        """Return the 256 × 256 PNG of XYZ tile z/x/y (Web Mercator), transparent outside the data."""
+        lon, lat = tile_lonlat(z, x, y)  # a bad tile address is refused before any read
+        m = self.slab(dataset, variable, params, principal)
+        colormap, vmin, vmax = style.resolved(m.slab)
+        key = (dataset, m.version, variable, m.fixed, z, x, y, colormap, vmin, vmax)
+        found = self._tiles.get(key)
+        if found is None:
+            found = png(colour(sample(m.slab, lon, lat), colormap, vmin, vmax))
+            self._tiles.put(key, found)
+        return found
+
+    def series(self, dataset: str, variable: str, lon: float, lat: float, params: Mapping[str, str],
+               principal: Principal) -> dict[str, Any]:
+        """Return the time series of the cell under (lon, lat): times as the dataset writes them, values, units."""
+        layer = self.layer(dataset, variable, principal)
+        if layer.time is None:
+            raise QueryError(f"{dataset}.{variable} has no time axis, so it has no time series")
+        m = self.slab(dataset, variable, params, principal)
+        flat = int(m.slab.locate(np.array([lon]), np.array([lat]))[0])
+        if flat < 0:
+            raise BadRequestError(f"lat={lat}, lon={lon} is outside the grid of {dataset}.{variable}")
+        row, col = divmod(flat, m.slab.values.shape[1])
+        details = self.view.details(dataset, principal)
+        dims = {(d.coordinate or d.name): d.name for d in details.dimensions}
+        chosen = {dims.get(m.free[0], m.free[0]): repr(float(m.rows[row])),
+                  dims.get(m.free[1], m.free[1]): repr(float(m.columns[col]))}
+        if layer.level is not None and params.get("elevation", "").strip():
+            chosen[layer.level.name] = params["elevation"].strip()
+        s = series_selection(details, variable, chosen, lambda dim: self.view.values(dataset, dim, principal))
+        table = self.view.table(s.sql, principal)
+        (t_name,) = s.free
+        times = [v.isoformat() if hasattr(v, "isoformat") else str(v) for v in table.column(t_name).to_pylist()]
+        values = _floats(table, variable)
+        order = sorted(range(len(times)), key=lambda i: times[i])
+        cell = {"lat": float(m.slab.lat.ravel()[flat] if m.slab.curvilinear else m.slab.lat[row]),
+                "lon": float(m.slab.lon.ravel()[flat] if m.slab.curvilinear else m.slab.lon[col])}
+        return {"dataset": dataset, "variable": variable, "units": layer.attribute.units, "cell": cell,
+                "fixed": dict(s.fixed), "time": [times[i] for i in order],
+                "values": [None if not np.isfinite(values[i]) else float(values[i]) for i in order]}
+
+    def picture(self, dataset: str, variable: str, crs: str, bbox: tuple[float, float, float, float], width: int,
+                height: int, style: Style, params: Mapping[str, str], principal: Principal) -> bytes:
+        """Return a PNG of ``bbox`` (min x, min y, max x, max y in ``crs``: CRS:84/EPSG:4326 lon/lat or EPSG:3857)."""
+        lon, lat = bbox_lonlat(crs, bbox, width, height)
+        m = self.slab(dataset, variable, params, principal)
+        colormap, vmin, vmax = style.resolved(m.slab)
+        return png(colour(sample(m.slab, lon, lat), colormap, vmin, vmax))
+
+    def legend(self, dataset: str, variable: str, style: Style, params: Mapping[str, str],
+               principal: Principal) -> bytes:
+        """Return the colour bar of ``style`` over the slab's range (or the one asked for), labelled with units."""
+        layer = self.layer(dataset, variable, principal)
+        m = self.slab(dataset, variable, params, principal)
+        colormap, vmin, vmax = style.resolved(m.slab)
+        return legend_png(colormap, vmin, vmax, layer.attribute.units)
+
+    def value_at(self, dataset: str, variable: str, lon: float, lat: float, params: Mapping[str, str],
+                 principal: Principal) -> dict[str, Any]:
+        """Return the value of the cell under (lon, lat) with the cell's centre and what was fixed (None outside)."""
+        layer = self.layer(dataset, variable, principal)
+        m = self.slab(dataset, variable, params, principal)
+        flat = int(m.slab.locate(np.array([lon]), np.array([lat]))[0])
+        answer: dict[str, Any] = {"dataset": dataset, "variable": variable, "units": layer.attribute.units,
+                                  "fixed": dict(m.fixed), "lon": lon, "lat": lat, "value": None, "cell": None}
+        if flat >= 0:
+            row, col = divmod(flat, m.slab.values.shape[1])
+            value = float(m.slab.values[row, col])
+            answer["value"] = value if np.isfinite(value) else None
+            answer["cell"] = {"lat": float(m.slab.lat.ravel()[flat] if m.slab.curvilinear else m.slab.lat[row]),
+                              "lon": float(m.slab.lon.ravel()[flat] if m.slab.curvilinear else m.slab.lon[col])}
+        return answer
