@@ -51,6 +51,7 @@ from dstp.settings import Settings
 from dstp.http import STATIC_DIR
 from dstp.http.builder import BuilderState
 from dstp.http.facade_routes import facade_router
+from dstp.http.opendap_routes import opendap_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -593,6 +594,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
         return response
 
     app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
+    app.include_router(opendap_router(service, current_principal))  # /opendap
     return app
 
 
