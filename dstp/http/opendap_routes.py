@@ -183,12 +183,12 @@ def dap2_answer(ds: DapDataset, projections: list[Projection]) -> dap2.Answer:
 
 def dap4_selection(ds: DapDataset, projections: list[Projection]) -> list[tuple[str, Ranges]]:
     if not projections:
-        return [(n, whole(ds, n)) for n in ds.variables]
+        return dap4.order(ds, [(n, whole(ds, n)) for n in ds.variables])
     out: dict[str, Ranges] = {}
     for p in projections:
         target, ranges = resolve(ds, p, dap4=True)
         out.setdefault(target, ranges)
-    return list(out.items())
+    return dap4.order(ds, list(out.items()))
 
 
 def _split(name: str) -> tuple[str, str]:

@@ -33,7 +33,7 @@ import numpy as np
 from dstp.opendap.dap2 import Ranges
 from dstp.opendap.model import DapAttribute, DapDataset, dap4_type
 
-__all__ = ["dmr", "dap_chunks", "encode", "error_document", "LAST", "ERROR", "LITTLE_ENDIAN", "MAX_CHUNK"]
+__all__ = ["dmr", "order", "dap_chunks", "encode", "error_document", "LAST", "ERROR", "LITTLE_ENDIAN", "MAX_CHUNK"]
 
 LAST, ERROR, LITTLE_ENDIAN = 0x01, 0x02, 0x04
 MAX_CHUNK = 2**24 - 1
@@ -73,46 +73,63 @@ def _dimension_sizes(ds: DapDataset, selection: Selection) -> dict[str, int | No
     return {d: _size(next(iter(rs))) if len(rs) == 1 else None for d, rs in seen.items()}
 
 
+def _fqn(ds: DapDataset, dim: str) -> str:
+    """Return a dimension's fully qualified name: in the group of its coordinate variable, else the root."""
+    coordinate = ds.variables.get(dim)
+    group = coordinate.group if coordinate is not None and coordinate.dims == (dim,) else ""
+    return f"/{group}/{dim}" if group else f"/{dim}"
+
+
+def order(ds: DapDataset, selection: Selection) -> list[tuple[str, Ranges]]:
+    """Return the selection in the order the DMR declares it: the root's variables, then each group's."""
+    rank = {n: i for i, n in enumerate(ds.variables)}
+    return sorted(selection, key=lambda s: (ds.variables[s[0]].group, rank[s[0]]))
+
+
 def dmr(ds: DapDataset, selection: Selection, checksums: dict[str, int] | None = None) -> str:
     """Return the DMR of an answer holding ``selection`` (with each variable's CRC32 when given)."""
     sizes = _dimension_sizes(ds, selection)
-    groups: dict[str, list[tuple[str, Ranges]]] = {}
-    for name, ranges in selection:
-        groups.setdefault(ds.variables[name].group, []).append((name, ranges))
+    selected = {n for n, _ in selection}
     lines = ['<?xml version="1.0" encoding="UTF-8"?>',
              f'<Dataset xmlns="{_NS}" dapVersion="4.0" dmrVersion="1.0" name={quoteattr(ds.id)}>']
-    lines += [f'    <Dimension name={quoteattr(d)} size="{n}"/>' for d, n in sizes.items() if n is not None]
+
+    def dimensions(group: str, indent: str) -> list[str]:
+        return [f'{indent}<Dimension name={quoteattr(d)} size="{n}"/>' for d, n in sizes.items()
+                if n is not None and _fqn(ds, d) == (f"/{group}/{d}" if group else f"/{d}")]
 
     def variable(name: str, ranges: Ranges, indent: str) -> list[str]:
         v = ds.variables[name]
         out = [f"{indent}<{dap4_type(v.dtype)} name={quoteattr(name)}>"]
         for d, r in zip(v.dims, ranges):
-            out.append(f'{indent}    <Dim name={quoteattr("/" + d)}/>' if sizes.get(d) is not None
+            out.append(f"{indent}    <Dim name={quoteattr(_fqn(ds, d))}/>" if sizes.get(d) is not None
                        else f'{indent}    <Dim size="{_size(r)}"/>')
         for a in v.attributes:
             out += _attribute(a, indent + "    ")
         if checksums is not None and name in checksums:
             out.append(f'{indent}    <Attribute name="_DAP4_Checksum_CRC32" type="UInt32">'
                        f"<Value>{checksums[name]}</Value></Attribute>")
-        selected = {n for n, _ in selection}
         for d in v.dims:
             if d != name and d in selected and sizes.get(d) is not None and ds.variables[d].dims == (d,):
-                out.append(f'{indent}    <Map name={quoteattr("/" + d)}/>')
+                out.append(f"{indent}    <Map name={quoteattr(_fqn(ds, d))}/>")
         out.append(f"{indent}</{dap4_type(v.dtype)}>")
         return out
 
-    for name, ranges in groups.pop("", []):
-        lines += variable(name, ranges, "    ")
-    for group, members in groups.items():
-        indent = "    "
-        for part in group.split("/"):
-            lines.append(f"{indent}<Group name={quoteattr(part)}>")
-            indent += "    "
-        for name, ranges in members:
-            lines += variable(name, ranges, indent)
-        for _ in group.split("/"):
-            indent = indent[:-4]
-            lines.append(f"{indent}</Group>")
+    lines += dimensions("", "    ")
+    open_groups: list[str] = []
+    for name, ranges in order(ds, selection):
+        path = [p for p in ds.variables[name].group.split("/") if p]
+        while open_groups and open_groups != path[:len(open_groups)]:
+            open_groups.pop()
+            lines.append("    " * (len(open_groups) + 1) + "</Group>")
+        while len(open_groups) < len(path):
+            open_groups.append(path[len(open_groups)])
+            indent = "    " * len(open_groups)
+            lines.append(f"{indent}<Group name={quoteattr(open_groups[-1])}>")
+            lines += dimensions("/".join(open_groups), indent + "    ")
+        lines += variable(name, ranges, "    " * (len(open_groups) + 1))
+    while open_groups:
+        open_groups.pop()
+        lines.append("    " * (len(open_groups) + 1) + "</Group>")
     for a in ds.attributes:
         lines += _attribute(a, "    ")
     if ds.unlimited:
