@@ -255,6 +255,7 @@ def opendap_router(service: DstpService, principal_of: Callable[[Request], Princ
         return Response(dap2.error_body(err.http_status, err.message), status_code=err.http_status,
                         media_type="text/plain; charset=UTF-8", headers={**_HEADERS, "Content-Description": "dods-error"})
 
+    @router.get("/opendap/", include_in_schema=False)
     @router.get("/opendap", response_class=HTMLResponse, tags=["OPeNDAP"],
                 summary="OPeNDAP: the datasets, each with its DAP2 and DAP4 URLs")
     async def listing(request: Request) -> Response:
