@@ -203,3 +203,17 @@ def test_constraint_grammar() -> None:
         ("tas", ((0, 1, 0), (0, 1, None), (2, 3, None))), ("Grid/precip", ())]
     with pytest.raises(BadRequestError, match="stride 0"):
         parse_dap2("tas[0:0:3]")
+
+
+def test_reads_are_audited_with_the_opendap_channel(site: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    import json
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="dstp.audit"):
+        r = site["http"].get("/secret.dods?pr[1:1:2][0][0:2:4]",
+                             headers={"Authorization": f"Bearer {site['tokens']['alice']}"})
+        assert r.status_code == 200
+    lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "dstp.audit"]
+    reads = [x for x in lines if x.get("channel") == "opendap" and '"pr"' in x.get("sql", "")]
+    assert reads and reads[-1]["principal"] == "alice" and reads[-1]["datasets"] == ["secret"], lines
+    assert reads[-1]["outcome"] == "ok" and reads[-1]["rows"] == 2 * 3
