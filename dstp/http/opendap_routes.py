@@ -32,7 +32,7 @@ from dstp.http.error_responses import incident
 from dstp.hyperslabs import kept_rows, quote_name, slab_query
 from dstp.metadata import DatasetDetails
 from dstp.opendap import dap2, dap4
-from dstp.opendap.constraint import Projection, parse_dap2, parse_dap4, resolve, whole
+from dstp.opendap.constraint import Projection, filter_sql, parse_dap2, parse_dap4, resolve, whole
 from dstp.opendap.model import DapDataset, axis_numbers, build_dataset, time_numbers
 from dstp.service import DstpService
 
@@ -87,8 +87,11 @@ class _Door:
                 self._axes[dataset_id] = axes
         return build_dataset(details, axes)
 
-    def read(self, ds: DapDataset, name: str, ranges: Ranges, principal: Principal) -> np.ndarray:
-        """Return a variable's values at ``ranges`` in its served type, shaped as the ranges."""
+    def read(self, ds: DapDataset, name: str, ranges: Ranges, principal: Principal, mask: str = "") -> np.ndarray:
+        """Return a variable's values at ``ranges`` in its served type, shaped as the ranges.
+
+        ``mask``: an SQL condition (a DAP4 filter); where it fails the value is read as missing.
+        """
         v = ds.variables[name]
         shape = tuple(len(range(a, c + 1, b)) for a, b, c in ranges)
         if v.source == "constant":
@@ -104,7 +107,13 @@ class _Door:
         infos = {d.name: d for d in view.details.dimensions}
         key = [slice(a, c + 1, b) for a, b, c in ranges]
         slab = slab_query(ds.id, [name], v.dims, key, {d: view.axis(infos[d]) for d in v.dims}, order)
-        table = self._table(slab.sql, principal)
+        sql = slab.sql
+        if mask:
+            column = quote_name(name)
+            head = f"select {column} from "
+            assert sql.startswith(head), sql
+            sql = f"select case when {mask} then {column} end as {column} from " + sql[len(head):]
+        table = self._table(sql, principal)
         keep = kept_rows(slab)
         column = table.column(0) if keep is None else table.column(0).take(pa.array(keep))
         grid_shape = tuple(len(range(n)[k]) for n, k in zip(slab.read_shape, slab.keep))
@@ -181,14 +190,18 @@ def dap2_answer(ds: DapDataset, projections: list[Projection]) -> dap2.Answer:
     return sorted(items, key=lambda i: order.index(i.name) if i.name in order else len(order))
 
 
-def dap4_selection(ds: DapDataset, projections: list[Projection]) -> list[tuple[str, Ranges]]:
+def dap4_selection(ds: DapDataset, projections: list[Projection]) -> tuple[list[tuple[str, Ranges]], dict[str, str]]:
+    """Return the variables a DAP4 expression selects, in DMR order, and the SQL condition of each filter."""
     if not projections:
-        return dap4.order(ds, [(n, whole(ds, n)) for n in ds.variables])
+        return dap4.order(ds, [(n, whole(ds, n)) for n in ds.variables]), {}
     out: dict[str, Ranges] = {}
+    masks: dict[str, str] = {}
     for p in projections:
         target, ranges = resolve(ds, p, dap4=True)
         out.setdefault(target, ranges)
-    return dap4.order(ds, list(out.items()))
+        if p.filter:
+            masks[target] = filter_sql(ds, target, p.filter)
+    return dap4.order(ds, list(out.items())), masks
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -235,12 +248,13 @@ def opendap_router(service: DstpService, principal_of: Callable[[Request], Princ
             return Response(body, media_type="application/octet-stream",
                             headers={**_HEADERS, "Content-Description": "dods-data"})
         ce, checksum = _dap4_query(request)
-        selection = dap4_selection(ds, parse_dap4(ce))
+        selection, masks = dap4_selection(ds, parse_dap4(ce))
         if suffix in (".dmr", ".dmr.xml"):
             return Response(dap4.dmr(ds, selection), media_type="application/vnd.opendap.dap4.dataset-metadata+xml",
                             headers={"XDAP": "4.0", "XOPeNDAP-Server": _SERVER})
         _check_size(ds, selection)
-        payloads = [dap4.encode(door.read(ds, n, r, principal), ds.variables[n].dtype) for n, r in selection]
+        payloads = [dap4.encode(door.read(ds, n, r, principal, masks.get(n, "")), ds.variables[n].dtype)
+                    for n, r in selection]
         sums = {n: dap4.crc32(p) for (n, _), p in zip(selection, payloads)} if checksum else None
         body = b"".join(dap4.dap_chunks(dap4.dmr(ds, selection, sums), payloads, sums, [n for n, _ in selection]))
         return Response(body, media_type="application/vnd.opendap.dap4.data",

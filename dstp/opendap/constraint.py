@@ -7,8 +7,9 @@ inclusive); ``&`` selections apply to Sequences, and a dstp dataset serves
 none, so a selection is refused with a message naming it. DAP4
 (``dap4.ce=/tas[0:1:2][0:4][3];/lat``): ``;``-separated variables by path,
 the same index ranges and also ``[]`` (the whole dimension) and
-``[start:stride:]`` (to the end); a filter (``|``) or a field list
-(``{…}``) is refused by name.
+``[start:stride:]`` (to the end), and a filter (``|pr>20,lat>=62``) that
+:func:`filter_sql` turns into the SQL condition masking what it rejects; a
+field list (``{…}``) is refused by name.
 
 Parsing is syntax only; :func:`resolve` checks names and bounds against the
 dataset and fills the whole dimension where a projection gives no range.
@@ -38,6 +39,8 @@ class Projection:
     member: str = ""
     #: One (start, stride, stop) per dimension of the variable (the member); empty means "all of it".
     ranges: tuple[IndexRange, ...] = ()
+    #: A DAP4 filter (``|tas>300,pr<5``) as comparisons (left, operator, right); a side is a name or a literal.
+    filter: tuple[tuple[str, ...], ...] = ()
 
 
 _NAME = r"[A-Za-z_%][A-Za-z0-9_.\-%/]*"
@@ -122,9 +125,7 @@ def parse_dap4(ce: str) -> list[Projection]:
         return []
     out = []
     for part in _split(text, ";"):
-        if "|" in part:
-            raise BadRequestError(f"the filter in {part.strip()!r} is not supported: constrain by index, "
-                                  "or filter values with SQL (POST /query, docs/query-language.md)")
+        part, bar, filter_text = part.partition("|")
         if "{" in part:
             raise BadRequestError(f"the field list in {part.strip()!r} applies to Structures; this dataset has "
                                   "none: name the variables, /tas;/lat")
@@ -136,8 +137,36 @@ def parse_dap4(ce: str) -> list[Projection]:
             raise BadRequestError(f"cannot read {part.strip()!r}: write /var[start:stride:stop]…, "
                                   "variables separated by ;")
         ranges = tuple(_range(b, part.strip(), True) for b in re.findall(r"\[([^\]]*)\]", m[2]))
-        out.append(Projection(m[1].strip("/"), "", ranges))
+        comparisons = _filter(filter_text, f"{part.strip()}|{filter_text}") if bar else ()
+        out.append(Projection(m[1].strip("/"), "", ranges, comparisons))
     return out
+
+
+_TOKEN = re.compile(r'\s*(<=|>=|==|!=|<|>|=|"(?:[^"\\]|\\.)*"|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|/?[A-Za-z_][\w.]*(?:/[A-Za-z_][\w.]*)*)')
+_OPERATORS = ("<=", ">=", "==", "!=", "<", ">", "=")
+
+
+def _filter(text: str, said: str) -> tuple[tuple[str, ...], ...]:
+    """Return a DAP4 filter's clauses: ``a op b`` or ``a op b op c`` (a range), joined by ``,`` (and)."""
+    clauses = []
+    for clause in _split(text, ","):
+        tokens, at = [], 0
+        while at < len(clause.rstrip()):
+            m = _TOKEN.match(clause, at)
+            if m is None:
+                raise BadRequestError(f"cannot read the filter {said!r} at {clause[at:].strip()!r}: write "
+                                      "|var>300 or |250<var<300, clauses separated by ,")
+            tokens.append(m[1])
+            at = m.end()
+        shape_ok = len(tokens) in (3, 5) and all(
+            (t in _OPERATORS) == (i % 2 == 1) for i, t in enumerate(tokens))
+        if not shape_ok:
+            raise BadRequestError(f"cannot read the clause {clause.strip()!r} of the filter {said!r}: write "
+                                  "var op value or value op var op value, op one of < <= > >= == !=")
+        clauses.append(tuple(tokens))
+    if not clauses:
+        raise BadRequestError(f"the filter in {said!r} is empty: write |var>300")
+    return tuple(clauses)
 
 
 def whole(ds: DapDataset, name: str) -> tuple[tuple[int, int, int], ...]:
@@ -180,3 +209,46 @@ def resolve(ds: DapDataset, projection: Projection, dap4: bool = False) -> tuple
                                   f"indices 0 to {size - 1})")
         out.append((start, stride, last))
     return target, tuple(out)
+
+
+_SQL_OPERATORS = {"==": "=", "=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+def filter_sql(ds: DapDataset, target: str, clauses: tuple[tuple[str, ...], ...]) -> str:
+    """Return a DAP4 filter on ``target`` as the SQL condition that keeps a value (the others become NaN).
+
+    A filter on an array masks: the answer keeps its shape, and where the condition fails the value is
+    missing (``_FillValue`` NaN). Names are the target's own variable, other variables on the same
+    dimensions, or those dimensions' coordinates; the condition runs in dstp's SQL engine with the read.
+    """
+    from dstp.hyperslabs import quote_name, sql_literal
+
+    v = ds.variables[target]
+    said = f"/{target}|" + ",".join("".join(c) for c in clauses)
+    if v.source != "column" or v.dtype.kind != "f" or not any(a.name == "_FillValue" for a in v.attributes):
+        raise BadRequestError(f"{said}: a filter masks the values it rejects as missing, and {target} has no "
+                              "missing value (only floating-point data variables with a _FillValue can be "
+                              "filtered); constrain it by index instead")
+
+    def side(token: str) -> str:
+        if token.startswith('"'):
+            return sql_literal(token[1:-1].replace('\\"', '"'))
+        if re.fullmatch(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", token):
+            return sql_literal(float(token))
+        name = token.strip("/").rsplit("/", 1)[-1]
+        other = ds.variables.get(name)
+        if other is None:
+            raise NotFoundError(f"{said}: {ds.id} has no variable {token!r}")
+        if other.time is not None or other.source not in ("column", "axis") or not set(other.dims) <= set(v.dims):
+            raise BadRequestError(f"{said}: {name} cannot be compared here: a filter on {target} names {target}, "
+                                  f"variables on its dimensions ({', '.join(v.dims)}) or their coordinates, "
+                                  "and no times (select times by index)")
+        return quote_name(name)
+
+    terms = []
+    for clause in clauses:
+        parts = [side(t) if i % 2 == 0 else _SQL_OPERATORS[t] for i, t in enumerate(clause)]
+        terms.append(" ".join(parts[:3]))
+        if len(parts) == 5:
+            terms.append(" ".join(parts[2:]))
+    return " and ".join(f"({t})" for t in terms)

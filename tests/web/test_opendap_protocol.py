@@ -159,7 +159,9 @@ def test_dap2_errors_are_error_objects_naming_what_to_fix(site: dict[str, Any], 
 
 @pytest.mark.parametrize("ce, status, words", [
     ("/tas[0:1:12][0][0]", 400, "index 12 is past the end of dimension time"),
-    ("/tas|tas>300", 400, "the filter in '/tas|tas>300' is not supported"),
+    ("/rank|rank>1", 400, "rank has no missing value (only floating-point data variables with a _FillValue"),
+    ("/tas|time>3", 400, "time cannot be compared here"),
+    ("/tas|tas>>3", 400, "cannot read the clause 'tas>>3'"),
     ("/nope", 404, "no variable 'nope'"),
 ])
 def test_dap4_errors_are_error_documents(site: dict[str, Any], ce: str, status: int, words: str) -> None:
@@ -217,3 +219,25 @@ def test_reads_are_audited_with_the_opendap_channel(site: dict[str, Any], caplog
     reads = [x for x in lines if x.get("channel") == "opendap" and '"pr"' in x.get("sql", "")]
     assert reads and reads[-1]["principal"] == "alice" and reads[-1]["datasets"] == ["secret"], lines
     assert reads[-1]["outcome"] == "ok" and reads[-1]["rows"] == 2 * 3
+
+
+@pytest.mark.parametrize("ce, keep", [
+    ("/pr[0:1:5][][]|pr>20,lat>=62", lambda ds: (ds.pr > 20) & (ds.lat >= 62)),
+    ("/pr[0:1:5][][]|10<pr<=30", lambda ds: (ds.pr > 10) & (ds.pr <= 30)),
+    ("/pr[0:1:5][][]|pr<tas", lambda ds: ds.pr < ds.tas),
+])
+def test_a_dap4_filter_masks_what_it_rejects_run_by_the_sql_engine(site: dict[str, Any], ce: str, keep: Any) -> None:
+    want = local(site["root"], "d360_east").isel(time=slice(0, 6))
+    expected = want.pr.where(keep(want)).values
+    r = site["http"].get("/d360_east.dap", params={"dap4.ce": ce})
+    assert r.status_code == 200, r.text
+    dmr, data, _ = dap_body(r.content)
+    body = b"".join(data)
+    same(np.frombuffer(body[:-4], "<f4").reshape(expected.shape), expected)
+    assert struct.unpack("<I", body[-4:])[0] == zlib.crc32(body[:-4])
+    assert np.isnan(expected).sum() > np.isnan(want.pr.values).sum()  # the filter did reject values
+    # netCDF-C passes the expression on and reads the masked answer
+    text = run("ncdump", "-p", "9,17", "-v", "pr", f"dap4://{site['host']}/opendap/d360_east?dap4.ce={ce}")
+    body_text = text.split(" pr =", 1)[1].split(";", 1)[0]
+    printed = np.array([np.nan if w == "_" else float(w) for w in re.findall(r"[^\s,]+", body_text)], "f4")
+    same(printed.reshape(expected.shape), expected)
