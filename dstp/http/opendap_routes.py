@@ -205,7 +205,7 @@ def dap4_selection(ds: DapDataset, projections: list[Projection]) -> tuple[list[
 
 
 def _split(name: str) -> tuple[str, str]:
-    for suffix in (*DAP4_SUFFIXES, *DAP2_SUFFIXES, ".html"):
+    for suffix in (*DAP4_SUFFIXES, *DAP2_SUFFIXES):
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)], suffix
     raise RouteNotFoundError(f"{name!r} names no OPeNDAP response: add one of "
@@ -235,10 +235,10 @@ def opendap_router(service: DstpService, principal_of: Callable[[Request], Princ
         if suffix == ".das":
             return Response(dap2.das(ds), media_type="text/plain; charset=UTF-8",
                             headers={**_HEADERS, "Content-Description": "dods-das"})
-        if suffix in (".dds", ".dods", ".html"):
+        if suffix in (".dds", ".dods"):
             projections = parse_dap2(request.url.query)
             items = dap2_answer(ds, projections)
-            if suffix in (".dds", ".html"):
+            if suffix == ".dds":
                 return Response(dap2.dds(ds, items), media_type="text/plain; charset=UTF-8",
                                 headers={**_HEADERS, "Content-Description": "dods-dds"})
             parts = [p for item in items for p in item.parts]
