@@ -122,10 +122,10 @@ def _served_dtype(arrow_type: str, nullable: bool) -> np.dtype:
     return np.dtype(code)
 
 
-def _column_variable(view: ErddapDataset, name: str) -> DapVariable:
+def _column_variable(view: ErddapDataset, name: str, present: set[str]) -> DapVariable:
     info = view.columns[name]
     time = view.time_axis(name)
-    attrs = attributes_of(view, name)
+    attrs = attributes_of(view, name, present)  # references (bounds, coordinates…) only to served variables
     if time is not None:
         units = time.units if " since " in time.units else info.units
         calendar = time.calendar or "standard"
@@ -171,10 +171,12 @@ def build_dataset(details: DatasetDetails, axis_values: dict[str, np.ndarray]) -
     """
     view = ErddapDataset(details, axis_values)
     variables: dict[str, DapVariable] = {}
+    present = {c.name for c in (*details.coordinates, *details.attributes) if c.variable} | {
+        m.name for m in details.grid_mappings}
     for info in (*details.coordinates, *details.attributes):
         if not info.variable or info.name in variables:
             continue
-        variables[info.name] = _column_variable(view, info.name)
+        variables[info.name] = _column_variable(view, info.name, present)
     dims = {d.name: d for d in details.dimensions}
     for name, v in list(variables.items()):
         d = dims.get(v.dims[0]) if len(v.dims) == 1 else None

@@ -141,10 +141,12 @@ def hyperslabs(draw: st.DrawFn, sizes: tuple[int, ...]) -> tuple[slice, ...]:
 
 
 @pytest.mark.parametrize("name", DATASETS)
-def test_netcdf4_python_reads_any_hyperslab_as_numpy_slices_the_files(site: dict[str, Any], name: str) -> None:
+@pytest.mark.parametrize("scheme", ["http", "dap4"])
+def test_netcdf4_python_reads_any_hyperslab_as_numpy_slices_the_files(site: dict[str, Any], name: str,
+                                                                       scheme: str) -> None:
     want = local(site["root"], name)
 
-    with netCDF4.Dataset(f"{site['url']}/{name}") as nc:
+    with netCDF4.Dataset(f"{scheme}://{site['host']}/opendap/{name}") as nc:
         @SLOW
         @given(key=hyperslabs(want.tas.shape), variable=st.sampled_from(["tas", "pr"]))
         def check(key: tuple[slice, ...], variable: str) -> None:

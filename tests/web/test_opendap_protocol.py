@@ -132,6 +132,9 @@ def test_das_types_numbers_and_keeps_no_packing(site: dict[str, Any]) -> None:
     assert "Float32 _FillValue NaN;" in pr and 'String units "mm day-1";' in pr
     assert "scale_factor" not in pr and "add_offset" not in pr
     assert 'String Unlimited_Dimension "time";' in das
+    # a reference names only variables the virtual file holds: tas's grid mapping is served with it
+    tas = das.split("    tas {", 1)[1].split("    }", 1)[0]
+    assert 'String grid_mapping "crs";' in tas and 'String coordinates "forecast_reference_time";' in tas
     crs = das.split("    crs {", 1)[1].split("    }", 1)[0]
     assert "Float64 semi_major_axis 6378137.0;" in crs
 
