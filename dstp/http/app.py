@@ -55,6 +55,7 @@ from dstp.http.feed_routes import feed_router
 from dstp.http.edr_routes import edr_router
 from dstp.http.zarr_routes import zarr_router
 from dstp.http.map_routes import map_router
+from dstp.http.opendap_routes import opendap_router
 from dstp.http.error_responses import (
     Boundary,
     error_response,
@@ -628,6 +629,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     app.include_router(zarr_router(service, current_principal))  # /zarr/<dataset>/… (Zarr v3)
     app.include_router(edr_router(service, current_principal))  # /edr (OGC API - EDR)
     app.include_router(map_router(service, current_principal))  # /tiles, /wms, /datasets/{id}/map
+    app.include_router(opendap_router(service, current_principal))  # /opendap
     return app
 
 

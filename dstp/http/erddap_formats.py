@@ -42,7 +42,7 @@ from dstp.http.erddap_times import parse_label
 from dstp.http.ucum import udunits_to_ucum
 
 __all__ = ["ErddapTable", "error_body", "from_arrow", "grid_netcdf", "table_netcdf", "render", "MEDIA_TYPES",
-           "das", "dds", "ncml"]
+           "das", "dds", "ncml", "attributes_of"]
 
 MEDIA_TYPES = {
     "csv": "text/csv; charset=ISO-8859-1", "csvp": "text/csv; charset=ISO-8859-1",
@@ -267,6 +267,10 @@ def _attrs_of(ds: ErddapDataset, name: str, present: set[str] | None = None) -> 
     if info.description and "long_name" not in attrs:
         attrs["long_name"] = info.description
     return attrs
+
+
+#: A column's attributes for an answer of decoded values (the OPeNDAP door shares them).
+attributes_of = _attrs_of
 
 
 def _time_values(column: pa.ChunkedArray) -> np.ndarray:
