@@ -270,7 +270,7 @@ class DstpBackendArray(BackendArray):
 
     def __init__(self, target: Connection, dataset: str, columns: tuple[str, ...], dims: tuple[str, ...],
                  axes: dict[str, Axis], dimension_order: tuple[str, ...], dtype: np.dtype,
-                 time: TimeEncoding | None = None, transport: str = "grpc") -> None:
+                 time: TimeEncoding | None = None, transport: str = "auto") -> None:
         self.target = target
         self.dataset = dataset
         self.columns = columns
@@ -350,7 +350,7 @@ def _vertex(info: ColumnInfo) -> int:
 class DstpDataStore(AbstractDataStore):
     """One published dataset as xarray's decoding machinery reads a store: encoded variables and attributes."""
 
-    def __init__(self, target: Connection, dataset: str, transport: str = "grpc") -> None:
+    def __init__(self, target: Connection, dataset: str, transport: str = "auto") -> None:
         self.target = target
         self.dataset = dataset
         self.transport = transport
@@ -475,7 +475,7 @@ class DstpBackendEntrypoint(BackendEntrypoint):
         *,
         drop_variables: str | Iterable[str] | None = None,
         query: str | None = None,
-        transport: str = "grpc",
+        transport: str = "auto",
         token: str | None = None,
         tls: bool | None = None,
         ca_file: str | None = None,

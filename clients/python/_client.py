@@ -133,7 +133,7 @@ class Client:
         self,
         sql: str,
         *,
-        transport: str = "grpc",
+        transport: str = "auto",
         compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,
@@ -142,14 +142,17 @@ class Client:
     ) -> QueryStream:
         """Run ``sql``; return a stream of RecordBatches as they arrive.
 
-        ``transport``: "grpc" (the control connection), "striped" (parallel TCP;
-        ``streams`` 0 lets the auto-tuner choose), "udt", or "auto" (chosen from
-        the result's size and what was measured on this endpoint before). A
-        transport the server does not offer raises TransportUnavailableError.
+        ``transport``: "auto" (the default: the gRPC stream for a result under 32 MiB, on the Run call
+        itself, else the data channel measured fastest on this endpoint; a server on this host is
+        never pinged for it), "grpc" (the control connection), "striped" (parallel TCP; ``streams`` 0
+        lets the auto-tuner choose) or "udt". The stream's ``transport`` and ``choice`` (and the
+        summary's) say what was used and why. A transport the server does not offer raises
+        TransportUnavailableError.
         A result cut at a server limit raises TruncatedResultError after its
         last batch unless ``allow_truncated`` (then DstpTruncationWarning).
         ``compression``: "none", "lz4", "zstd", or "auto" (the policy's cost model picks from the
-        path's bandwidth and RTT); not given, it is "auto" with ``transport="auto"`` and "none" otherwise.
+        path's bandwidth and RTT); not given, it is "auto" with ``transport="auto"`` (the default) and
+        "none" otherwise.
         A compression given is never overridden.
         """
         if compression is None:
@@ -231,7 +234,7 @@ class Client:
         self,
         sql: str,
         *,
-        transport: str = "grpc",
+        transport: str = "auto",
         compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dstp.client._policy import RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
+from dstp.client._policy import LOOPBACK_RTT_S, RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
 from dstp.errors import DstpError
 from dstp.transport.tuning import AutoTuner
 
@@ -88,3 +88,32 @@ def test_on_a_long_path_no_ping_is_added(tmp_path: Path) -> None:
     ping = Pings(setup=0.350, later=[RTT_CHECK_BELOW_S * 5, RTT_CHECK_BELOW_S * 6], together=RTT_SAMPLES - 1)
     assert _policy(tmp_path, ping).rtt() == pytest.approx(RTT_CHECK_BELOW_S * 5)
     assert ping.calls == RTT_SAMPLES
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:50051", "localhost:50051", "[::1]:50051", "127.0.0.2:1"])
+def test_a_server_on_this_host_is_never_pinged_for_auto(tmp_path: Path, target: str) -> None:
+    calls: list[int] = []
+
+    def ping() -> float:
+        calls.append(1)
+        return 0.0003
+
+    policy = ChannelPolicy(target, ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
+    assert policy.rtt() == LOOPBACK_RTT_S and calls == []
+    choice = policy.choose("auto", compression="auto")
+    assert calls == []  # neither the stripe plan nor the codec asked for a round trip
+    assert choice.compression == "none" and choice.rtt_s == LOOPBACK_RTT_S
+    policy.observe_rtt(0.0004)  # a Ping the user took is used
+    assert policy.rtt() == pytest.approx(0.0004) and calls == []
+
+
+@pytest.mark.parametrize("target", ["10.1.2.3:50051", "far.example.org:50051", "localhostx:1"])
+def test_a_server_elsewhere_is_still_pinged(tmp_path: Path, target: str) -> None:
+    calls: list[int] = []
+
+    def ping() -> float:
+        calls.append(1)
+        return 0.030
+
+    policy = ChannelPolicy(target, ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
+    assert policy.rtt() == pytest.approx(0.030) and len(calls) == RTT_SAMPLES

@@ -260,6 +260,8 @@ def test_sel_reads_only_the_slab(url: str, root: Path) -> None:
     same(got, want, "temperature")
     assert log.queries == 1
     assert log.elements == want.size == 3 * 8 * 4 * 64, log.sql  # that slab, nothing else
+    # the engine's default transport is auto: it chose (here the gRPC stream of the Run call)
+    assert [(x.transport, x.choice.split(" (")[0]) for x in log.summaries] == [("grpc", "auto: grpc")]
     assert log.rows == want.size
     with record_reads() as log:
         ds.temperature.load()
