@@ -34,6 +34,7 @@ import contextlib
 import math
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -49,7 +50,8 @@ from dstp.client._xarray import to_xarray
 from dstp.metadata import ColumnInfo, DatasetDetails
 from dstp.transport.codec import TransferSummary
 
-__all__ = ["Connection", "DstpBackendArray", "DstpBackendEntrypoint", "ReadLog", "parse_url", "record_reads"]
+__all__ = ["Connection", "DstpBackendArray", "DstpBackendEntrypoint", "ReadLog", "axis_values", "parse_url",
+           "record_reads"]
 
 _URL = re.compile(r"dstp://(?P<target>[^/?#]+)/(?P<dataset>[^/?#]+)/?")
 
@@ -168,6 +170,49 @@ def _run(target: Connection, sql: str, transport: str) -> Any:
         table = stream.read_all()
         _report(sql, stream.summary)
     return table
+
+
+# -- dimension coordinates: read once per dataset version ------------------------------------------
+
+#: Datasets whose coordinate values this process keeps (least recently opened dropped first).
+AXES_CACHED = 32
+
+_axes: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_axes_lock = threading.Lock()
+
+
+def axis_values(target: Connection, dataset: str, details: DatasetDetails, transport: str = "auto") -> dict[str, Any]:
+    """Return each coordinated dimension's coordinate values (an Arrow column, in index order), by dimension.
+
+    Kept per dataset version — the Describe answer's files and dimensions (names, sizes, ranges): a
+    dataset whose files changed opens with fresh values, an unchanged one with no request at all. On
+    the first open the coordinates are read by one query each, all at once (the cheapest path the
+    service has; this function is where a catalog call that serves them from memory plugs in).
+    """
+    version = (target, dataset, details.files, details.dimensions)
+    with _axes_lock:
+        found = _axes.get(version)
+        if found is not None:
+            _axes.move_to_end(version)
+            return found
+    coordinates = {c.name for c in details.coordinates}
+    wanted = {dim.name: dim.coordinate for dim in details.dimensions if dim.coordinate in coordinates}
+
+    def read(column: str) -> Any:
+        return _run(target, f"select {quote_name(column)} from {quote_name(dataset)}", transport).column(0)
+
+    if len(wanted) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(wanted), CONCURRENT_QUERIES), thread_name_prefix="dstp-axes") as pool:
+            values = dict(zip(wanted, pool.map(read, wanted.values())))
+    else:
+        values = {dim: read(column) for dim, column in wanted.items()}
+    with _axes_lock:
+        _axes[version] = values
+        while len(_axes) > AXES_CACHED:
+            _axes.popitem(last=False)
+    return values
 
 
 # -- values: Arrow columns to the arrays xarray expects -------------------------------------------
@@ -368,13 +413,13 @@ class DstpDataStore(AbstractDataStore):
         coords_by_name = {c.name: c for c in d.coordinates}
         variables: dict[str, xr.Variable] = {}
         axes: dict[str, Axis] = {}
+        coordinate_values = axis_values(self.target, self.dataset, d, self.transport)
         for dim in d.dimensions:
             info = coords_by_name.get(dim.coordinate)
             if info is None:
                 axes[dim.name] = Axis(dim.name, dim.size)
                 continue
-            raw = _run(self.target, f"select {quote_name(info.name)} from {quote_name(self.dataset)}",
-                       self.transport).column(0)
+            raw = coordinate_values[dim.name]
             compared = np.asarray(raw.to_numpy(zero_copy_only=False))
             if compared.dtype.kind == "M":
                 compared = compared.astype("datetime64[us]")

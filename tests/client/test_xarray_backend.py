@@ -332,3 +332,27 @@ def test_bad_urls_and_datasets_say_what_is_wrong(url: str) -> None:
     with pytest.raises(dstp.DatasetNotFoundError, match="ccm3"):
         xr.open_dataset(f"{url}/nosuch", engine="dstp")
     assert math.isnan(float(xr.open_dataset(f"{url}/ccm3", engine="dstp").humidity[0, -1, 0, 0]))
+
+
+def test_coordinates_are_read_once_per_dataset_version(url: str, root: Path) -> None:
+    import dataclasses
+
+    address = url.removeprefix("dstp://")
+    xr.open_dataset(f"{url}/ocean", engine="dstp")  # the first open (or an earlier test's) read them
+    with record_reads() as log:
+        again = xr.open_dataset(f"{url}/ocean", engine="dstp")
+    assert log.queries == 0  # the Describe answer says nothing changed: no query at all
+    want = local(root, "ocean")
+    for name in ("time", "depth", "lat", "lon"):
+        same(again[name], want[name], name)
+    # another version of the dataset (a file grew): its coordinates are read again, all at once
+    from dstp.client._backend import Connection, axis_values
+
+    with dstp.connect(address) as client:
+        details = client.describe("ocean")
+    changed = dataclasses.replace(details, files=(dataclasses.replace(details.files[0], size_bytes=1),
+                                                  *details.files[1:]))
+    with record_reads() as log:
+        values = axis_values(Connection(address), "ocean", changed)
+    assert log.queries == 4 and set(values) == {"time", "depth", "lat", "lon"}
+    np.testing.assert_array_equal(values["lat"].to_numpy(), want.lat.values)
