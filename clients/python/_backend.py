@@ -33,9 +33,11 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -332,7 +334,8 @@ class DstpBackendArray(BackendArray):
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        """Return the values at a basic key (ints and slices), read by one query."""
+        """Return the values at a basic key (ints and slices), read by one query — shared with the other
+        variables a ``Dataset.load()`` loads at the same grid points (:func:`_loading_together`)."""
         stacked = len(self.columns) > 1
         grid_key, vertex_key = (key[:-1], key[-1]) if stacked else (key, slice(None))
         columns = self.columns[vertex_key] if isinstance(vertex_key, slice) else (self.columns[vertex_key],)
@@ -344,6 +347,14 @@ class DstpBackendArray(BackendArray):
             table = _run(self.target, f"select {quote_name(columns[0])} from {quote_name(self.dataset)} limit 1",
                          self.transport)
             return _numpy(table.column(0), self.dtype, self.time, columns[0]).reshape(())
+        batch = _Batch.current()
+        if batch is not None:
+            found = batch.take(self, key)
+            if found is not None:
+                return found
+        together = _loading_together(self, key) if not stacked else []
+        if together:
+            columns = tuple(dict.fromkeys((*columns, *(c for other in together for c in other.columns))))
         slab = slab_query(self.dataset, columns, self.dims, grid_key, self.axes, self.dimension_order)
         table = _run(self.target, slab.sql, self.transport)
         expected = math.prod(slab.read_shape)
@@ -351,17 +362,127 @@ class DstpBackendArray(BackendArray):
             raise ValueError(f"the server sent {table.num_rows} records for a hyperslab of {expected} grid points "
                              f"({slab.sql}); this dataset's records are not a full grid (station or trajectory "
                              "data): open a query instead, backend_kwargs={'query': 'select …'}")
-        parts = []
-        for name in columns:
-            values = _numpy(table.column(name), self.dtype, self.time, name).reshape(slab.read_shape)[slab.keep]
-            # Records come in the dataset's dimension order: put them in the variable's.
-            values = values.transpose([slab.grid.index(d) for d in self.dims])
-            squeeze = tuple(i for i, k in enumerate(grid_key) if not isinstance(k, slice))
-            parts.append(values.squeeze(axis=squeeze) if squeeze else values)
+        if together:
+            _Batch.start({other: (key, other._values(table, slab, grid_key, other.columns)[0])
+                          for other in together})
+        parts = self._values(table, slab, grid_key, self.columns[vertex_key] if isinstance(vertex_key, slice)
+                             else (self.columns[vertex_key],))
         if not stacked:
             return parts[0]
         out = np.stack(parts, axis=-1)
         return out if isinstance(vertex_key, slice) else out[..., 0]
+
+    def _values(self, table: Any, slab: Any, grid_key: tuple[Any, ...], columns: Iterable[str]) -> list[np.ndarray]:
+        """Return this variable's values of ``columns`` from a slab's records, in the variable's dimension order."""
+        parts = []
+        squeeze = tuple(i for i, k in enumerate(grid_key) if not isinstance(k, slice))
+        for name in columns:
+            values = _numpy(table.column(name), self.dtype, self.time, name).reshape(slab.read_shape)[slab.keep]
+            # Records come in the dataset's dimension order: put them in the variable's.
+            values = values.transpose([slab.grid.index(d) for d in self.dims])
+            parts.append(values.squeeze(axis=squeeze) if squeeze else values)
+        return parts
+
+
+# -- several variables of one Dataset.load() in one request ------------------------------------------
+
+
+def _key_id(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Return a basic key as a hashable, comparable tuple (slices are not hashable before Python 3.12)."""
+    return tuple((k.start, k.stop, k.step) if isinstance(k, slice) else int(k) for k in key)
+
+
+def _dataset_being_loaded() -> xr.Dataset | None:
+    """Return the Dataset whose ``load()`` (or ``compute()``, or a DataArray's ``load()``) runs in this thread
+    below the caller, None when there is none.
+
+    xarray's ``Dataset.load`` reads its lazy variables one by one through each variable's ``__getitem__``;
+    nothing in the backend interface says that others follow. The frame of ``Dataset.load`` says which:
+    its ``self``. Found by code object, so any other xarray that loads differently simply gets one query
+    per variable, as before.
+    """
+    code = xr.Dataset.load.__code__
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(48):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            ds = frame.f_locals.get("self")
+            return ds if isinstance(ds, xr.Dataset) else None
+        frame = frame.f_back
+    return None
+
+
+def _lazy_backend(data: Any) -> tuple[DstpBackendArray, Any] | None:
+    """Return (the backend array, the lazy key) behind a variable's not yet loaded data, else None."""
+    for _ in range(8):
+        if isinstance(data, indexing.LazilyIndexedArray):
+            return (data.array, data.key) if isinstance(data.array, DstpBackendArray) else None
+        data = getattr(data, "array", None)  # MemoryCachedArray, CopyOnWriteArray, xarray's lazy decoders
+        if data is None or isinstance(data, np.ndarray):
+            return None
+    return None
+
+
+def _loading_together(array: DstpBackendArray, key: tuple[Any, ...]) -> list[DstpBackendArray]:
+    """Return the other lazy variables (one column each) of the Dataset being loaded that read the same
+    dataset on the same dimensions at the same ``key``: the batch that one query reads with ``array``."""
+    ds = _dataset_being_loaded()
+    if ds is None:
+        _Batch.clear()  # values a load read but never took (it failed half-way) are not kept
+        return []
+    wanted = _key_id(key)
+    out = []
+    for variable in ds.variables.values():
+        found = _lazy_backend(variable._data)
+        if found is None:
+            continue
+        other, lazy_key = found
+        if other is array or len(other.columns) != 1 or other.dims != array.dims or other.dataset != array.dataset \
+                or other.target != array.target or other.axes is not array.axes:
+            continue
+        try:
+            backend_key, _ = indexing.decompose_indexer(lazy_key, other.shape, indexing.IndexingSupport.BASIC)
+        except (TypeError, ValueError, NotImplementedError):
+            continue
+        if isinstance(backend_key, indexing.BasicIndexer) and _key_id(backend_key.tuple) == wanted:
+            out.append(other)
+    return out
+
+
+class _Batch:
+    """The values one query read for the other variables of a ``Dataset.load()``, until each takes its own.
+
+    One per thread (a Dataset loads its variables in one thread, one after another); an entry is taken
+    only by the very array it was read for (held, so its id is never another's) at the very key.
+    """
+
+    _local = threading.local()
+
+    def __init__(self, values: dict[DstpBackendArray, tuple[tuple[Any, ...], np.ndarray]]) -> None:
+        self.values = {id(a): (a, _key_id(k), v) for a, (k, v) in values.items()}
+
+    @classmethod
+    def start(cls, values: dict[DstpBackendArray, tuple[tuple[Any, ...], np.ndarray]]) -> None:
+        cls._local.batch = cls(values)
+
+    @classmethod
+    def clear(cls) -> None:
+        cls._local.batch = None
+
+    @classmethod
+    def current(cls) -> _Batch | None:
+        return getattr(cls._local, "batch", None)
+
+    def take(self, array: DstpBackendArray, key: tuple[Any, ...]) -> np.ndarray | None:
+        """Return (and forget) the values read for ``array`` at ``key``; None if there are none."""
+        entry = self.values.get(id(array))
+        if entry is None or entry[0] is not array or entry[1] != _key_id(key):
+            return None
+        del self.values[id(array)]
+        if not self.values:
+            self._local.batch = None
+        return entry[2]
 
 
 def _result_shape(shape: tuple[int, ...], key: tuple[Any, ...]) -> tuple[int, ...]:

@@ -356,3 +356,26 @@ def test_coordinates_are_read_once_per_dataset_version(url: str, root: Path) -> 
         values = axis_values(Connection(address), "ocean", changed)
     assert log.queries == 4 and set(values) == {"time", "depth", "lat", "lon"}
     np.testing.assert_array_equal(values["lat"].to_numpy(), want.lat.values)
+
+
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "rotpole"])
+@pytest.mark.parametrize("selection", [{}, {"time": slice(1, 3), "lat": slice(2, 9)}, {"time": 1, "lon": slice(9, 2, -2)}])
+def test_a_dataset_load_reads_each_grid_once_for_all_its_variables(url: str, root: Path, dataset: str,
+                                                                  selection: dict) -> None:
+    if dataset == "rotpole":
+        selection = {{"lat": "rlat", "lon": "rlon"}.get(d, d): k for d, k in selection.items()}
+    want = local(root, dataset).isel(selection)
+    full = xr.open_dataset(f"{url}/{dataset}", engine="dstp")
+    ds = full.isel(selection)
+    # the variables read, by the dimensions they are read on (before the selection drops any)
+    lazy = {n: full[n].dims for n, v in ds.variables.items() if n not in full.indexes and full[n].dims}
+    grids = {dims for dims in lazy.values() if "bnds" not in dims} | {n for n, d in lazy.items() if "bnds" in d}
+    with record_reads() as log:
+        ds.load()
+    assert log.queries == len(grids), log.sql  # one query per grid (each bounds variable alone)
+    for name in ds.data_vars:
+        if name in want.variables and "bnds" not in ds[name].dims and ds[name].dims:
+            same(ds[name], want[name], name)
+    for name in ds.coords:
+        if name in want.variables:
+            same(ds[name], want[name], name)
