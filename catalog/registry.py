@@ -57,10 +57,10 @@ class Catalog:
 
     @classmethod
     def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20,
-             direct_chunks: bool = True) -> "Catalog":
+             direct_chunks: bool = True, decoded_chunk_cache_bytes: int | None = None) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised."""
         root = Path(root).resolve()
-        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks)
+        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, decoded_chunk_cache_bytes)
         datasets: dict[str, GriddedDataset] = {}
         remotes: dict[str, RemoteDataset] = {}
         problems: list[Problem] = []

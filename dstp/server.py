@@ -145,7 +145,8 @@ class DstpServer:
         try:
             if root is not None:
                 self.catalog = Catalog.scan(root, open_files=s.open_files, chunk_cache_bytes=s.chunk_cache_bytes,
-                                            direct_chunks=s.direct_chunks)
+                                            direct_chunks=s.direct_chunks,
+                                            decoded_chunk_cache_bytes=s.decoded_chunk_cache_bytes)
             return self._start()
         except BaseException:
             self.stop(grace=0)
