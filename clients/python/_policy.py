@@ -40,6 +40,7 @@ Query rpc is in flight (once an earlier offer has named the endpoint).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -514,8 +515,10 @@ def is_loopback(target: str) -> bool:
         return False
 
 
+@functools.cache
 def udt_built() -> bool:
-    """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s)."""
+    """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s);
+    asked once per process."""
     from importlib.util import find_spec
 
     return find_spec("dstp.transport._udt") is not None
