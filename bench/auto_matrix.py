@@ -127,7 +127,7 @@ def summarize(runs: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
             checks_ok = all(json.dumps(r["check"]) in reference for r in cell) and len(reference) == 1
             auto_channels = sorted({f"{r['channel']}" for r in cell if r["peer"] == "auto"})
             ratio = med["auto"] / fixed[best]
-            rows.append({"path": path, "size": size, "mode": mode, **{f"{p}_s": round(v, 4) for p, v in med.items()},
+            rows.append({"path": path, "size": size, "mode": mode, **{f"{p}_s": round(v, 6) for p, v in med.items()},
                          "best_fixed": best, "best_fixed_s": round(fixed[best], 4), "auto_s": round(med["auto"], 4),
                          "auto_over_best": round(ratio, 3), "goal_met": ratio <= GOAL,
                          "auto_channel": ",".join(auto_channels), "records_equal": checks_ok,
@@ -176,10 +176,12 @@ def measure(path: str, root: Path, sizes: Sequence[float], repeats: int, peers: 
 
 def markdown(result: dict[str, Any]) -> str:
     cols = [("path", "path"), ("size", "bytes"), ("mode", "client")]
-    cols += [(f"{p}_s", p) for p in result["peers"]]
+    cols += [(f"{p}_ms", f"{p} ms") for p in result["peers"]]
     cols += [("best_fixed", "best fixed"), ("auto_over_best", "auto / best"), ("goal_met", "≤ 1.05"),
              ("auto_channel", "auto took"), ("records_equal", "records equal")]
-    rows = [{**r, "size": f"{r['size']:.0e}"} for p in result["paths"] for r in p["rows"]]
+    rows = [{**r, "size": f"{r['size']:.0e}", **{f"{p}_ms": f"{r[p + '_s'] * 1e3:.2f}" for p in result["peers"]
+                                                  if p + "_s" in r}}
+            for p in result["paths"] for r in p["rows"]]
     head = (f"Medians of {result['repeats']} interleaved rounds, seconds per request in the client process "
             f"({result['load']}). Command: `{result['command']}`.\n\n")
     return head + markdown_table(rows, cols) + "\n"

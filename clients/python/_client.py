@@ -26,7 +26,7 @@ import grpc
 
 from dstp.client._channels import receive_grpc, receive_stripes
 from dstp.client._download import download
-from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, udt_built
+from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, handshake_seconds, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.credentials import client_credentials
@@ -76,7 +76,8 @@ class Client:
                         ca_file=ca_file)
         #: Which channel, how many stripes, what the path measured: one policy for queries and downloads.
         self.policy = ChannelPolicy(target, self._rpc.ping, tuner, timeout=timeout, wrap_channel=wrap_channel,
-                                    require_sealed=tls)
+                                    require_sealed=tls, handshake=lambda: handshake_seconds(target, timeout),
+                                    connect=self._rpc.connect)
         #: Summary of the last ``query()``: rows, bytes, truncated, what the server read.
         self.last_summary: TransferSummary | None = None
 

@@ -156,6 +156,13 @@ class Rpc:
                             "resets_at_unix": reply.resets_at_unix_ms / 1000},
         }
 
+    def connect(self) -> None:
+        """Return once the control connection is up (or after ``timeout``: the next rpc reports why not)."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=self.timeout)
+        except grpc.FutureTimeoutError:
+            pass
+
     def ping(self, payload: bytes = b"") -> float:
         """Return the round-trip time of one Ping, in seconds."""
         started = time.perf_counter()

@@ -117,3 +117,49 @@ def test_a_server_elsewhere_is_still_pinged(tmp_path: Path, target: str) -> None
 
     policy = ChannelPolicy(target, ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
     assert policy.rtt() == pytest.approx(0.030) and len(calls) == RTT_SAMPLES
+
+
+def test_a_new_client_measures_with_handshakes_while_it_connects_and_pings_not(tmp_path: Path) -> None:
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def handshake() -> float:
+        with lock:
+            calls.append("handshake")
+        return 0.111 + 0.001 * len(calls)
+
+    def ping() -> float:
+        calls.append("ping")
+        return 0.2
+
+    policy = ChannelPolicy("10.1.2.3:50051", ping, AutoTuner(tmp_path / "t.json"), keep_connections=False,
+                           handshake=handshake, connect=lambda: calls.append("connect"))
+    assert policy.rtt() == pytest.approx(0.112)
+    assert sorted(calls) == ["connect"] + ["handshake"] * RTT_SAMPLES  # no Ping before the first request
+    policy.choose("auto", compression="auto")
+    assert "ping" not in calls and len(calls) == RTT_SAMPLES + 1  # the samples serve the choices after
+
+
+def test_handshakes_that_fail_leave_it_to_pings(tmp_path: Path) -> None:
+    pings: list[int] = []
+
+    def refused() -> float:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def ping() -> float:
+        pings.append(1)
+        return 0.05
+
+    policy = ChannelPolicy("10.1.2.3:50051", ping, AutoTuner(tmp_path / "t.json"), keep_connections=False,
+                           handshake=refused)
+    assert policy.rtt() == pytest.approx(0.05) and len(pings) == RTT_SAMPLES
+
+
+def test_a_handshake_with_a_real_server_is_timed_and_a_closed_port_refuses(server) -> None:
+    from dstp.client._policy import handshake_seconds
+
+    assert 0 < handshake_seconds(server.endpoints.grpc, 5.0) < 5.0
+    with pytest.raises(OSError):
+        handshake_seconds("127.0.0.1:1", 5.0)
+    with pytest.raises(OSError):
+        handshake_seconds("unix:/tmp/nothing", 5.0)
