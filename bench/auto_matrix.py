@@ -2,8 +2,8 @@
 
 A matrix of cells: result size (1 kB … 100 MB of Arrow payload; 1 GB with ``--sizes``) × path
 (loopback; the emulated 20 ms and 110 ms paths of :mod:`bench.wan` with ``--paths``) × client
-(``cold``: a new ``dstp.Client`` with an empty tuner cache per request, its construction timed;
-``warm``: one client per peer kept for the run, warmed by one untimed request of each size).
+(``cold``: a new ``dstp.Client`` with an empty tuner cache per request, in a new process, timed from
+its construction; ``warm``: one client per peer kept for the run, warmed by one untimed request of each size).
 In every cell each peer asks ``select temperature, time from ccm3 limit N`` (12 bytes a record,
 N from the size) of one ``dstp serve`` of the large samples:
 
@@ -92,25 +92,45 @@ def drive(server: str, sizes: Sequence[float], repeats: int, peers: Sequence[str
                         order = list(peers[r % len(peers):]) + list(peers[:r % len(peers)])
                         for p in order:
                             n += 1
+                            if mode == "cold":  # a process of its own: gRPC shares connections between the
+                                # clients of one process, so an in-process "new" client would find one up
+                                cmd = [sys.executable, "-m", "bench.auto_matrix", "one", "--server", server,
+                                       "--peers", p, "--sizes", str(size), "--tuner", str(Path(tmp) / f"cold-{n}.json")]
+                                done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
+                                                      cwd=Path(__file__).resolve().parents[1])
+                                if done.returncode != 0:
+                                    raise RuntimeError(f"cold {p} {size:g}: {done.stderr[-1500:]}")
+                                runs.append({"mode": mode, "round": r, **json.loads(done.stdout.splitlines()[-1])})
+                                continue
+                            c = warm[p]
                             started = time.perf_counter()
-                            if mode == "cold":
-                                c = dstp.Client(server, timeout=600, tuner=AutoTuner(Path(tmp) / f"cold-{n}.json"))
-                                table = _fetch(c, p, sql)
-                            else:
-                                c = warm[p]
-                                table = _fetch(c, p, sql)
+                            table = _fetch(c, p, sql)
                             seconds = time.perf_counter() - started
-                            s = c.last_summary
-                            runs.append({"peer": p, "size": size, "mode": mode, "round": r, "seconds": seconds,
-                                         "channel": s.transport if s else None, "choice": s.choice if s else None,
-                                         "wire_bytes": s.wire_bytes if s else None, "check": _check(table)})
+                            runs.append({"mode": mode, "round": r, **_record(c, p, size, seconds, table)})
                             del table
-                            if mode == "cold":
-                                c.close()
         finally:
             for c in warm.values():
                 c.close()
     return runs
+
+
+def _record(client: Any, peer: str, size: float, seconds: float, table: Any) -> dict[str, Any]:
+    s = client.last_summary
+    return {"peer": peer, "size": size, "seconds": seconds, "channel": s.transport if s else None,
+            "choice": s.choice if s else None, "wire_bytes": s.wire_bytes if s else None, "check": _check(table)}
+
+
+def one(server: str, peer: str, size: float, tuner: Path) -> dict[str, Any]:
+    """Return the record of one request by a new client in this (new) process: its construction, connection and
+    query are timed, the imports not."""
+    import dstp
+    from dstp.transport.tuning import AutoTuner
+
+    started = time.perf_counter()
+    with dstp.Client(server, timeout=600, tuner=AutoTuner(tuner)) as client:
+        table = _fetch(client, peer, sql_for(size))
+        seconds = time.perf_counter() - started
+        return _record(client, peer, size, seconds, table)
 
 
 def summarize(runs: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
@@ -210,15 +230,17 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5, sizes: Sequence
         "all_records_equal": all(r["records_equal"] for r in rows),
     }
     if not quick:
-        write_json(NAME, result)
-        write_markdown(NAME, "auto vs the best fixed choice, per cell", markdown(result))
+        name = NAME if list(paths) == ["loopback"] else f"{NAME}-{'-'.join(paths)}"
+        write_json(name, result)
+        write_markdown(name, "auto vs the best fixed choice, per cell", markdown(result))
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.auto_matrix", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "drive"])
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "drive", "one"])
+    parser.add_argument("--tuner", default="")
     parser.add_argument("--server", default="")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     parser.add_argument("--repeats", type=int, default=5)
@@ -227,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",") if s]
+    if args.command == "one":
+        print(json.dumps(one(args.server, args.peers, sizes[0], Path(args.tuner))))
+        return 0
     if args.command == "drive":
         print(json.dumps(drive(args.server, sizes, args.repeats, args.peers.split(","))))
         return 0
