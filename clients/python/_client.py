@@ -26,7 +26,7 @@ import grpc
 
 from dstp.client._channels import receive_grpc, receive_stripes
 from dstp.client._download import download
-from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, handshake_seconds, udt_built
+from dstp.client._policy import TRANSPORTS, ChannelPolicy, handshake_seconds, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.credentials import client_credentials
@@ -165,7 +165,7 @@ class Client:
             info, call = self._rpc.run(sql, compression)  # one round trip instead of Query + Fetch
         elif transport == "auto":  # one round trip: the records at once if small, else offers to pick from
             info, call = self._rpc.run(sql, compression, channels=self._auto_channels(),
-                                       inline_max_bytes=GRPC_MAX_BYTES["result"], streams=choice.streams,
+                                       inline_max_bytes=self.policy.grpc_max_bytes("result"), streams=choice.streams,
                                        congestion_control=choice.congestion_control)
         else:
             if transport == "striped":  # (auto may yet choose gRPC: its stripes would go unused)

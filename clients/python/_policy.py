@@ -53,7 +53,7 @@ from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_addres
 from dstp.transport.tcp import kernel_limits
 from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 
-__all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
+__all__ = ["CODECS", "GRPC_MAX_BYTES", "LOOPBACK_GRPC_MAX_RESULT_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
            "CodecCost", "LOOPBACK_RTT_S", "estimate_seconds", "handshake_seconds", "is_loopback", "tune_key", "udt_built"]
 
 #: What ``transport=`` accepts.
@@ -64,6 +64,12 @@ TRANSPORTS = ("grpc", "striped", "udt", "auto")
 #: (Query, connect, HELLO), so results stay on gRPC longer; a file over gRPC is one stream of
 #: 2 MiB chunks, which stripes overtake sooner (docs/transport.md, "Auto-tuning").
 GRPC_MAX_BYTES = {"result": 32 * 2**20, "file": 8 * 2**20}
+
+#: The same bound for a query result from a server on this host (:func:`is_loopback`): there a round trip
+#: costs 0.1 ms, so a data channel's two more are soon paid for, while the gRPC stream moves ~0.7 GB/s
+#: (auto_matrix, loopback, warm, medians of 11: 1 MB 3.8 ms on gRPC vs 4.5 ms striped × 1; 10 MB 14.5
+#: vs 10.8 ms).
+LOOPBACK_GRPC_MAX_RESULT_BYTES = 4 * 2**20
 
 #: How long a measured round-trip time is trusted before the client pings again. The Pings
 #: cost two round trips (0.22 s on a 110 ms path), more than a small query; a path's RTT rarely
@@ -354,18 +360,25 @@ class ChannelPolicy:
         return ChannelChoice("striped", plan.streams, plan.congestion_control, plan, rtt,
                              f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
 
+    def grpc_max_bytes(self, what: str) -> int:
+        """Return the size under which ``auto`` keeps a ``what`` ("result", "file") on the gRPC stream:
+        :data:`GRPC_MAX_BYTES`, for a result from a server on this host :data:`LOOPBACK_GRPC_MAX_RESULT_BYTES`."""
+        if what == "result" and self.loopback:
+            return LOOPBACK_GRPC_MAX_RESULT_BYTES
+        return GRPC_MAX_BYTES[what]
+
     def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, *,
              inline: bool = False) -> ChannelChoice:
         """Return ``choice`` settled on an offered channel for a transfer of at most ``upper_bytes``.
 
-        gRPC when the transfer is small (under ``GRPC_MAX_BYTES[choice.what]``;
+        gRPC when the transfer is small (under :meth:`grpc_max_bytes`;
         unknown counts as large), no data channel is offered, or the server
         already streams the records on the Run call (``inline``: it applied the
         same rule); else what the tuner measured best on this server.
         """
         what = choice.what
         data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt_built())]
-        if inline or 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
+        if inline or 0 <= upper_bytes < self.grpc_max_bytes(what) or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
             return replace(choice, transport="grpc",
                            reason=f"auto: grpc ({what} {size}){self._codec_note(choice, upper_bytes)}")

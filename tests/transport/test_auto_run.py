@@ -108,7 +108,8 @@ def test_auto_gets_a_small_result_with_one_rpc(data_client, monkeypatch) -> None
 
 def test_auto_fetches_a_larger_result_on_a_data_channel_from_the_run_answer(data_client, monkeypatch) -> None:
     want = data_client.query(SQL, transport="grpc")
-    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)  # 700 records × 12 bytes: "large"
+    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)
+    monkeypatch.setattr(_policy, "LOOPBACK_GRPC_MAX_RESULT_BYTES", 1000)  # 700 records × 12 bytes: "large"
     counted = _Counted(data_client, monkeypatch)
     got = data_client.query(SQL, transport="auto")
     assert got.equals(want)
@@ -152,10 +153,21 @@ def test_the_default_takes_a_data_channel_for_a_large_result_with_the_same_recor
     sql = "select * from ccm3 where humidity > 50"
     want = data_client.query(sql, transport="grpc")
     monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)
+    monkeypatch.setattr(_policy, "LOOPBACK_GRPC_MAX_RESULT_BYTES", 1000)
     pings = _count_pings(data_client, monkeypatch)
     stream = data_client.query_batches(sql)
     got = stream.read_all()
     assert stream.transport in ("striped", "udt") and stream.choice.startswith("auto: ")
     assert pings == []
     assert got.num_rows == want.num_rows > 0
+    assert _sorted(got).equals(_sorted(want))
+
+
+def test_a_result_over_4_mib_from_this_host_takes_a_data_channel_by_default(data_client) -> None:
+    sql = "select * from ccm3"  # 196,608 records of 13 columns: ~9 MB, under the 32 MiB a remote result stays on gRPC
+    want = data_client.query(sql, transport="grpc")
+    assert 4 * 2**20 < want.nbytes < 32 * 2**20
+    stream = data_client.query_batches(sql)
+    got = stream.read_all()
+    assert stream.transport in ("striped", "udt") and stream.choice.startswith("auto: ")
     assert _sorted(got).equals(_sorted(want))
