@@ -76,7 +76,7 @@ def run(quick: bool, repeats: int = 5, files: tuple[int, ...] = (1000, 5000), la
     files = (100, 200) if quick else files
     repeats = 1 if quick else repeats
     load = f"load average {os.getloadavg()[0]:.2f} at the start on {os.cpu_count()} cores"
-    runs = []
+    runs: list[dict[str, Any]] = []
     with servers(list(files)) as addresses:
         clients = {k: dstp.connect(a, timeout=600) for k, a in addresses.items()}
         try:
@@ -93,7 +93,7 @@ def run(quick: bool, repeats: int = 5, files: tuple[int, ...] = (1000, 5000), la
         finally:
             for c in clients.values():
                 c.close()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for config in CONFIGS:
         for n in files:
             mine = [r for r in runs if r["config"] == config and r["files"] == n]
@@ -101,10 +101,10 @@ def run(quick: bool, repeats: int = 5, files: tuple[int, ...] = (1000, 5000), la
             rows.append({"label": label, "config": config, "files": n, "median_s": round(s, 3),
                          "ms_per_file": round(s / n * 1e3, 4), "same_answer": all(r["equal"] for r in mine)})
     for config in CONFIGS:
-        per = {r["files"]: r["ms_per_file"] for r in rows if r["config"] == config}
-        for r in rows:
-            if r["config"] == config:
-                r["per_file_vs_smallest"] = round(r["ms_per_file"] / per[min(files)], 2)
+        per = {row["files"]: row["ms_per_file"] for row in rows if row["config"] == config}
+        for row in rows:
+            if row["config"] == config:
+                row["per_file_vs_smallest"] = round(row["ms_per_file"] / per[min(files)], 2)
     result = {"label": label, "sql": SQL, "repeats": repeats, "load": load, "load_after": f"{os.getloadavg()[0]:.2f}",
               "rows": rows, "runs": runs}
     if not quick:

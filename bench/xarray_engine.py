@@ -46,7 +46,10 @@ def _local(files: list[Path], agg: str, **kwargs: Any) -> Any:
                              compat="override", **kwargs)
 
 
-def _cases(url: str, files: list[Path], var: str, local_var: str, agg: str) -> dict[str, tuple[Callable, Callable]]:
+Peer = tuple[Callable[[], Any], Callable[[Any], Any]]  # (prepare, run)
+
+
+def _cases(url: str, files: list[Path], var: str, local_var: str, agg: str) -> dict[str, tuple[Peer, Peer]]:
     """Return case → ((prepare, run) of the engine, (prepare, run) of local xarray)."""
     import xarray as xr
 
@@ -54,7 +57,7 @@ def _cases(url: str, files: list[Path], var: str, local_var: str, agg: str) -> d
         return xr.open_dataset(url, engine="dstp", **kw)
 
     slab = {"time": slice(0, 3), "lat": slice(5, 20)}
-    return {
+    cases: dict[str, tuple[Peer, Peer]] = {
         "open": ((lambda: None, lambda _: engine()), (lambda: None, lambda _: _local(files, agg))),
         "slab": ((engine, lambda d: d[var].isel(slab).values),
                  (lambda: _local(files, agg), lambda d: d[local_var].isel(slab).values)),
@@ -63,6 +66,7 @@ def _cases(url: str, files: list[Path], var: str, local_var: str, agg: str) -> d
         "dask": ((lambda: engine(chunks=CHUNKS), lambda d: d[var].compute().values),
                  (lambda: _local(files, agg, chunks=CHUNKS), lambda d: d[local_var].compute().values)),
     }
+    return cases
 
 
 def _same(a: Any, b: Any) -> bool | None:
@@ -89,8 +93,9 @@ def measure(root: Path, label: str, repeats: int) -> list[dict[str, Any]]:
                 times: dict[str, list[float]] = {"engine": [], "local": []}
                 equal = None
                 for r in range(repeats + 1):  # the first round warms both (connections, page cache)
-                    results = {}
-                    for who, (prepare, run) in (("engine", mine), ("local", theirs))[:: 1 if r % 2 else -1]:
+                    results: dict[str, Any] = {}
+                    peers: list[tuple[str, Peer]] = [("engine", mine), ("local", theirs)]
+                    for who, (prepare, run) in peers[:: 1 if r % 2 else -1]:
                         ready = prepare()
                         started = time.perf_counter()
                         results[who] = run(ready)
