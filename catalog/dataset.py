@@ -30,6 +30,7 @@ space) are reported by :meth:`GriddedDataset.present` and dropped by the scan.
 
 from __future__ import annotations
 
+import bisect
 import glob
 import hashlib
 import math
@@ -307,15 +308,45 @@ class GriddedDataset:
         masks = [np.zeros(v.shape, bool) if m is None else m for v, m in parts]
         return values, np.concatenate(masks, axis=axis)
 
+    @cached_property
+    def _part_files(self) -> dict[int, tuple[list[int], list[int]] | None]:
+        """Return per part (its files' numbers, each one's end on the aggregation axis), in file order, when
+        those files follow one another without overlap (then a range finds its first file by bisection);
+        None for a part whose files do not."""
+        out: dict[int, tuple[list[int], list[int]] | None] = {}
+        for k, f in enumerate(self.files):
+            found = out.setdefault(f.part, ([], []))
+            if found is None:
+                continue
+            ks, ends = found
+            if ends and f.start < ends[-1]:
+                out[f.part] = None  # out of order or overlapping: every file is looked at
+                continue
+            ks.append(k)
+            ends.append(f.start + f.count)
+        return out
+
     def _file_parts(self, want: slice, part: int = 0) -> Iterator[tuple[int, slice]]:
-        """Yield (file number, slice local to it) for a slice of the aggregation dimension (in one part)."""
+        """Yield (file number, slice local to it) for a slice of the aggregation dimension (in one part).
+
+        The files it spans are found by bisection when the part's files follow one another (a block of a
+        full scan looked at every file of the dataset: a 5,000-file scan cost 2.5× per file what a 1,000-file
+        one did, issue 38); else every file is looked at.
+        """
         if self.descriptor.aggregate is None or len(self.files) == 1:
             yield 0, want
             return
-        for k, f in enumerate(self.files):
-            if f.part != part:
-                continue
+        ordered = self._part_files.get(part)
+        if ordered is not None:
+            ks, ends = ordered
+            candidates: Iterable[int] = (ks[j] for j in range(bisect.bisect_right(ends, want.start), len(ks)))
+        else:
+            candidates = (k for k, f in enumerate(self.files) if f.part == part)
+        for k in candidates:
+            f = self.files[k]
             lo, hi = f.start, f.start + f.count
+            if ordered is not None and lo >= want.stop:
+                return  # the files after it start later still
             # first selected index >= lo, honouring the step
             start = want.start if want.start >= lo else want.start + -(-(lo - want.start) // want.step) * want.step
             stop = min(want.stop, hi)

@@ -267,12 +267,12 @@ class FileHandles:
     """
 
     def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
-                 layouts: LayoutStore | None = None) -> None:
+                 layouts: LayoutStore | None = None, decoded_chunk_cache_bytes: int | None = None) -> None:
         self.capacity = max(1, capacity)
         #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
+        #: Its decoded chunks are kept up to ``decoded_chunk_cache_bytes`` (None or -1: sized from memory).
         self.chunks: ChunkReader | None = \
-            ChunkReader(self.open_raw, cache_bytes=max(chunk_cache_bytes, 64 * 2**20), open_files=capacity,
-                        layouts=layouts) \
+            ChunkReader(self.open_raw, cache_bytes=decoded_chunk_cache_bytes, open_files=capacity, layouts=layouts) \
             if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
@@ -293,7 +293,8 @@ class FileHandles:
         how = (f"deflate/shuffle chunks read outside the netCDF lock ({INFLATE} inflate), the rest through netCDF-C"
                if self.chunks is not None else "every read through netCDF-C")
         cache = self.chunk_cache_bytes / 2**20
-        return f"{how}; up to {self.capacity} files open, {cache:g} MiB chunk cache per variable"
+        decoded = f", {self.chunks.cache_bytes / 2**20:,.0f} MiB of decoded chunks" if self.chunks is not None else ""
+        return f"{how}; up to {self.capacity} files open, {cache:g} MiB chunk cache per variable{decoded}"
 
     def open_raw(self, path: Path, version: FileIdentity | None = None) -> int:
         """Return a read-only file descriptor of published file ``path``, checked as it is opened.

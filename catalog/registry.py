@@ -84,20 +84,22 @@ class Catalog:
     @classmethod
     def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
              *, index: Path | None = None, processes: int = 1, settle_s: float = 1.0,
+             decoded_chunk_cache_bytes: int | None = None,
              clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised.
 
         ``index`` is the catalog index file (None: kept in memory, for this process only); ``processes`` read
         file headers in parallel when many must be read; ``settle_s`` is how long a new or changed file must
         keep its size and times before :meth:`refresh` publishes it, by ``clock``; changes are stamped with
-        ``wall`` time.
+        ``wall`` time; ``decoded_chunk_cache_bytes`` sizes the direct reader's cache (None: from memory).
         """
         root = Path(root).resolve()
         if not root.is_dir():
             return cls(root, {}, [Problem(root, "catalog root is not a directory")],
                        handles=FileHandles(open_files, chunk_cache_bytes, direct_chunks))
         store = CatalogIndex.open(index, root)
-        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, layouts=store)
+        handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, layouts=store,
+                              decoded_chunk_cache_bytes=decoded_chunk_cache_bytes)
         rescanner = Rescanner(root, handles, store, settle_s=settle_s, clock=clock, wall=wall,
                               processes=max(1, processes))
         state, _ = rescanner.look(None)

@@ -32,6 +32,7 @@ import logging
 import math
 import threading
 import time
+import urllib.parse
 import uuid
 from typing import Any, Iterator, Sequence
 
@@ -88,6 +89,9 @@ def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
         metadata = [("dstp-error-code", exc.code)]
         if isinstance(exc, QueryError) and exc.line is not None:
             metadata += [("dstp-error-line", str(exc.line)), ("dstp-error-column", str(exc.column))]
+            token = urllib.parse.quote(exc.token or "", safe="")  # (metadata values are ASCII)
+            if token and len(token) <= 512:  # the word it points at, as HTTP's JSON error carries it; not a
+                metadata.append(("dstp-error-token", token))  # long literal: gRPC's headers hold 16 KiB
         retry = getattr(exc, "retry_after_s", None)
         if retry is not None:  # back-pressure: when trying again may succeed (whole seconds, as HTTP's header)
             metadata.append(("retry-after", str(max(1, math.ceil(retry)))))

@@ -80,7 +80,8 @@ def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] =
     processes = settings.catalog_build_processes or os.cpu_count() or 1
     return Catalog.scan(root, open_files=settings.open_files, chunk_cache_bytes=settings.chunk_cache_bytes,
                         direct_chunks=settings.direct_chunks, index=catalog_index_file(settings, root),
-                        processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock)
+                        processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock,
+                        decoded_chunk_cache_bytes=settings.decoded_chunk_cache_bytes)
 
 
 def tls_material(settings: Settings) -> TlsMaterial | None:

@@ -112,6 +112,12 @@ class Settings:
         "the server starts (and that ends with it; one that does not answer within 30 s is killed and that read "
         "goes through netCDF-C). false: every read through netCDF-C under its lock."
     )
+    decoded_chunk_cache_bytes: int = _setting(
+        -1, "Bytes of decoded (inflated) netCDF-4 chunks kept for the next read and the next query, all datasets "
+        "together (with direct_chunks). -1: 1/16 of the memory the server may use (the machine's, or its "
+        "cgroup's limit), at least 64 MiB and at most 8 GiB. A full scan larger than this keeps what the cache "
+        "holds rather than cycling it out (dstp.catalog.chunks)."
+    )
     grpc_workers: int = _setting(16, "Threads serving gRPC calls.")
     grpc_max_message_bytes: int = _setting(64 * 2**20, "Largest gRPC message accepted or sent.")
     max_streams: int = _setting(64, "Most parallel TCP streams one transfer may use on the striped channel.")

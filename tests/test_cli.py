@@ -74,6 +74,16 @@ def test_query_saves_what_the_client_gets(served: str, client, tmp_path: Path) -
     assert len(csv.strip().splitlines()) == client.query(sql).num_rows + 1
 
 
+def test_query_takes_auto_by_default_and_says_so(served: str, client, tmp_path: Path) -> None:
+    sql = "select temperature, lat, time from ccm3 where lat > 70"
+    target = tmp_path / "auto.parquet"
+    proc = run("query", sql, "--server", served, "-o", str(target), "-v", "--no-agent")
+    # a small result on this host: the gRPC stream, chosen by auto (not asked for), no codec
+    assert "data channel: grpc — auto: grpc (result at most" in proc.stderr, proc.stderr
+    assert ", none (" in proc.stderr
+    assert pq.read_table(target).equals(client.query(sql, transport="grpc"))
+
+
 def test_ls_and_describe(served: str) -> None:
     out = run("ls", "--server", served).stdout
     assert "ccm3" in out and "ocean" in out

@@ -129,15 +129,33 @@ class AutoTuner:
         self.increase_gain = increase_gain
         self.min_bytes = min_bytes
         self._lock = threading.Lock()
+        #: The cache file's stamp and contents as last parsed (:meth:`_peek`).
+        self._seen: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
     # -- cache --------------------------------------------------------------------------
 
     def _read(self) -> dict[str, Any]:
+        """Return the cache file's contents, parsed afresh (the caller may change and write them)."""
         try:
             raw = json.loads(self.cache_path.read_text())
             return raw if isinstance(raw, dict) and raw.get("version") == 2 else {}
         except (OSError, ValueError):
             return {}
+
+    def _peek(self) -> dict[str, Any]:
+        """Return the cache file's contents, not to be changed: parsed again only when the file changed (its
+        size, modification time or inode), since every choice of ``auto`` reads it (0.03 ms a parse)."""
+        try:
+            st = os.stat(self.cache_path)
+        except OSError:
+            return {}
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen = self._seen
+        if seen is not None and seen[0] == stamp:
+            return seen[1]
+        raw = self._read()
+        self._seen = (stamp, raw)
+        return raw
 
     def _write(self, raw: dict[str, Any]) -> None:
         raw["version"] = 2
@@ -148,7 +166,7 @@ class AutoTuner:
 
     def _load(self) -> dict[str, TuneRecord]:
         try:
-            return {k: TuneRecord(**v) for k, v in self._read().get("striped", {}).items()}
+            return {k: TuneRecord(**v) for k, v in self._peek().get("striped", {}).items()}
         except TypeError:
             return {}
 
@@ -160,7 +178,7 @@ class AutoTuner:
     def channel_record(self, endpoint: str, transport: str) -> ChannelRecord | None:
         """Return what ``transport`` achieved on ``endpoint`` so far."""
         try:
-            entry = self._read().get("channels", {}).get(endpoint, {}).get(transport)
+            entry = self._peek().get("channels", {}).get(endpoint, {}).get(transport)
             return ChannelRecord(**entry) if entry else None
         except TypeError:
             return None

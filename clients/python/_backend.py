@@ -33,8 +33,11 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import sys
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -49,7 +52,8 @@ from dstp.client._xarray import to_xarray
 from dstp.metadata import ColumnInfo, DatasetDetails
 from dstp.transport.codec import TransferSummary
 
-__all__ = ["Connection", "DstpBackendArray", "DstpBackendEntrypoint", "ReadLog", "parse_url", "record_reads"]
+__all__ = ["Connection", "DstpBackendArray", "DstpBackendEntrypoint", "ReadLog", "axis_values", "parse_url",
+           "record_reads"]
 
 _URL = re.compile(r"dstp://(?P<target>[^/?#]+)/(?P<dataset>[^/?#]+)/?")
 
@@ -170,6 +174,49 @@ def _run(target: Connection, sql: str, transport: str) -> Any:
     return table
 
 
+# -- dimension coordinates: read once per dataset version ------------------------------------------
+
+#: Datasets whose coordinate values this process keeps (least recently opened dropped first).
+AXES_CACHED = 32
+
+_axes: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_axes_lock = threading.Lock()
+
+
+def axis_values(target: Connection, dataset: str, details: DatasetDetails, transport: str = "auto") -> dict[str, Any]:
+    """Return each coordinated dimension's coordinate values (an Arrow column, in index order), by dimension.
+
+    Kept per dataset version — the Describe answer's files and dimensions (names, sizes, ranges): a
+    dataset whose files changed opens with fresh values, an unchanged one with no request at all. On
+    the first open the coordinates are read by one query each, all at once (the cheapest path the
+    service has; this function is where a catalog call that serves them from memory plugs in).
+    """
+    version = (target, dataset, details.files, details.dimensions)
+    with _axes_lock:
+        found = _axes.get(version)
+        if found is not None:
+            _axes.move_to_end(version)
+            return found
+    coordinates = {c.name for c in details.coordinates}
+    wanted = {dim.name: dim.coordinate for dim in details.dimensions if dim.coordinate in coordinates}
+
+    def read(column: str) -> Any:
+        return _run(target, f"select {quote_name(column)} from {quote_name(dataset)}", transport).column(0)
+
+    if len(wanted) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(wanted), CONCURRENT_QUERIES), thread_name_prefix="dstp-axes") as pool:
+            values = dict(zip(wanted, pool.map(read, wanted.values())))
+    else:
+        values = {dim: read(column) for dim, column in wanted.items()}
+    with _axes_lock:
+        _axes[version] = values
+        while len(_axes) > AXES_CACHED:
+            _axes.popitem(last=False)
+    return values
+
+
 # -- values: Arrow columns to the arrays xarray expects -------------------------------------------
 
 
@@ -270,7 +317,7 @@ class DstpBackendArray(BackendArray):
 
     def __init__(self, target: Connection, dataset: str, columns: tuple[str, ...], dims: tuple[str, ...],
                  axes: dict[str, Axis], dimension_order: tuple[str, ...], dtype: np.dtype,
-                 time: TimeEncoding | None = None, transport: str = "grpc") -> None:
+                 time: TimeEncoding | None = None, transport: str = "auto") -> None:
         self.target = target
         self.dataset = dataset
         self.columns = columns
@@ -287,7 +334,8 @@ class DstpBackendArray(BackendArray):
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
 
     def _read(self, key: tuple[Any, ...]) -> np.ndarray:
-        """Return the values at a basic key (ints and slices), read by one query."""
+        """Return the values at a basic key (ints and slices), read by one query — shared with the other
+        variables a ``Dataset.load()`` loads at the same grid points (:func:`_loading_together`)."""
         stacked = len(self.columns) > 1
         grid_key, vertex_key = (key[:-1], key[-1]) if stacked else (key, slice(None))
         columns = self.columns[vertex_key] if isinstance(vertex_key, slice) else (self.columns[vertex_key],)
@@ -299,6 +347,14 @@ class DstpBackendArray(BackendArray):
             table = _run(self.target, f"select {quote_name(columns[0])} from {quote_name(self.dataset)} limit 1",
                          self.transport)
             return _numpy(table.column(0), self.dtype, self.time, columns[0]).reshape(())
+        batch = _Batch.current()
+        if batch is not None:
+            found = batch.take(self, key)
+            if found is not None:
+                return found
+        together = _loading_together(self, key) if not stacked else []
+        if together:
+            columns = tuple(dict.fromkeys((*columns, *(c for other in together for c in other.columns))))
         slab = slab_query(self.dataset, columns, self.dims, grid_key, self.axes, self.dimension_order)
         table = _run(self.target, slab.sql, self.transport)
         expected = math.prod(slab.read_shape)
@@ -306,17 +362,127 @@ class DstpBackendArray(BackendArray):
             raise ValueError(f"the server sent {table.num_rows} records for a hyperslab of {expected} grid points "
                              f"({slab.sql}); this dataset's records are not a full grid (station or trajectory "
                              "data): open a query instead, backend_kwargs={'query': 'select …'}")
-        parts = []
-        for name in columns:
-            values = _numpy(table.column(name), self.dtype, self.time, name).reshape(slab.read_shape)[slab.keep]
-            # Records come in the dataset's dimension order: put them in the variable's.
-            values = values.transpose([slab.grid.index(d) for d in self.dims])
-            squeeze = tuple(i for i, k in enumerate(grid_key) if not isinstance(k, slice))
-            parts.append(values.squeeze(axis=squeeze) if squeeze else values)
+        if together:
+            _Batch.start({other: (key, other._values(table, slab, grid_key, other.columns)[0])
+                          for other in together})
+        parts = self._values(table, slab, grid_key, self.columns[vertex_key] if isinstance(vertex_key, slice)
+                             else (self.columns[vertex_key],))
         if not stacked:
             return parts[0]
         out = np.stack(parts, axis=-1)
         return out if isinstance(vertex_key, slice) else out[..., 0]
+
+    def _values(self, table: Any, slab: Any, grid_key: tuple[Any, ...], columns: Iterable[str]) -> list[np.ndarray]:
+        """Return this variable's values of ``columns`` from a slab's records, in the variable's dimension order."""
+        parts = []
+        squeeze = tuple(i for i, k in enumerate(grid_key) if not isinstance(k, slice))
+        for name in columns:
+            values = _numpy(table.column(name), self.dtype, self.time, name).reshape(slab.read_shape)[slab.keep]
+            # Records come in the dataset's dimension order: put them in the variable's.
+            values = values.transpose([slab.grid.index(d) for d in self.dims])
+            parts.append(values.squeeze(axis=squeeze) if squeeze else values)
+        return parts
+
+
+# -- several variables of one Dataset.load() in one request ------------------------------------------
+
+
+def _key_id(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Return a basic key as a hashable, comparable tuple (slices are not hashable before Python 3.12)."""
+    return tuple((k.start, k.stop, k.step) if isinstance(k, slice) else int(k) for k in key)
+
+
+def _dataset_being_loaded() -> xr.Dataset | None:
+    """Return the Dataset whose ``load()`` (or ``compute()``, or a DataArray's ``load()``) runs in this thread
+    below the caller, None when there is none.
+
+    xarray's ``Dataset.load`` reads its lazy variables one by one through each variable's ``__getitem__``;
+    nothing in the backend interface says that others follow. The frame of ``Dataset.load`` says which:
+    its ``self``. Found by code object, so any other xarray that loads differently simply gets one query
+    per variable, as before.
+    """
+    code = xr.Dataset.load.__code__
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(48):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            ds = frame.f_locals.get("self")
+            return ds if isinstance(ds, xr.Dataset) else None
+        frame = frame.f_back
+    return None
+
+
+def _lazy_backend(data: Any) -> tuple[DstpBackendArray, Any] | None:
+    """Return (the backend array, the lazy key) behind a variable's not yet loaded data, else None."""
+    for _ in range(8):
+        if isinstance(data, indexing.LazilyIndexedArray):
+            return (data.array, data.key) if isinstance(data.array, DstpBackendArray) else None
+        data = getattr(data, "array", None)  # MemoryCachedArray, CopyOnWriteArray, xarray's lazy decoders
+        if data is None or isinstance(data, np.ndarray):
+            return None
+    return None
+
+
+def _loading_together(array: DstpBackendArray, key: tuple[Any, ...]) -> list[DstpBackendArray]:
+    """Return the other lazy variables (one column each) of the Dataset being loaded that read the same
+    dataset on the same dimensions at the same ``key``: the batch that one query reads with ``array``."""
+    ds = _dataset_being_loaded()
+    if ds is None:
+        _Batch.clear()  # values a load read but never took (it failed half-way) are not kept
+        return []
+    wanted = _key_id(key)
+    out = []
+    for variable in ds.variables.values():
+        found = _lazy_backend(variable._data)
+        if found is None:
+            continue
+        other, lazy_key = found
+        if other is array or len(other.columns) != 1 or other.dims != array.dims or other.dataset != array.dataset \
+                or other.target != array.target or other.axes is not array.axes:
+            continue
+        try:
+            backend_key, _ = indexing.decompose_indexer(lazy_key, other.shape, indexing.IndexingSupport.BASIC)
+        except (TypeError, ValueError, NotImplementedError):
+            continue
+        if isinstance(backend_key, indexing.BasicIndexer) and _key_id(backend_key.tuple) == wanted:
+            out.append(other)
+    return out
+
+
+class _Batch:
+    """The values one query read for the other variables of a ``Dataset.load()``, until each takes its own.
+
+    One per thread (a Dataset loads its variables in one thread, one after another); an entry is taken
+    only by the very array it was read for (held, so its id is never another's) at the very key.
+    """
+
+    _local = threading.local()
+
+    def __init__(self, values: dict[DstpBackendArray, tuple[tuple[Any, ...], np.ndarray]]) -> None:
+        self.values = {id(a): (a, _key_id(k), v) for a, (k, v) in values.items()}
+
+    @classmethod
+    def start(cls, values: dict[DstpBackendArray, tuple[tuple[Any, ...], np.ndarray]]) -> None:
+        cls._local.batch = cls(values)
+
+    @classmethod
+    def clear(cls) -> None:
+        cls._local.batch = None
+
+    @classmethod
+    def current(cls) -> _Batch | None:
+        return getattr(cls._local, "batch", None)
+
+    def take(self, array: DstpBackendArray, key: tuple[Any, ...]) -> np.ndarray | None:
+        """Return (and forget) the values read for ``array`` at ``key``; None if there are none."""
+        entry = self.values.get(id(array))
+        if entry is None or entry[0] is not array or entry[1] != _key_id(key):
+            return None
+        del self.values[id(array)]
+        if not self.values:
+            self._local.batch = None
+        return entry[2]
 
 
 def _result_shape(shape: tuple[int, ...], key: tuple[Any, ...]) -> tuple[int, ...]:
@@ -350,7 +516,7 @@ def _vertex(info: ColumnInfo) -> int:
 class DstpDataStore(AbstractDataStore):
     """One published dataset as xarray's decoding machinery reads a store: encoded variables and attributes."""
 
-    def __init__(self, target: Connection, dataset: str, transport: str = "grpc") -> None:
+    def __init__(self, target: Connection, dataset: str, transport: str = "auto") -> None:
         self.target = target
         self.dataset = dataset
         self.transport = transport
@@ -368,13 +534,13 @@ class DstpDataStore(AbstractDataStore):
         coords_by_name = {c.name: c for c in d.coordinates}
         variables: dict[str, xr.Variable] = {}
         axes: dict[str, Axis] = {}
+        coordinate_values = axis_values(self.target, self.dataset, d, self.transport)
         for dim in d.dimensions:
             info = coords_by_name.get(dim.coordinate)
             if info is None:
                 axes[dim.name] = Axis(dim.name, dim.size)
                 continue
-            raw = _run(self.target, f"select {quote_name(info.name)} from {quote_name(self.dataset)}",
-                       self.transport).column(0)
+            raw = coordinate_values[dim.name]
             compared = np.asarray(raw.to_numpy(zero_copy_only=False))
             if compared.dtype.kind == "M":
                 compared = compared.astype("datetime64[us]")
@@ -475,7 +641,7 @@ class DstpBackendEntrypoint(BackendEntrypoint):
         *,
         drop_variables: str | Iterable[str] | None = None,
         query: str | None = None,
-        transport: str = "grpc",
+        transport: str = "auto",
         token: str | None = None,
         tls: bool | None = None,
         ca_file: str | None = None,

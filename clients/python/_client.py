@@ -27,7 +27,7 @@ import grpc
 
 from dstp.client._channels import receive_grpc, receive_stripes
 from dstp.client._download import download
-from dstp.client._policy import GRPC_MAX_BYTES, TRANSPORTS, ChannelPolicy, udt_built
+from dstp.client._policy import TRANSPORTS, ChannelPolicy, handshake_seconds, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.credentials import client_credentials
@@ -89,7 +89,8 @@ class Client:
                         ca_file=ca_file)
         #: Which channel, how many stripes, what the path measured: one policy for queries and downloads.
         self.policy = ChannelPolicy(target, self._rpc.ping, tuner, timeout=timeout, wrap_channel=wrap_channel,
-                                    require_sealed=tls)
+                                    require_sealed=tls, handshake=lambda: handshake_seconds(target, timeout),
+                                    connect=self._rpc.connect)
         #: Summary of the last ``query()``: rows, bytes, truncated, what the server read.
         self.last_summary: TransferSummary | None = None
 
@@ -180,7 +181,7 @@ class Client:
         self,
         sql: str,
         *,
-        transport: str = "grpc",
+        transport: str = "auto",
         compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,
@@ -189,14 +190,17 @@ class Client:
     ) -> QueryStream:
         """Run ``sql``; return a stream of RecordBatches as they arrive.
 
-        ``transport``: "grpc" (the control connection), "striped" (parallel TCP;
-        ``streams`` 0 lets the auto-tuner choose), "udt", or "auto" (chosen from
-        the result's size and what was measured on this endpoint before). A
-        transport the server does not offer raises TransportUnavailableError.
+        ``transport``: "auto" (the default: the gRPC stream for a result under 32 MiB, on the Run call
+        itself, else the data channel measured fastest on this endpoint; a server on this host is
+        never pinged for it), "grpc" (the control connection), "striped" (parallel TCP; ``streams`` 0
+        lets the auto-tuner choose) or "udt". The stream's ``transport`` and ``choice`` (and the
+        summary's) say what was used and why. A transport the server does not offer raises
+        TransportUnavailableError.
         A result cut at a server limit raises TruncatedResultError after its
         last batch unless ``allow_truncated`` (then DstpTruncationWarning).
         ``compression``: "none", "lz4", "zstd", or "auto" (the policy's cost model picks from the
-        path's bandwidth and RTT); not given, it is "auto" with ``transport="auto"`` and "none" otherwise.
+        path's bandwidth and RTT); not given, it is "auto" with ``transport="auto"`` (the default) and
+        "none" otherwise.
         A compression given is never overridden.
         """
         if compression is None:
@@ -208,7 +212,7 @@ class Client:
             info, call = self._rpc.run(sql, compression)  # one round trip instead of Query + Fetch
         elif transport == "auto":  # one round trip: the records at once if small, else offers to pick from
             info, call = self._rpc.run(sql, compression, channels=self._auto_channels(),
-                                       inline_max_bytes=GRPC_MAX_BYTES["result"], streams=choice.streams,
+                                       inline_max_bytes=self.policy.grpc_max_bytes("result"), streams=choice.streams,
                                        congestion_control=choice.congestion_control)
         else:
             if transport == "striped":  # (auto may yet choose gRPC: its stripes would go unused)
@@ -280,7 +284,7 @@ class Client:
         self,
         sql: str,
         *,
-        transport: str = "grpc",
+        transport: str = "auto",
         compression: str | None = None,
         progress: ProgressCallback | None = None,
         streams: int = 0,

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
     from dstp.client._stream import QueryStream
 
-__all__ = ["FILE_FORMATS", "check_file_format", "csv_header", "csv_rows", "csv_truncation_line", "partial_name",
-           "preview_text", "remove_stale_partials", "save_result", "truncation_metadata", "write_netcdf"]
+__all__ = ["FILE_FORMATS", "PARQUET_ROW_GROUP_BYTES", "WRITE_AHEAD_BYTES", "check_file_format", "csv_header", "csv_rows", "csv_truncation_line", "partial_name",
+           "parquet_writer_options", "preview_text", "remove_stale_partials", "save_result", "truncation_metadata", "write_netcdf"]
 
 #: What ``save_result`` writes, by file extension.
 FILE_FORMATS = {".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".parquet": "parquet", ".csv": "csv",
@@ -236,48 +236,174 @@ def _running(pid: int) -> bool:
     return True
 
 
+#: Uncompressed bytes of records one Parquet row group collects before it is encoded (on the writer
+#: thread, while the next records arrive). A row group per received batch (64 Ki records, ~2 MB) cost 45 %
+#: more time and a 33 % larger file; the last group is encoded after the last record arrived, so larger
+#: groups lengthen that tail: 4 M records of ccm3 on loopback took 0.161 s with 8 MiB groups, 0.188 s with
+#: 16 or 32 MiB, 0.215 s with 64 MiB, against 0.130 s streamed (medians of 5, ``/tmp``-style tmpfs).
+#: 8 MiB is ~300 k records of 28 bytes: more than DuckDB's 122,880-row groups, fewer than pyarrow's 1 Mi.
+PARQUET_ROW_GROUP_BYTES = 8 * 2**20
+
+#: Bytes of received batches the writer may fall behind by before the receive waits for it (the memory a
+#: save holds beyond the row group being encoded).
+WRITE_AHEAD_BYTES = 64 * 2**20
+
+
+class _WriteAhead:
+    """Hands each batch to ``write`` on a thread of its own, so that the next batches arrive meanwhile.
+
+    At most ``limit`` bytes wait; ``put`` blocks beyond that and raises what ``write`` raised.
+    ``finish`` waits for every batch to be written; ``abort`` drops what waits and stops.
+    """
+
+    def __init__(self, write: Callable[[Any], object], limit: int = WRITE_AHEAD_BYTES) -> None:
+        import collections
+        import threading
+
+        self._write = write
+        self._limit = limit
+        self._cond = threading.Condition()
+        self._waiting: collections.deque[Any] = collections.deque()
+        self._bytes = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="dstp-write", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: Any) -> None:
+        with self._cond:
+            while self._bytes > self._limit and self._error is None:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            self._waiting.append(batch)
+            self._bytes += batch.nbytes
+            self._cond.notify_all()
+
+    def finish(self) -> None:
+        """Return once every batch is written (raise what writing raised)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def abort(self) -> None:
+        """Stop writing; batches still waiting are dropped."""
+        with self._cond:
+            self._closed = True
+            self._waiting.clear()
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                batch = self._waiting.popleft()
+            try:
+                self._write(batch)  # outside the lock: the receive keeps adding meanwhile
+            except BaseException as exc:  # noqa: BLE001 - raised in the receiving thread by put/finish
+                with self._cond:
+                    self._error = exc
+                    self._waiting.clear()
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._bytes -= batch.nbytes
+                self._cond.notify_all()
+
+
+def parquet_writer_options(schema: pa.Schema) -> dict[str, Any]:
+    """Return the ``pq.ParquetWriter`` options a saved result is written with: Snappy, statistics, and
+    dictionary encoding only for text and binary columns.
+
+    Numbers rarely repeat enough for a dictionary to pay: tried on every float column first, it cost 2.7×
+    the encoding time for a file 10 % smaller (4 M records of ccm3: 0.154 s / 18 MB vs 0.057 s / 20 MB).
+    """
+    import pyarrow as pa
+
+    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+            or pa.types.is_binary(f.type) or pa.types.is_dictionary(f.type)]
+    return {"compression": "snappy", "use_dictionary": text or False}
+
+
 def _write(stream: QueryStream, path: Path, kind: str, check: Callable[[], str | None],
            time_units: Mapping[str, str] | None) -> int:
     """Write the stream's records to ``path`` as ``kind``; ``check()`` runs once they are all in
-    (it raises for a cut result the caller did not accept, else returns the cut's reason or None)."""
+    (it raises for a cut result the caller did not accept, else returns the cut's reason or None).
+
+    Arrow, Parquet and CSV are written on a thread beside the receive (:class:`_WriteAhead`); Parquet in
+    row groups of :data:`PARQUET_ROW_GROUP_BYTES`.
+    """
     import pyarrow as pa
 
     rows = 0
-
-    def counted() -> Iterator[pa.RecordBatch]:
-        nonlocal rows
-        for batch in stream:
-            rows += batch.num_rows
-            yield batch
-
     schema = stream.schema
+
+    def feed(write: Callable[[Any], object]) -> str | None:
+        """Receive every batch, handing each to ``write`` on the writer thread; return ``check()``."""
+        nonlocal rows
+        beside = _WriteAhead(write)
+        try:
+            for batch in stream:
+                rows += batch.num_rows
+                beside.put(batch)
+            reason = check()
+        except BaseException:
+            beside.abort()
+            raise
+        beside.finish()
+        return reason
+
     if kind == "arrow":
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for b in counted():
-                writer.write_batch(b)
-            reason = check()
+            reason = feed(writer.write_batch)
             if reason is not None:  # the footer's schema was fixed at the start: a last, marked batch says it
                 empty = pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)
                 writer.write_batch(empty, custom_metadata=truncation_metadata(reason, rows))
     elif kind == "parquet":
         import pyarrow.parquet as pq
 
-        with pq.ParquetWriter(str(path), schema) as writer:
-            for b in counted():
-                writer.write_batch(b)
-            reason = check()
+        with pq.ParquetWriter(str(path), schema, **parquet_writer_options(schema)) as writer:
+            group: list[Any] = []
+            group_bytes = 0
+
+            def add(batch: Any) -> None:
+                nonlocal group_bytes
+                group.append(batch)
+                group_bytes += batch.nbytes
+                if group_bytes >= PARQUET_ROW_GROUP_BYTES:
+                    flush()
+
+            def flush() -> None:
+                nonlocal group_bytes
+                if group:
+                    table = pa.Table.from_batches(group, schema=schema)
+                    writer.write_table(table, row_group_size=table.num_rows)
+                    group.clear()
+                    group_bytes = 0
+
+            reason = feed(add)
+            flush()
             if reason is not None:  # file metadata, written with the footer
                 writer.add_key_value_metadata({"dstp:truncated": "true", "dstp:truncated_reason": reason})
     elif kind == "csv":
         with open(path, "wb") as f:
             f.write(csv_header(schema))
-            for b in counted():
-                f.write(csv_rows(b))
-            reason = check()
+            reason = feed(lambda b: f.write(csv_rows(b)))
             if reason is not None:
                 f.write(csv_truncation_line(reason, rows))
     else:
-        table = pa.Table.from_batches(list(counted()), schema=schema)
+        batches: list[Any] = []
+        for b in stream:
+            rows += b.num_rows
+            batches.append(b)
+        table = pa.Table.from_batches(batches, schema=schema)
         write_netcdf(_marked(table, check()), path, time_units)
     return rows
 

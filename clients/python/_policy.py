@@ -40,6 +40,7 @@ Query rpc is in flight (once an earlier offer has named the endpoint).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -52,8 +53,8 @@ from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_addres
 from dstp.transport.tcp import kernel_limits
 from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 
-__all__ = ["CODECS", "GRPC_MAX_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
-           "CodecCost", "estimate_seconds", "tune_key", "udt_built"]
+__all__ = ["CODECS", "GRPC_MAX_BYTES", "LOOPBACK_GRPC_MAX_RESULT_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
+           "CodecCost", "LOOPBACK_RTT_S", "estimate_seconds", "handshake_seconds", "is_loopback", "tune_key", "udt_built"]
 
 #: What ``transport=`` accepts.
 TRANSPORTS = ("grpc", "striped", "udt", "auto")
@@ -63,6 +64,12 @@ TRANSPORTS = ("grpc", "striped", "udt", "auto")
 #: (Query, connect, HELLO), so results stay on gRPC longer; a file over gRPC is one stream of
 #: 2 MiB chunks, which stripes overtake sooner (docs/transport.md, "Auto-tuning").
 GRPC_MAX_BYTES = {"result": 32 * 2**20, "file": 8 * 2**20}
+
+#: The same bound for a query result from a server on this host (:func:`is_loopback`): there a round trip
+#: costs 0.1 ms, so a data channel's two more are soon paid for, while the gRPC stream moves ~0.7 GB/s
+#: (auto_matrix, loopback, warm, medians of 11: 1 MB 3.8 ms on gRPC vs 4.5 ms striped × 1; 10 MB 14.5
+#: vs 10.8 ms).
+LOOPBACK_GRPC_MAX_RESULT_BYTES = 4 * 2**20
 
 #: How long a measured round-trip time is trusted before the client pings again. The Pings
 #: cost two round trips (0.22 s on a 110 ms path), more than a small query; a path's RTT rarely
@@ -75,6 +82,12 @@ RTT_SAMPLES = 3
 #: under load two at once read 5 ms where one alone reads 1 ms (2 of 20 fresh clients). Below this
 #: RTT the extra Ping costs little; on a long path it is never taken.
 RTT_CHECK_BELOW_S = 0.020
+#: The round-trip time ``auto`` takes for a server on this host (its address a loopback one, or
+#: ``localhost``) without a Ping: 0.1 ms, a loopback round trip through the kernel, and far under
+#: :data:`LAN_RTT_S`, which is all the choices below compare it with. The Pings would cost a new client
+#: up to four sequential round trips (set-up, two together, one alone: 1–3 ms on a busy loopback) before
+#: a small query that itself takes about as long.
+LOOPBACK_RTT_S = 0.0001
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +203,14 @@ class ChannelPolicy:
         require_sealed: bool = False,
         keep_connections: bool = True,
         window_bytes: int | None = None,
+        handshake: Callable[[], float] | None = None,
+        connect: Callable[[], None] | None = None,
     ) -> None:
         self.key = key
+        #: Times one TCP handshake with the server (seconds): a new client's first round-trip samples, taken
+        #: while ``connect`` sets the control connection up (:meth:`rtt`).
+        self._handshake = handshake
+        self._connect = connect
         #: One TCP stream's window (:func:`stream_window_bytes`): what bounds the gRPC stream on a long path.
         self.window_bytes = window_bytes or stream_window_bytes()
         #: Refuse data channels whose offers are not sealed (the client speaks TLS to the control plane).
@@ -200,6 +219,8 @@ class ChannelPolicy:
         self.timeout = timeout
         self.wrap_channel = wrap_channel
         self._ping = ping
+        #: The server is on this host: its round trip is known without a Ping (:data:`LOOPBACK_RTT_S`).
+        self.loopback = is_loopback(key)
         #: (monotonic time, seconds) of the Ping round trips measured lately.
         self._rtt_samples: list[tuple[float, float]] = []
         #: Striped connections kept between transfers (None: each transfer dials its own and closes them).
@@ -216,7 +237,13 @@ class ChannelPolicy:
         self._rtt_samples.append((now, seconds))
 
     def rtt(self) -> float:
-        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3).
+        """Return the path's round-trip time: the least of the last 5 minutes' Pings (at least 3), or for a
+        server on this host (:func:`is_loopback`) the least Ping taken anyway, else :data:`LOOPBACK_RTT_S`
+        without a Ping.
+
+        A new client's first samples are TCP handshakes taken while its control connection is set up
+        (:meth:`_handshakes`), so measuring costs its first request nothing beyond that set-up; Pings
+        measure when they fail, and once the samples are older than :data:`RTT_MAX_AGE_S`.
 
         Three samples, because the first Ping on a new connection also pays
         for the TCP and HTTP/2 set-up. Once the connection is up, the missing
@@ -226,6 +253,10 @@ class ChannelPolicy:
         """
         now = time.monotonic()
         recent = [v for t, v in self._rtt_samples if now - t < RTT_MAX_AGE_S]
+        if self.loopback:
+            return min(recent, default=LOOPBACK_RTT_S)
+        if not recent and self._handshake is not None:
+            recent += self._handshakes()
         if not recent:
             recent += self._pings(1)  # alone: it sets the connection up
         if len(recent) < RTT_SAMPLES:
@@ -234,6 +265,40 @@ class ChannelPolicy:
             if len(together) > 1 and min(together) < RTT_CHECK_BELOW_S:
                 recent += self._pings(1)  # a fast path: a Ping alone, free of the others' contention
         return min(recent)
+
+    def _handshakes(self) -> list[float]:
+        """Return :data:`RTT_SAMPLES` TCP handshake times taken at once, while the control connection is set
+        up beside them ([] if a handshake failed: then Pings measure).
+
+        A new client's Pings cost it two round trips before its first request (0.22 s across 110 ms, three
+        times a small query there); a handshake is one round trip, taken while gRPC's own connection set-up
+        (TCP, then HTTP/2's preface and settings) takes as long or longer, so the first request waits for no
+        more than that set-up, as with ``transport="grpc"``.
+        """
+        assert self._handshake is not None
+        handshake = self._handshake
+        results: list[float | None] = [None] * RTT_SAMPLES
+
+        def one(i: int) -> None:
+            try:
+                results[i] = handshake()
+            except OSError:
+                results[i] = None
+
+        threads = [threading.Thread(target=one, args=(i,), name="dstp-handshake", daemon=True)
+                   for i in range(RTT_SAMPLES)]
+        for t in threads:
+            t.start()
+        if self._connect is not None:
+            self._connect()
+        for t in threads:
+            t.join()
+        samples = [r for r in results if r is not None]
+        if len(samples) < RTT_SAMPLES:
+            return []
+        for r in samples:
+            self.observe_rtt(r)
+        return samples
 
     def _pings(self, count: int) -> list[float]:
         """Return ``count`` Pings sent at once (one in this thread, the rest in others; the first error is raised)."""
@@ -295,18 +360,25 @@ class ChannelPolicy:
         return ChannelChoice("striped", plan.streams, plan.congestion_control, plan, rtt,
                              f"{plan.reason}; RTT {rtt * 1e3:.2f} ms")
 
+    def grpc_max_bytes(self, what: str) -> int:
+        """Return the size under which ``auto`` keeps a ``what`` ("result", "file") on the gRPC stream:
+        :data:`GRPC_MAX_BYTES`, for a result from a server on this host :data:`LOOPBACK_GRPC_MAX_RESULT_BYTES`."""
+        if what == "result" and self.loopback:
+            return LOOPBACK_GRPC_MAX_RESULT_BYTES
+        return GRPC_MAX_BYTES[what]
+
     def pick(self, choice: ChannelChoice, offered: Collection[str], upper_bytes: int, *,
              inline: bool = False) -> ChannelChoice:
         """Return ``choice`` settled on an offered channel for a transfer of at most ``upper_bytes``.
 
-        gRPC when the transfer is small (under ``GRPC_MAX_BYTES[choice.what]``;
+        gRPC when the transfer is small (under :meth:`grpc_max_bytes`;
         unknown counts as large), no data channel is offered, or the server
         already streams the records on the Run call (``inline``: it applied the
         same rule); else what the tuner measured best on this server.
         """
         what = choice.what
         data = [k for k in ("striped", "udt") if k in offered and (k != "udt" or udt_built())]
-        if inline or 0 <= upper_bytes < GRPC_MAX_BYTES[what] or not data:
+        if inline or 0 <= upper_bytes < self.grpc_max_bytes(what) or not data:
             size = f"at most {upper_bytes / 2**20:.1f} MiB" if upper_bytes >= 0 else "of unknown size"
             return replace(choice, transport="grpc",
                            reason=f"auto: grpc ({what} {size}){self._codec_note(choice, upper_bytes)}")
@@ -484,8 +556,42 @@ def _rate(bps: float) -> str:
     return f"{bps / 1e9:.3g} Gb/s" if bps >= 0.9995e9 else f"{bps / 1e6:.3g} Mb/s"
 
 
+def handshake_seconds(target: str, timeout: float) -> float:
+    """Return how long one TCP handshake with ``target`` ("host:port") takes; the connection is closed at once.
+
+    Raises OSError when it cannot connect (or ``target`` names no TCP address, e.g. a Unix socket)."""
+    import socket
+
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise OSError(f"{target!r} is not host:port")
+    started = time.perf_counter()
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+        return time.perf_counter() - started
+
+
+def is_loopback(target: str) -> bool:
+    """Return whether ``target`` ("host:port", "[::1]:port", "unix:…") names a server on this host by its
+    address: a loopback IP, ``localhost``, or a Unix socket. Names are not resolved (a DNS lookup would cost
+    what the Ping it saves costs); any other name counts as remote."""
+    import ipaddress
+
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = target.rpartition(":")[0] if target.count(":") == 1 or target.startswith("[") else target
+    host = host.strip("[]").lower()
+    if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@functools.cache
 def udt_built() -> bool:
-    """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s)."""
+    """Return whether the UDT extension is installed, without loading it (libudt starts threads: 0.1 s);
+    asked once per process."""
     from importlib.util import find_spec
 
     return find_spec("dstp.transport._udt") is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import grpc
@@ -51,6 +52,8 @@ def rpc_error(exc: grpc.RpcError, target: str) -> DstpError:
     if "dstp-error-line" in meta:
         err.line = int(meta["dstp-error-line"])  # type: ignore[attr-defined]
         err.column = int(meta["dstp-error-column"])  # type: ignore[attr-defined]
+        if "dstp-error-token" in meta:
+            err.token = urllib.parse.unquote(meta["dstp-error-token"])  # type: ignore[attr-defined]
     if "retry-after" in meta and isinstance(err, LimitExceededError):
         err.retry_after_s = float(meta["retry-after"])  # back-pressure: when trying again may succeed
     return err
@@ -173,6 +176,13 @@ class Rpc:
                             "limit": reply.bytes_per_day if reply.HasField("bytes_per_day") else None,
                             "resets_at_unix": reply.resets_at_unix_ms / 1000},
         }
+
+    def connect(self) -> None:
+        """Return once the control connection is up (or after ``timeout``: the next rpc reports why not)."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=self.timeout)
+        except grpc.FutureTimeoutError:
+            pass
 
     def ping(self, payload: bytes = b"") -> float:
         """Return the round-trip time of one Ping, in seconds."""

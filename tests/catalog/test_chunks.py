@@ -437,3 +437,68 @@ def test_the_listing_helper_ends_with_a_server_killed_outright(catalog_root: Pat
             server.wait(timeout=30)
         if server.stdout:
             server.stdout.close()
+
+
+def test_the_decoded_chunk_cache_is_sized_from_memory() -> None:
+    from dstp.catalog.chunks import CACHE_MAX_BYTES, CACHE_MIN_BYTES, default_cache_bytes, memory_bytes
+
+    assert default_cache_bytes(16 * 2**30) == 2**30  # 1/16
+    assert default_cache_bytes(512 * 2**20) == CACHE_MIN_BYTES == 64 * 2**20
+    assert default_cache_bytes(2**40) == CACHE_MAX_BYTES
+    assert memory_bytes() > 0
+    handles = FileHandles(direct_chunks=True)
+    assert handles.chunks is not None and handles.chunks.cache_bytes == default_cache_bytes()
+    handles.close()
+    handles = FileHandles(direct_chunks=True, decoded_chunk_cache_bytes=3 * 2**20)
+    assert handles.chunks is not None and handles.chunks.cache_bytes == 3 * 2**20
+    handles.close()
+
+
+def test_the_setting_reaches_the_catalogs_chunk_reader(tmp_path: Path) -> None:
+    from dstp.catalog.registry import Catalog
+    from dstp.settings import Settings
+
+    assert Settings().decoded_chunk_cache_bytes == -1
+    catalog = Catalog.scan(tmp_path, direct_chunks=True, decoded_chunk_cache_bytes=5 * 2**20)
+    assert catalog.handles.chunks is not None and catalog.handles.chunks.cache_bytes == 5 * 2**20
+    catalog.close()
+
+
+@pytest.mark.parametrize("passes", [3])
+def test_a_repeated_scan_larger_than_the_cache_keeps_finding_what_it_holds(tmp_path: Path, passes: int) -> None:
+    # 48 chunks of 256 KiB (64 × 1024 float32) through a 4 MiB cache (a 2 MiB window, 2 MiB main part):
+    # plain LRU evicts each chunk before the next pass reads it again and inflates all 48 every pass.
+    path, _ = published(tmp_path, shape=(48, 64, 1024), chunks=(1, 64, 1024), dtype="f4", complevel=1)
+    handles = FileHandles(direct_chunks=True, decoded_chunk_cache_bytes=4 * 2**20)
+    os.close(handles.open_raw(path))
+    reader = handles.chunks
+    assert reader is not None and reader.window_bytes == 2 * 2**20
+    want = reference(path, "v", (slice(0, 48), slice(0, 64), slice(0, 1024)))
+    inflated = []
+    for _ in range(passes):
+        before = reader.inflated
+        for t in range(48):  # one chunk per read, in order: a full scan
+            got = handles.read(path, "v", [slice(t, t + 1), slice(0, 64), slice(0, 1024)])
+            assert same_bits(got, want[t:t + 1])
+        inflated.append(reader.inflated - before)
+    assert inflated[0] == 48
+    held = 2 * 2**20 // (64 * 1024 * 4)  # the main part's worth: 8 chunks
+    assert all(n == 48 - held for n in inflated[1:]), inflated  # found every pass after the first
+    handles.close()
+
+
+def test_a_chunk_two_blocks_of_one_scan_read_is_inflated_once_even_with_the_cache_full(tmp_path: Path) -> None:
+    path, _ = published(tmp_path, shape=(48, 64, 1024), chunks=(1, 64, 1024), dtype="f4", complevel=1)
+    handles = FileHandles(direct_chunks=True, decoded_chunk_cache_bytes=4 * 2**20)
+    os.close(handles.open_raw(path))
+    reader = handles.chunks
+    assert reader is not None
+    for _ in range(2):  # the main part fills with chunks asked for twice
+        for t in range(48):
+            handles.read(path, "v", [slice(t, t + 1), slice(0, 64), slice(0, 1024)])
+    before = reader.inflated
+    for t in range(48):  # every chunk read by two blocks, its halves one after the other
+        handles.read(path, "v", [slice(t, t + 1), slice(0, 32), slice(0, 1024)])
+        handles.read(path, "v", [slice(t, t + 1), slice(32, 64), slice(0, 1024)])
+    assert reader.inflated - before <= 48  # each at most once: the window holds it for the second block
+    handles.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dstp.client._policy import RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
+from dstp.client._policy import LOOPBACK_RTT_S, RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
 from dstp.errors import DstpError
 from dstp.transport.tuning import AutoTuner
 
@@ -88,3 +88,78 @@ def test_on_a_long_path_no_ping_is_added(tmp_path: Path) -> None:
     ping = Pings(setup=0.350, later=[RTT_CHECK_BELOW_S * 5, RTT_CHECK_BELOW_S * 6], together=RTT_SAMPLES - 1)
     assert _policy(tmp_path, ping).rtt() == pytest.approx(RTT_CHECK_BELOW_S * 5)
     assert ping.calls == RTT_SAMPLES
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:50051", "localhost:50051", "[::1]:50051", "127.0.0.2:1"])
+def test_a_server_on_this_host_is_never_pinged_for_auto(tmp_path: Path, target: str) -> None:
+    calls: list[int] = []
+
+    def ping() -> float:
+        calls.append(1)
+        return 0.0003
+
+    policy = ChannelPolicy(target, ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
+    assert policy.rtt() == LOOPBACK_RTT_S and calls == []
+    choice = policy.choose("auto", compression="auto")
+    assert calls == []  # neither the stripe plan nor the codec asked for a round trip
+    assert choice.compression == "none" and choice.rtt_s == LOOPBACK_RTT_S
+    policy.observe_rtt(0.0004)  # a Ping the user took is used
+    assert policy.rtt() == pytest.approx(0.0004) and calls == []
+
+
+@pytest.mark.parametrize("target", ["10.1.2.3:50051", "far.example.org:50051", "localhostx:1"])
+def test_a_server_elsewhere_is_still_pinged(tmp_path: Path, target: str) -> None:
+    calls: list[int] = []
+
+    def ping() -> float:
+        calls.append(1)
+        return 0.030
+
+    policy = ChannelPolicy(target, ping, AutoTuner(tmp_path / "tuning.json"), keep_connections=False)
+    assert policy.rtt() == pytest.approx(0.030) and len(calls) == RTT_SAMPLES
+
+
+def test_a_new_client_measures_with_handshakes_while_it_connects_and_pings_not(tmp_path: Path) -> None:
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def handshake() -> float:
+        with lock:
+            calls.append("handshake")
+        return 0.111 + 0.001 * len(calls)
+
+    def ping() -> float:
+        calls.append("ping")
+        return 0.2
+
+    policy = ChannelPolicy("10.1.2.3:50051", ping, AutoTuner(tmp_path / "t.json"), keep_connections=False,
+                           handshake=handshake, connect=lambda: calls.append("connect"))
+    assert policy.rtt() == pytest.approx(0.112)
+    assert sorted(calls) == ["connect"] + ["handshake"] * RTT_SAMPLES  # no Ping before the first request
+    policy.choose("auto", compression="auto")
+    assert "ping" not in calls and len(calls) == RTT_SAMPLES + 1  # the samples serve the choices after
+
+
+def test_handshakes_that_fail_leave_it_to_pings(tmp_path: Path) -> None:
+    pings: list[int] = []
+
+    def refused() -> float:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def ping() -> float:
+        pings.append(1)
+        return 0.05
+
+    policy = ChannelPolicy("10.1.2.3:50051", ping, AutoTuner(tmp_path / "t.json"), keep_connections=False,
+                           handshake=refused)
+    assert policy.rtt() == pytest.approx(0.05) and len(pings) == RTT_SAMPLES
+
+
+def test_a_handshake_with_a_real_server_is_timed_and_a_closed_port_refuses(server) -> None:
+    from dstp.client._policy import handshake_seconds
+
+    assert 0 < handshake_seconds(server.endpoints.grpc, 5.0) < 5.0
+    with pytest.raises(OSError):
+        handshake_seconds("127.0.0.1:1", 5.0)
+    with pytest.raises(OSError):
+        handshake_seconds("unix:/tmp/nothing", 5.0)

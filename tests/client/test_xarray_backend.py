@@ -260,6 +260,8 @@ def test_sel_reads_only_the_slab(url: str, root: Path) -> None:
     same(got, want, "temperature")
     assert log.queries == 1
     assert log.elements == want.size == 3 * 8 * 4 * 64, log.sql  # that slab, nothing else
+    # the engine's default transport is auto: it chose (here the gRPC stream of the Run call)
+    assert [(x.transport, x.choice.split(" (")[0]) for x in log.summaries] == [("grpc", "auto: grpc")]
     assert log.rows == want.size
     with record_reads() as log:
         ds.temperature.load()
@@ -330,3 +332,50 @@ def test_bad_urls_and_datasets_say_what_is_wrong(url: str) -> None:
     with pytest.raises(dstp.DatasetNotFoundError, match="ccm3"):
         xr.open_dataset(f"{url}/nosuch", engine="dstp")
     assert math.isnan(float(xr.open_dataset(f"{url}/ccm3", engine="dstp").humidity[0, -1, 0, 0]))
+
+
+def test_coordinates_are_read_once_per_dataset_version(url: str, root: Path) -> None:
+    import dataclasses
+
+    address = url.removeprefix("dstp://")
+    xr.open_dataset(f"{url}/ocean", engine="dstp")  # the first open (or an earlier test's) read them
+    with record_reads() as log:
+        again = xr.open_dataset(f"{url}/ocean", engine="dstp")
+    assert log.queries == 0  # the Describe answer says nothing changed: no query at all
+    want = local(root, "ocean")
+    for name in ("time", "depth", "lat", "lon"):
+        same(again[name], want[name], name)
+    # another version of the dataset (a file grew): its coordinates are read again, all at once
+    from dstp.client._backend import Connection, axis_values
+
+    with dstp.connect(address) as client:
+        details = client.describe("ocean")
+    changed = dataclasses.replace(details, files=(dataclasses.replace(details.files[0], size_bytes=1),
+                                                  *details.files[1:]))
+    with record_reads() as log:
+        values = axis_values(Connection(address), "ocean", changed)
+    assert log.queries == 4 and set(values) == {"time", "depth", "lat", "lon"}
+    np.testing.assert_array_equal(values["lat"].to_numpy(), want.lat.values)
+
+
+@pytest.mark.parametrize("dataset", ["ccm3", "ocean", "rotpole"])
+@pytest.mark.parametrize("selection", [{}, {"time": slice(1, 3), "lat": slice(2, 9)}, {"time": 1, "lon": slice(9, 2, -2)}])
+def test_a_dataset_load_reads_each_grid_once_for_all_its_variables(url: str, root: Path, dataset: str,
+                                                                  selection: dict) -> None:
+    if dataset == "rotpole":
+        selection = {{"lat": "rlat", "lon": "rlon"}.get(d, d): k for d, k in selection.items()}
+    want = local(root, dataset).isel(selection)
+    full = xr.open_dataset(f"{url}/{dataset}", engine="dstp")
+    ds = full.isel(selection)
+    # the variables read, by the dimensions they are read on (before the selection drops any)
+    lazy = {n: full[n].dims for n, v in ds.variables.items() if n not in full.indexes and full[n].dims}
+    grids = {dims for dims in lazy.values() if "bnds" not in dims} | {n for n, d in lazy.items() if "bnds" in d}
+    with record_reads() as log:
+        ds.load()
+    assert log.queries == len(grids), log.sql  # one query per grid (each bounds variable alone)
+    for name in ds.data_vars:
+        if name in want.variables and "bnds" not in ds[name].dims and ds[name].dims:
+            same(ds[name], want[name], name)
+    for name in ds.coords:
+        if name in want.variables:
+            same(ds[name], want[name], name)

@@ -57,10 +57,11 @@ def test_auto_is_answered_at_once_when_small_and_partitioned_when_large(cluster_
 
     sql = "select temperature, time from ccm3 where humidity > 50"
     want = client.query(sql)
-    small = cluster_client.query_batches(sql, transport="auto")  # under 32 MiB: the coordinator's own Run
+    small = cluster_client.query_batches(sql, transport="auto")  # under 4 MiB (32 from afar): the coordinator's own Run
     oracle.assert_same_records(small.read_all(), want)
     assert getattr(small, "partitions", None) is None and small.summary.transport == "grpc"
-    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)  # now "large": Run answers with partitions
+    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)
+    monkeypatch.setattr(_policy, "LOOPBACK_GRPC_MAX_RESULT_BYTES", 1000)  # now "large": Run answers with partitions
     large = cluster_client.query_batches(sql, transport="auto")
     oracle.assert_same_records(large.read_all(), want)
     assert len(large.partitions) == 3

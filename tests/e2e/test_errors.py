@@ -34,6 +34,10 @@ def test_errors_point_at_the_offending_token(client) -> None:
         client.query("select temperature,\n       bogus from ccm3")
     assert (info.value.line, info.value.column) == (2, 12)
     assert "^^^^^" in str(info.value)
+    assert info.value.token == "bogus"  # the word itself, as HTTP's JSON error names it (R shows it)
+    with pytest.raises(dstp.UnknownColumnError) as info:
+        client.query('select "tempé ratüre" from ccm3')
+    assert info.value.token == '"tempé ratüre"'  # not ASCII: percent-encoded in the gRPC metadata and back
 
 
 def test_hostile_queries_write_no_files(client, catalog_root: Path, tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def _stripe_ports(server: DstpServer) -> set[int]:
 
 
 def test_the_second_query_rides_the_first_ones_connections(striped_server: DstpServer, client: dstp.Client) -> None:
-    reference = client.query(SQL)
+    reference = client.query(SQL, transport="grpc")
     assert _stripe_ports(striped_server) == set()
     first = client.query(SQL, transport="striped", streams=4)
     pool = client.policy.pool
@@ -64,7 +64,7 @@ def test_the_second_query_rides_the_first_ones_connections(striped_server: DstpS
 
 
 def test_stripes_the_pool_lacks_are_dialed_while_the_query_is_planned(client: dstp.Client) -> None:
-    reference = client.query(SQL)
+    reference = client.query(SQL, transport="grpc")
     client.query(SQL, transport="striped", streams=2)
     pool = client.policy.pool
     assert pool is not None and pool.settle(10.0)

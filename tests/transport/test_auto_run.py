@@ -17,6 +17,7 @@ from dstp.client import _policy
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.transport.tickets import fetch_proof
+from dstp.transport.tuning import AutoTuner
 
 SQL = "select temperature, time from ccm3 where humidity > 50 limit 700"
 GRPC, STRIPED = pb.CHANNEL_KIND_GRPC_STREAM, pb.CHANNEL_KIND_STRIPED_TCP
@@ -96,7 +97,7 @@ class _Counted:
 
 
 def test_auto_gets_a_small_result_with_one_rpc(data_client, monkeypatch) -> None:
-    want = data_client.query(SQL)
+    want = data_client.query(SQL, transport="grpc")
     counted = _Counted(data_client, monkeypatch)
     got = data_client.query(SQL, transport="auto")
     assert got.equals(want)
@@ -106,11 +107,67 @@ def test_auto_gets_a_small_result_with_one_rpc(data_client, monkeypatch) -> None
 
 
 def test_auto_fetches_a_larger_result_on_a_data_channel_from_the_run_answer(data_client, monkeypatch) -> None:
-    want = data_client.query(SQL)
-    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)  # 700 records × 12 bytes: "large"
+    want = data_client.query(SQL, transport="grpc")
+    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)
+    monkeypatch.setattr(_policy, "LOOPBACK_GRPC_MAX_RESULT_BYTES", 1000)  # 700 records × 12 bytes: "large"
     counted = _Counted(data_client, monkeypatch)
     got = data_client.query(SQL, transport="auto")
     assert got.equals(want)
     summary = data_client.last_summary
     assert summary is not None and summary.transport in ("striped", "udt") and summary.rows == 700
     assert counted.calls == Counter(run=1)  # the offers came with Run: no Query rpc either
+
+
+def _count_pings(client: dstp.Client, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Return the list every Ping the client's policy takes is appended to (each is still sent)."""
+    pings: list[float] = []
+    real = client.policy._ping
+
+    def counted() -> float:
+        pings.append(seconds := real())
+        return seconds
+
+    monkeypatch.setattr(client.policy, "_ping", counted)
+    return pings
+
+
+def _sorted(table: Any) -> Any:
+    return table.sort_by([(name, "ascending") for name in table.column_names])
+
+
+def test_the_default_is_auto_and_a_small_result_on_this_host_pays_no_ping(data_server, tmp_path, monkeypatch) -> None:
+    with dstp.Client(data_server.endpoints.grpc, tuner=AutoTuner(tmp_path / "t.json")) as client:
+        pings = _count_pings(client, monkeypatch)
+        counted = _Counted(client, monkeypatch)
+        got = client.query(SQL)  # a new client, no transport named
+        assert pings == []  # the server is on 127.0.0.1: no round trip measured before the query
+        assert counted.calls == Counter(run=1)
+        summary = client.last_summary
+        assert summary is not None and summary.transport == "grpc" and summary.choice.startswith("auto: grpc")
+        assert "none" in summary.choice  # no codec on loopback
+        want = client.query(SQL, transport="grpc")
+    assert got.equals(want)
+
+
+def test_the_default_takes_a_data_channel_for_a_large_result_with_the_same_records(data_client, monkeypatch) -> None:
+    sql = "select * from ccm3 where humidity > 50"
+    want = data_client.query(sql, transport="grpc")
+    monkeypatch.setitem(_policy.GRPC_MAX_BYTES, "result", 1000)
+    monkeypatch.setattr(_policy, "LOOPBACK_GRPC_MAX_RESULT_BYTES", 1000)
+    pings = _count_pings(data_client, monkeypatch)
+    stream = data_client.query_batches(sql)
+    got = stream.read_all()
+    assert stream.transport in ("striped", "udt") and stream.choice.startswith("auto: ")
+    assert pings == []
+    assert got.num_rows == want.num_rows > 0
+    assert _sorted(got).equals(_sorted(want))
+
+
+def test_a_result_over_4_mib_from_this_host_takes_a_data_channel_by_default(data_client) -> None:
+    sql = "select * from ccm3"  # 196,608 records of 13 columns: ~9 MB, under the 32 MiB a remote result stays on gRPC
+    want = data_client.query(sql, transport="grpc")
+    assert 4 * 2**20 < want.nbytes < 32 * 2**20
+    stream = data_client.query_batches(sql)
+    got = stream.read_all()
+    assert stream.transport in ("striped", "udt") and stream.choice.startswith("auto: ")
+    assert _sorted(got).equals(_sorted(want))

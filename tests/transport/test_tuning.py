@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dstp.transport.tcp import KernelLimits, buffer_plan
 from dstp.transport.tuning import AutoTuner
 
@@ -184,3 +186,19 @@ def test_a_result_on_a_long_path_starts_at_gridcopys_four_streams(tmp_path: Path
     policy = ChannelPolicy("srv", lambda: 0.1, AutoTuner(tmp_path / "t.json"), keep_connections=False)
     assert policy.choose("auto", what="result").streams == 4
     assert policy.choose("auto", what="file").streams == 4
+
+
+def test_a_tuner_sees_what_another_process_wrote_to_the_shared_cache(tmp_path) -> None:
+    # Two tuners on one file stand for two processes; the reader parses the file again only when it changed.
+    writer, reader = AutoTuner(tmp_path / "t.json"), AutoTuner(tmp_path / "t.json")
+    assert reader.channel_record("srv", "striped") is None
+    writer.observe("srv", "striped", 1000 * MB, 1.0, 0.05, 0.0)
+    first = reader.channel_record("srv", "striped")
+    assert first is not None and first.best_bps == pytest.approx(1000 * MB * 8)
+    assert reader.channel_record("srv", "striped") == first  # unchanged file: the same answer
+    writer.observe("srv", "striped", 1000 * MB, 0.5, 0.05, 0.0)
+    second = reader.channel_record("srv", "striped")
+    assert second is not None and second.best_bps == pytest.approx(2000 * MB * 8)  # the newer write is seen
+    plan = writer.plan("srv", 0.05)
+    writer.record("srv", plan, 1000 * MB, 1.0, 0.05)
+    assert reader.record_for("srv") is not None

@@ -109,10 +109,10 @@ python_query <- function(con, sql, transport, streams = 0L, limit = NULL) {
   if (!is.null(res$error)) {
     err <- res$error
     stop(dstp_condition(err$code, err$message, line = err$line, column = err$column, token = err$token,
-                        url = target))
+                        status = if (!is.null(err$status)) as.integer(err$status), url = target))
   }
   r <- read_arrow_file(path)
   cut <- if (isTRUE(res$truncated)) list(reason = res$truncated_reason, rows = res$rows) else NULL
   list(columns = r$columns, schema = r$schema, truncated = cut, url = target,
-       info = list(transport = res$transport, rows = res$rows, summary = res))
+       info = list(transport = res$transport, query_id = res$query_id, rows = res$rows, summary = res))
 }

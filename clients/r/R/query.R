@@ -23,8 +23,14 @@
 #' `dstp_schema(df)$calendar`. Text times sort and compare correctly as text.
 #'
 #' @section Transports and formats:
-#' `transport = "http"` (the default) reads `GET /query` of the server's
-#' HTTP API, in the wire `format`:
+#' `transport = "auto"` (the default) goes through the dstp Python client's
+#' `"auto"` when that client can be used (see below) and no `format` is
+#' named, else over HTTP: the
+#' Python client takes its gRPC stream for a result under 32 MiB and
+#' otherwise the data channel it measured fastest, with compression chosen
+#' for the path, and asks a server on this host no probe. The transport
+#' used is `dstp_info$transport`. `transport = "http"` reads `GET /query` of
+#' the server's HTTP API, in the wire `format`:
 #' * `"arrow"` (what `"auto"` picks): the Arrow IPC stream, decoded by the
 #'   arrow package when it is installed, else by this package's own reader
 #'   (base R). The fastest: fewest bytes and no text to parse
@@ -40,7 +46,9 @@
 #' (the control connection's stream), `"striped"` (parallel TCP streams;
 #' `streams = 0` lets the client's auto-tuner choose), `"udt"`, and `"auto"`
 #' (the Python client picks gRPC or striped from the result's size; without
-#' the Python client `"auto"` falls back to `"http"`). An explicitly named
+#' the Python client `"auto"` falls back to `"http"`). The Python client is
+#' kept per server for the R session, so what it measured about the path
+#' carries over from one query to the next. An explicitly named
 #' transport that cannot be used raises a `dstp_transport_unavailable`
 #' condition saying why.
 #'
@@ -68,7 +76,7 @@
 #'
 #' @param con A connection from [dstp_connect()].
 #' @param sql The query, e.g. `"select temperature, time from ccm3 where humidity > 50"`.
-#' @param transport `"http"`, `"grpc"`, `"striped"`, `"udt"` or `"auto"` (see below).
+#' @param transport `"auto"` (default), `"http"`, `"grpc"`, `"striped"` or `"udt"` (see below).
 #' @param format Wire format for `transport = "http"`: `"auto"` (= `"arrow"`),
 #'   `"arrow"`, `"csv"` or `"json"`.
 #' @param limit Keep at most this many records; the server stops the query
@@ -95,7 +103,7 @@
 #' big <- dstp_query(con, "select * from ccm3", transport = "striped")
 #' }
 #' @export
-dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt", "auto"),
+dstp_query <- function(con, sql, transport = c("auto", "http", "grpc", "striped", "udt"),
                        format = c("auto", "arrow", "csv", "json"), limit = NULL, streams = 0L,
                        allow_truncated = FALSE) {
   check_connection(con)
@@ -110,7 +118,7 @@ dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt",
     limit <- format(as.integer(limit), scientific = FALSE)
   }
   started <- Sys.time()
-  if (transport == "auto" && !isTRUE(dstp_python_available())) transport <- "http"
+  if (transport == "auto") transport <- auto_transport(con, format)
   if (transport == "http") {
     if (format == "auto") format <- "arrow"
     res <- switch(format,
@@ -127,6 +135,14 @@ dstp_query <- function(con, sql, transport = c("http", "grpc", "striped", "udt",
   info$seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
   if (!is.null(res$truncated)) info$truncated <- signal_truncation(res$truncated, allow_truncated, res$url)
   result_df(res$columns, res$schema, info)
+}
+
+# What `transport = "auto"` runs: the Python client's own "auto" when it can be used and the server says
+# where its gRPC port is; HTTP when a wire `format` was named (only HTTP has formats), or without either.
+auto_transport <- function(con, format) {
+  if (format != "auto" || !isTRUE(dstp_python_available())) return("http")
+  known <- tryCatch(nzchar(grpc_target(con)), dstp_error = function(e) FALSE)
+  if (isTRUE(known)) "auto" else "http"
 }
 
 #' The schema of a query result

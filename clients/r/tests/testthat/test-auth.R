@@ -61,7 +61,7 @@ test_that("the token reaches HTTP queries and the Python transports (sealed stri
   s <- auth_server()
   con <- dstp_connect(s$http, grpc = s$grpc, token = s$polar, ca_file = s$cert)
   sql <- "select time, lat, lon, salinity from polar where depth < 20 limit 500"
-  over_http <- dstp_query(con, sql)
+  over_http <- dstp_query(con, sql, transport = "http")
   expect_identical(nrow(over_http), 500L)
   striped <- dstp_query(con, sql, transport = "striped", streams = 2L)
   expect_equal(striped, over_http, ignore_attr = TRUE)

@@ -81,8 +81,11 @@ test_that("limit, order by and empty results", {
     expect_type(empty$temperature, "double")
   }
   info <- attr(top, "dstp_info")
-  expect_identical(info$transport, "http")
+  expect_identical(info$transport, "grpc")  # the default, auto: a small result on this host takes the gRPC stream
   expect_match(info$query_id, "^q")
+  over_http <- attr(dstp_query(con, "select gw from ccm3", transport = "http"), "dstp_info")
+  expect_identical(over_http$transport, "http")
+  expect_match(over_http$query_id, "^q")
 })
 
 test_that("a query longer than a URL goes by POST", {

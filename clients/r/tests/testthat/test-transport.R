@@ -18,6 +18,25 @@ test_that("transport = 'striped' and 'grpc' go through the Python client and ret
   expect_identical(con$cache$grpc, dstp_test$grpc)
 })
 
+test_that("the default transport is the Python client's auto, kept per server, with the same records", {
+  con <- test_con()
+  skip_if_no_oracle()
+  sql <- "select temperature, time from ccm3 where humidity > 50"
+  expected <- oracle(sql)
+  first <- dstp_query(con, sql)
+  expect_same_records(first, expected, paste("default:", sql))
+  info <- attr(first, "dstp_info")
+  expect_identical(info$transport, "grpc")  # a small result on this host: the gRPC stream, chosen by auto
+  expect_match(info$summary$choice, "^auto: grpc")
+  bridge <- dstp:::python_bridge()
+  kept <- length(bridge$`_clients`)
+  again <- dstp_query(con, sql)
+  expect_same_records(again, expected, paste("default again:", sql))
+  expect_identical(length(bridge$`_clients`), kept)  # the kept client of this server served it: none added
+  # a wire format is HTTP's: naming one takes HTTP
+  expect_identical(attr(dstp_query(con, sql, format = "csv"), "dstp_info")$transport, "http")
+})
+
 test_that("errors over the Python transports have the same classes", {
   con <- test_con()
   skip_if_no_oracle()
