@@ -95,16 +95,19 @@ def xarray_dtype(info: ColumnInfo, time: TimeEncoding | None) -> np.dtype:
     return dtype
 
 
-def to_numpy(column: Any, dtype: np.dtype, time: TimeEncoding | None, name: str = "") -> np.ndarray:
+def to_numpy(column: Any, dtype: np.dtype, time: TimeEncoding | None, name: str = "", hint: str = "") -> np.ndarray:
     """Return an Arrow column as numpy values of ``dtype`` (NULL as NaN, NaT or None).
 
-    An integer ``dtype`` holds no NULL: one arriving there is refused (ValueError) rather than guessed.
+    An integer ``dtype`` holds no NULL: one arriving there is refused (ValueError, ending with ``hint``)
+    rather than guessed.
     """
     if dtype.kind in "iu" and column.null_count:
+        # The server said the column is not nullable (docs/xarray.md, "Integers"): an element equal to
+        # netCDF's default fill, which xarray keeps as a number, is what gets here.
         raise ValueError(
             f"{name or 'an integer variable'}: the server sent {column.null_count} missing value(s) for a variable "
             "that declares no _FillValue or missing_value, so xarray keeps it an integer; these elements equal "
-            "netCDF's default fill value (never written), which dstp reads as missing")
+            "netCDF's default fill value (never written), which dstp reads as missing" + (f". {hint}" if hint else ""))
     if time is not None:
         return time.encode(column)
     if dtype == object:

@@ -49,6 +49,10 @@ from xarray.core import indexing
 from dstp.client._client import Client
 from dstp.hyperslabs import Axis, quote_name, slab_query
 from dstp.client._xarray import to_xarray
+from dstp.cf_encoding import APPLIED as _APPLIED
+from dstp.cf_encoding import TimeEncoding, to_numpy, variable_attrs
+from dstp.cf_encoding import time_encoding as _time_encoding
+from dstp.cf_encoding import xarray_dtype as _dtype
 from dstp.metadata import ColumnInfo, DatasetDetails
 from dstp.transport.codec import TransferSummary
 
@@ -60,15 +64,6 @@ _URL = re.compile(r"dstp://(?P<target>[^/?#]+)/(?P<dataset>[^/?#]+)/?")
 #: Queries one process runs at once against one server (dask may ask for many chunks together);
 #: well under the server's default max_concurrent_queries, so chunks queue here instead of being refused.
 CONCURRENT_QUERIES = 4
-
-#: Attributes the server has already applied to the values: they describe a file's encoding, not the data.
-_APPLIED = ("_FillValue", "missing_value", "scale_factor", "add_offset", "valid_min", "valid_max", "valid_range",
-            "_Unsigned", "calendar", "units", "bounds")
-
-_ARROW_DTYPES = {"float": "float32", "halffloat": "float16", "double": "float64", "bool": "bool",
-                 "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
-                 "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
-
 
 def parse_url(url: str) -> tuple[str, str]:
     """Return (``host:port``, dataset id) of ``dstp://host:port/dataset``."""
@@ -220,91 +215,14 @@ def axis_values(target: Connection, dataset: str, details: DatasetDetails, trans
 # -- values: Arrow columns to the arrays xarray expects -------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class TimeEncoding:
-    """How times are handed to xarray: numbers in ``units`` on ``calendar`` (xarray decodes them)."""
-
-    units: str
-    calendar: str
-
-    def encode(self, column: Any) -> np.ndarray:
-        """Return the numbers of a timestamp[us] or ISO-text column of times (NULL as NaN)."""
-        import cftime
-
-        calendar = self.calendar or "standard"
-        values = column.to_pylist()
-        dates = [None if v is None else _cftime(v, calendar) for v in values]
-        present = [d for d in dates if d is not None]
-        numbers = np.full(len(dates), np.nan)
-        if present:
-            encoded = np.asarray(cftime.date2num(present, self.units, calendar), dtype="float64")
-            numbers[[i for i, d in enumerate(dates) if d is not None]] = encoded
-        return numbers
-
-
-_ISO = re.compile(r"(-?\d+)-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?")
-
-
-def _cftime(value: Any, calendar: str) -> Any:
-    import cftime
-
-    if isinstance(value, str):
-        m = _ISO.fullmatch(value)
-        if m is None:
-            raise ValueError(f"{value!r} is not an ISO 8601 date-time")
-        parts = [int(m[i]) for i in range(1, 7)]
-        return cftime.datetime(*parts, int((m[7] or "0").ljust(6, "0")), calendar=calendar)
-    return cftime.datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
-                           value.microsecond, calendar=calendar)
-
-
-def _dtype(info: ColumnInfo, time: TimeEncoding | None) -> np.dtype:
-    """Return the numpy dtype the backend gives a column: xarray's, had it opened the files.
-
-    An integer column the server calls ``nullable`` (its files give ``_FillValue`` or ``missing_value``,
-    or some file lacks it) widens to float as xarray masks it (float32 up to 16 bits, else float64);
-    any other integer keeps its type and every value exactly (int64 beyond 2**53 included).
-    """
-    if time is not None:
-        return np.dtype("float64")
-    arrow = info.arrow_type
-    if arrow.startswith("timestamp"):
-        return np.dtype("datetime64[ns]")
-    name = _ARROW_DTYPES.get(arrow)
-    if name is None:
-        return np.dtype(object)
-    dtype = np.dtype(name)
-    if dtype.kind in "iu" and info.nullable:
-        return np.dtype("float32") if dtype.itemsize <= 2 else np.dtype("float64")
-    return dtype
+#: What an integer column with missing values is refused with, and how the user gets the numbers.
+_INTEGER_HINT = ("Open the files with xarray to get that number, or query the column "
+                 "(backend_kwargs={'query': 'select …'}) to get them as NaN")
 
 
 def _numpy(column: Any, dtype: np.dtype, time: TimeEncoding | None, name: str = "") -> np.ndarray:
-    """Return an Arrow column as numpy values of ``dtype`` (NULL as NaN, NaT or None).
-
-    An integer ``dtype`` holds no NULL: one arriving there is refused (ValueError) rather than guessed.
-    """
-    if dtype.kind in "iu" and column.null_count:
-        # The server said the column is not nullable (docs/xarray.md, "Integers"): an element equal to
-        # netCDF's default fill, which xarray keeps as a number, is what gets here.
-        raise ValueError(
-            f"{name or 'an integer variable'}: the server sent {column.null_count} missing value(s) for a variable "
-            "that declares no _FillValue or missing_value, so xarray keeps it an integer; these elements equal "
-            "netCDF's default fill value (never written), which dstp reads as missing. Open the files with xarray "
-            "to get that number, or query the column (backend_kwargs={'query': 'select …'}) to get them as NaN"
-        )
-    if time is not None:
-        return time.encode(column)
-    if dtype == object:
-        return np.asarray(column.to_pylist(), dtype=object)
-    if dtype.kind == "M":
-        return np.asarray(column.to_numpy(zero_copy_only=False)).astype(dtype)
-    if dtype.kind == "f":
-        return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
-    return np.asarray(column.to_numpy(zero_copy_only=False)).astype(dtype)
-
-
-# -- the lazy array ----------------------------------------------------------------------------------
+    """Return an Arrow column as the values xarray would have (:func:`dstp.cf_encoding.to_numpy`)."""
+    return to_numpy(column, dtype, time, name, hint=_INTEGER_HINT)
 
 
 class DstpBackendArray(BackendArray):
@@ -492,22 +410,6 @@ def _result_shape(shape: tuple[int, ...], key: tuple[Any, ...]) -> tuple[int, ..
 # -- the data store: variables and attributes of one dataset ----------------------------------------
 
 
-def _attrs(info: ColumnInfo) -> dict[str, Any]:
-    attrs = {k: v for k, v in info.cf if k not in _APPLIED}
-    if info.units and " since " not in info.units:
-        attrs["units"] = info.units
-    if info.description and "long_name" not in attrs:
-        attrs["long_name"] = info.description
-    return attrs
-
-
-def _time_encoding(info: ColumnInfo, calendar: str) -> TimeEncoding | None:
-    """Return how a column of times is encoded for xarray (None for anything else)."""
-    if not info.arrow_type.startswith(("timestamp", "string")) or " since " not in info.units:
-        return None
-    return TimeEncoding(info.units, calendar or dict(info.cf).get("calendar", "") or "standard")
-
-
 def _vertex(info: ColumnInfo) -> int:
     found = re.search(r"vertex (\d+)", info.note)
     return int(found.group(1)) if found else 0
@@ -578,7 +480,7 @@ class DstpDataStore(AbstractDataStore):
         return variables, attrs
 
     def _variable(self, dims: tuple[str, ...], data: Any, info: ColumnInfo, time: TimeEncoding | None) -> xr.Variable:
-        attrs = _attrs(info)
+        attrs = variable_attrs(info)
         if time is not None:
             attrs.update({"units": time.units, "calendar": time.calendar})
         return xr.Variable(dims, data, attrs, {"source": f"dstp://{self.target.target}/{self.dataset}"})
