@@ -57,3 +57,42 @@ def noleap_units_per_file(folder: Path) -> None:
                                 "y": ("y", np.arange(5.0), {"units": "m"})})
         ds.to_netcdf(folder / f"monthly_{m}.nc")
     publish(sorted(folder.glob("monthly_*.nc")), "monthly")
+
+
+#: How the archives here are published: folder, files glob, aggregation dimension, renamed variables.
+SPECS: dict[str, dict] = {
+    "model": {"folder": "model", "glob": "model_*.nc", "agg": "time", "rename": {}},
+    "monthly": {"folder": "monthly", "glob": "monthly_*.nc", "agg": "time", "rename": {}},
+}
+
+
+def restricted_copy(source: Path, target: Path, dataset_id: str, new_id: str) -> None:
+    """Copy a published dataset's folder under a new id, readable only by the group ``polar``."""
+    import shutil
+
+    shutil.copytree(source, target)
+    xml = next(target.glob("*.dstp.xml"))
+    text = xml.read_text().replace(f'id="{dataset_id}"', f'id="{new_id}"')
+    assert '<access policy="public"/>' in text
+    xml.write_text(text.replace('<access policy="public"/>', '<access policy="restricted" groups="polar"/>'))
+
+
+def open_local(root: Path, spec: dict) -> xr.Dataset:
+    """The oracle: each file opened by xarray on its own (times as cftime), concatenated, with dstp's names."""
+    parts = []
+    for f in sorted((root / spec["folder"]).glob(spec["glob"])):
+        with xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as part:
+            parts.append(part.load())
+    ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim=spec["agg"], data_vars="minimal", coords="minimal",
+                                                     compat="override")
+    return ds.sortby(spec["agg"]).rename(spec["rename"]) if spec["agg"] else ds.rename(spec["rename"])
+
+
+def assert_same(got: xr.DataArray, want: xr.DataArray, what: str) -> None:
+    """Assert equal shapes and values (floats compared as float64, NaN equal to NaN)."""
+    g, w = np.asarray(got.values), np.asarray(want.values)
+    assert g.shape == w.shape, (what, g.shape, w.shape)
+    if w.dtype.kind == "f":
+        np.testing.assert_array_equal(g.astype("f8"), w.astype("f8"), err_msg=what)
+    else:
+        assert g.tolist() == w.tolist(), what

@@ -22,13 +22,13 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import oracle
-from protocol_archives import model_360_day
+from protocol_archives import SPECS as ARCHIVES
+from protocol_archives import model_360_day, open_local, restricted_copy
 from dstp.auth import TokenStore
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
-SPECS = {"ccm3": oracle.DATASETS["ccm3"],
-         "model": {"folder": "model", "glob": "model_*.nc", "agg": "time", "rename": {}}}
+SPECS = {"ccm3": oracle.DATASETS["ccm3"], "model": ARCHIVES["model"]}
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,7 @@ def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     here = tmp_path_factory.mktemp("edr")
     shutil.copytree(catalog_root / "ccm3", here / "ccm3")
     model_360_day(here / "model")
-    secret = here / "secret"
-    shutil.copytree(catalog_root / "ccm3", secret)
-    xml = next(secret.glob("*.dstp.xml"))
-    text = xml.read_text().replace('id="ccm3"', 'id="secret"')
-    xml.write_text(text.replace('<access policy="public"/>', '<access policy="restricted" groups="polar"/>'))
+    restricted_copy(catalog_root / "ccm3", here / "secret", "ccm3", "secret")
     return here
 
 
@@ -57,13 +53,7 @@ def served(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 
 
 def local(root: Path, dataset: str) -> xr.Dataset:
-    spec = SPECS[dataset]
-    parts = []
-    for f in sorted((root / spec["folder"]).glob(spec["glob"])):
-        with xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as part:
-            parts.append(part.load())
-    return xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override") \
-        .sortby("time").rename(spec["rename"])
+    return open_local(root, SPECS[dataset])
 
 
 def _lon(ds: xr.Dataset, lon: float) -> float:

@@ -22,16 +22,13 @@ import zarr
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import oracle
-from protocol_archives import model_360_day, noleap_units_per_file
+from protocol_archives import SPECS as ARCHIVES
+from protocol_archives import assert_same, model_360_day, noleap_units_per_file, open_local, restricted_copy
 from dstp.auth import TokenStore
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
-SPECS = {
-    **{k: oracle.DATASETS[k] for k in ("ccm3", "ocean")},
-    "model": {"folder": "model", "glob": "model_*.nc", "agg": "time", "rename": {}},
-    "monthly": {"folder": "monthly", "glob": "monthly_*.nc", "agg": "time", "rename": {}},
-}
+SPECS = {**{k: oracle.DATASETS[k] for k in ("ccm3", "ocean")}, **ARCHIVES}
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +38,7 @@ def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(catalog_root / name, here / name)
     model_360_day(here / "model")
     noleap_units_per_file(here / "monthly")
-    secret = here / "secret"
-    shutil.copytree(catalog_root / "ocean", secret)
-    xml = next(secret.glob("*.dstp.xml"))
-    text = xml.read_text().replace('id="ocean"', 'id="secret"')
-    assert '<access policy="public"/>' in text
-    xml.write_text(text.replace('<access policy="public"/>', '<access policy="restricted" groups="polar"/>'))
+    restricted_copy(catalog_root / "ocean", here / "secret", "ocean", "secret")
     return here
 
 
@@ -63,28 +55,12 @@ def served(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 
 
 def local(root: Path, dataset: str) -> xr.Dataset:
-    spec = SPECS[dataset]
-    parts = []
-    for f in sorted((root / spec["folder"]).glob(spec["glob"])):
-        with xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as part:
-            parts.append(part.load())
-    ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim=spec["agg"], data_vars="minimal", coords="minimal",
-                                                     compat="override")
-    return ds.sortby(spec["agg"]).rename(spec["rename"]) if spec["agg"] else ds.rename(spec["rename"])
+    return open_local(root, SPECS[dataset])
 
 
 def remote(url: str, dataset: str) -> xr.Dataset:
     return xr.open_zarr(f"{url}/zarr/{dataset}", zarr_format=3, consolidated=True,
                         decode_times=xr.coders.CFDatetimeCoder(use_cftime=True))
-
-
-def same(got: xr.DataArray, want: xr.DataArray, what: str) -> None:
-    g, w = np.asarray(got.values), np.asarray(want.values)
-    assert g.shape == w.shape, (what, g.shape, w.shape)
-    if w.dtype.kind == "f":
-        np.testing.assert_array_equal(g.astype("f8"), w.astype("f8"), err_msg=what)
-    else:
-        assert g.tolist() == w.tolist(), what
 
 
 @pytest.mark.parametrize("dataset", ["ccm3", "ocean", "model", "monthly"])
@@ -100,7 +76,7 @@ def test_open_zarr_reads_every_variable_as_xarray_reads_the_files(served, root: 
         assert name in got.data_vars, name
         assert got[name].dims == var.dims, name
         assert got[name].dtype == var.dtype, name
-        same(got[name], var, name)
+        assert_same(got[name], var, name)
         for key in ("units", "long_name", "standard_name"):
             if key in var.attrs:
                 assert str(got[name].attrs.get(key)) == str(var.attrs[key]), (name, key)
@@ -108,7 +84,7 @@ def test_open_zarr_reads_every_variable_as_xarray_reads_the_files(served, root: 
         if coord.dtype.kind in "OSU" and not (coord.size and hasattr(coord.values.flat[0], "calendar")):
             continue
         assert name in got.coords, name
-        same(got[name], coord, name)
+        assert_same(got[name], coord, name)
 
 
 def test_zarr_python_reads_a_chunk_and_the_group(served, root: Path) -> None:
@@ -132,7 +108,7 @@ def test_any_slab_through_zarr_equals_the_files(served, root: Path, data: st.Dat
         b = data.draw(st.integers(a + 1, n))
         step = data.draw(st.integers(1, 4))
         key.append(slice(a, b, step))
-    same(got[tuple(key)], want[tuple(key)], str(key))
+    assert_same(got[tuple(key)], want[tuple(key)], str(key))
 
 
 def test_a_restricted_store_is_not_found_for_others(served) -> None:
