@@ -358,7 +358,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 return fl.RecordBatchStream(self._meta_table(found[0], found[1], principal))
             token, proof = data[:TICKET_LENGTH], data[TICKET_LENGTH:]
             cancel = threading.Event()
-            source = self.service.open_source(
+            source, _ = self.service.open_source(
                 token, "grpc", cancel, principal=principal,
                 proof=lambda key: check_proof(fetch_proof(key, token), proof))
             if not isinstance(source, QuerySource):

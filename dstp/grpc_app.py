@@ -238,7 +238,7 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+            source, _ = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
                                               proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, QuerySource):
                 source.close()
@@ -307,7 +307,7 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+            source, _ = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
                                               proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, FileSource):
                 source.close()

@@ -155,8 +155,9 @@ class DstpService:
                                congestion_control=congestion_control, principal=principal)
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                    proof: Callable[[bytes], bool], principal: Principal | None = None) -> MessageSource:
-        """Redeem ``token`` on channel ``kind``; return what to send: a query's records or a file's blocks.
+                    proof: Callable[[bytes], bool], principal: Principal | None = None) -> tuple[MessageSource, bytes]:
+        """Redeem ``token`` on channel ``kind``; return what to send (a query's records or a file's blocks) and
+        the ticket's key, the one ``proof`` was checked against.
 
         The one way a ticket becomes data, for every channel (gRPC Fetch and
         FetchFile, striped TCP, UDT). ``proof(ticket key)`` says whether the
@@ -189,11 +190,11 @@ class DstpService:
         if isinstance(subject, QueryHandle):
             execution = self.queries.start(subject, cancel, channel=kind)
             return execution.source(grant.compression, expires_at=ticket.expires_at,
-                                    congestion_control=grant.congestion_control)
+                                    congestion_control=grant.congestion_control), ticket.key
         if isinstance(subject, FileRequest):
             return self.files.source(subject, label=ticket.query_id, expires_at=ticket.expires_at,
                                      congestion_control=grant.congestion_control, cancel=cancel,
-                                     principal=grant.principal, channel=kind)
+                                     principal=grant.principal, channel=kind), ticket.key
         raise TicketError("this ticket refers to nothing this server can send")
 
     # -- what runs now ------------------------------------------------------------------
