@@ -442,7 +442,7 @@ def _check_port_free(host: str, port: int, what: str, option: str) -> None:
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror} (check --host)") from None
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror} (check --host)") from exc
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -450,4 +450,4 @@ def _check_port_free(host: str, port: int, what: str, option: str) -> None:
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                    raise OSError(_listen_message(host, port, what, option, exc.errno)) from None
+                    raise OSError(_listen_message(host, port, what, option, exc.errno)) from exc

@@ -64,6 +64,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
+from dstp.incidents import for_client
 from dstp.transport.frames import (
     HEADER,
     MAX_CONTROL_PAYLOAD,
@@ -421,13 +422,10 @@ class DataChannelServer:
                 transfer, stripe, generation = self._handshake(conn, first)
             finally:
                 self._hello_done(conn)
-        except DstpError as exc:
-            log.info("%s channel: refused %s: %s", self.kind, peer, exc)
-            self._refuse(conn, exc)
-            return False
-        except Exception:  # noqa: BLE001 - one bad connection must not stop the channel
-            log.exception("%s channel: handshake with %s failed", self.kind, peer)
-            conn.close()
+        except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the channel
+            err = for_client(exc, f"{self.kind} channel, HELLO from {peer}")  # an incident is logged, by id
+            log.info("%s channel: refused %s: %s", self.kind, peer, err)
+            self._refuse(conn, err)
             return False
         try:
             kept = transfer.serve(stripe, conn, generation)
@@ -514,11 +512,11 @@ class DataChannelServer:
                 raise ProtocolError(f"expected HELLO, got {header.kind.name}")
             frame = None if header is None else \
                 Frame(header.kind, header.stripe, header.sequence, header.offset, recv_payload(hello_conn, header))
-        except TimeoutError:
-            raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+        except TimeoutError as exc:
+            raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from exc
         except TransportError as exc:
             if not isinstance(exc, ProtocolError) and conn not in self._pending_now():
-                raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+                raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from exc
             raise
         if frame is None:
             raise ProtocolError("the connection closed before HELLO")
@@ -534,8 +532,8 @@ class DataChannelServer:
             attempt = int(hello.get("attempt", 0))
             proof = bytes.fromhex(str(hello.get("proof", "")))
             keep = hello.get("keep") is True and self.max_idle_connections > 0
-        except (KeyError, TypeError, ValueError):
-            raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from exc
         if not 0 <= stripe < MAX_STRIPES or not 0 <= acked < 2**64 or not 0 <= attempt < 2**32 \
                 or len(have) > MAX_HAVE:
             raise ProtocolError("HELLO fields out of range")

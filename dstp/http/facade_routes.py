@@ -49,7 +49,7 @@ DATASET_EXT = Path(..., description="Dataset id and format, e.g. ccm3.csv, ccm3.
 
 
 def _erddap_error(exc: BaseException) -> PlainTextResponse:
-    err = exc if isinstance(exc, DstpError) else incident(exc)
+    err = incident(exc)
     return PlainTextResponse(fmt.error_body(err.http_status, err.message), status_code=err.http_status)
 
 

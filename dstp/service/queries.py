@@ -32,6 +32,7 @@ import pyarrow as pa
 from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog
 from dstp.errors import DstpError
+from dstp.incidents import is_incident, mint
 from dstp.query.execute import PreparedQuery, QueryExecution, QuerySummary, prepare_query
 from dstp.query.plan import QueryPlan
 from dstp.service.access import Access
@@ -128,6 +129,7 @@ class Execution:
         self._admission = admission
         self._audit = audit
         self._outcome = ""
+        self._incident = ""
         self._released = False
         admission.register(self.query_id, self)
 
@@ -160,6 +162,8 @@ class Execution:
             self._outcome = "truncated" if self.summary.truncated else "ok"
         except DstpError as exc:
             self._outcome = exc.code
+            if is_incident(exc):  # the id the door logs it under, in the audit line too
+                self._incident = mint(exc)
             raise
         finally:
             self.close()
@@ -196,7 +200,8 @@ class Execution:
                                    credential=handle.principal.key, channel=self.channel,
                                    datasets=_dataset_ids(handle.prepared), outcome=self.outcome,
                                    rows=rows, sent=sent,
-                                   seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql)
+                                   seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql,
+                                   **({"incident": self._incident} if self._incident else {}))
 
 
 class Queries:
