@@ -6,11 +6,15 @@ import threading
 import time
 from typing import Callable, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog, CatalogPage
-from dstp.errors import TicketError
+from dstp.errors import QueryError, TicketError
 from dstp.metadata import DatasetDetails, DatasetSummary, dataset_details, dataset_summary
 from dstp.query.execute import PreparedQuery
+from dstp.query.scan import arrow_values
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
@@ -93,6 +97,25 @@ class DstpService:
         # the principal's whole catalog 100 times (0.4 s).
         self.access.require(principal, dataset_id)
         return dataset_details(self.catalog.snapshot().get(dataset_id))
+
+    def axis_values(self, dataset_id: str, dimension: str, principal: Principal = ANONYMOUS) -> pa.Array:
+        """Return the values of ``dimension``'s coordinate in ``dataset_id``, decoded, in index order.
+
+        Served from the values the catalog decoded when it opened the dataset: no query runs and no admission
+        slot is taken. The array is the column ``select <coordinate> from <dataset>`` returns (its Arrow type:
+        times as timestamps, or ISO text for a non-standard calendar); a dimension without a coordinate
+        variable gives its indices 0 … n-1. DatasetNotFoundError when ``principal`` may not read the dataset
+        (as for one that does not exist); QueryError naming the dimensions when it has no such dimension.
+        """
+        self.access.require(principal, dataset_id)
+        ds = self.catalog.snapshot().get(dataset_id)
+        if dimension not in ds.dimensions:
+            raise QueryError(f"dataset {dataset_id!r} has no dimension {dimension!r}; "
+                             f"its dimensions are {', '.join(ds.dimensions)}")
+        coordinate = next((c for c in ds.coordinates.values() if c.dimension == dimension), None)
+        if coordinate is None:
+            return pa.array(np.arange(ds.dimensions[dimension].size, dtype=np.int64))
+        return arrow_values(coordinate.values, None, coordinate.arrow_type)
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""
