@@ -43,7 +43,9 @@ class DstpService:
     place :func:`~dstp.auth.can_read` is asked); its tickets are bound to it.
     """
 
-    def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time,
+                 revalidate: Callable[[Principal], None] | None = None,
+                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.clock = clock
@@ -57,13 +59,14 @@ class DstpService:
         #: One line per query and download (dstp/service/audit.py; the ``audit_log`` setting).
         self.audit = AuditLog(clock)
         self.access = Access(catalog, clock)
-        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: ``rewrite`` is applied to every prepared query (a scale-out coordinator sends reductions to its workers).
+        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit, rewrite)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
         #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
         self.feed = Feed(catalog, clock)
-        #: Checks that the credential a principal was verified from still holds (revoked, expired): set by the
-        #: server assembly to the authenticator's, so a ticket stops working with its token (AuthenticationError).
-        self.revalidate: Callable[[Principal], None] = lambda principal: None
+        #: Checks that the credential a principal was verified from still holds (revoked, expired): the server
+        #: assembly passes the authenticator's, so a ticket stops working with its token (AuthenticationError).
+        self.revalidate: Callable[[Principal], None] = revalidate or (lambda principal: None)
 
     # -- channels -----------------------------------------------------------------------
 

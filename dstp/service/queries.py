@@ -208,7 +208,8 @@ class Queries:
     """Planning and starting the queries of one catalog."""
 
     def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission,
-                 access: Access | None = None, audit: AuditLog | None = None) -> None:
+                 access: Access | None = None, audit: AuditLog | None = None,
+                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.offers = offers
@@ -216,7 +217,7 @@ class Queries:
         self.access = access or Access(catalog)
         self.audit = audit or AuditLog(admission.clock)
         #: Applied to every prepared query (a scale-out coordinator sends reductions to its workers).
-        self.rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None
+        self.rewrite = rewrite
 
     def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
                 cancel: threading.Event | None = None) -> PreparedQuery:
