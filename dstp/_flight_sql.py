@@ -103,11 +103,11 @@ def unpack(data: bytes) -> tuple[str, Any] | None:
     message = cls()
     try:
         holder.Unpack(message)
-    except DecodeError:
+    except DecodeError as exc:
         # protobuf's own words name field types and encodings, not what the sender can change
         raise ProtocolError(f"the Flight SQL {name} is malformed: its fields do not decode (a string that is "
                             "not UTF-8, or bytes cut short); send it as a Flight SQL client (ADBC) encodes it, "
-                            "or put the query in the descriptor's command as plain UTF-8 text") from None
+                            "or put the query in the descriptor's command as plain UTF-8 text") from exc
     return name, message
 
 

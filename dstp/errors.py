@@ -5,7 +5,10 @@ use, and its message is written for the scientist who sent the request: it
 says what was wrong and what to do instead. Each adapter translates in one
 place (``dstp.grpc_app.grpc_errors``, ``dstp.http.error_responses``); no
 traceback and no exception type from a lower library (DuckDB, netCDF,
-sqlglot, grpc) ever reaches a client.
+sqlglot, grpc) ever reaches a client. An unexpected failure is an incident:
+logged once by the door with its cause, under an id its message names
+(:mod:`dstp.incidents`); inside, every translation keeps its cause
+(``raise … from exc``).
 
 :func:`error_table` lists the classes below with their codes, statuses and
 meanings (each class's first docstring line). The tree below, the error table
@@ -93,6 +96,9 @@ class DstpError(Exception):
     http_status: int = 500
     #: Stable machine-readable code, also used in the HTTP JSON error body.
     code: str = "internal"
+    #: The incident id of an unexpected failure (dstp/incidents.py), "" for a refusal; ``logged`` once logged.
+    incident: str = ""
+    logged: bool = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -390,7 +396,7 @@ class MethodNotAllowedError(DstpError):
 
 
 class ServerError(DstpError):
-    """An unexpected server fault (a bug): the message carries an incident id found in the server log."""
+    """An unexpected server fault (a bug, a failing disk): the message names an incident id the server log has."""
 
     code = "internal"
 

@@ -75,7 +75,7 @@ def load_remote_credentials(path: Path | None) -> dict[str, RemoteCredential]:
         mode = path.stat().st_mode
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise CatalogError(f"cannot read the remote credentials file {path}: {exc}") from None
+        raise CatalogError(f"cannot read the remote credentials file {path}: {exc}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise CatalogError(f"the remote credentials file {path} can be read by others (mode {stat.S_IMODE(mode):o}); "
                            f"it holds tokens: chmod 600 {path}")
@@ -112,7 +112,7 @@ class _Stream:
         try:
             yield from self._stream
         except DstpError as exc:
-            raise self._source.relay(exc, self._server, self._credential) from None
+            raise self._source.relay(exc, self._server, self._credential) from exc
 
     @property
     def bytes_received(self) -> int:
@@ -166,7 +166,7 @@ class ClientRemoteSource:
         try:
             return dstp.connect(server, timeout=self.timeout, token=token, tls=tls, ca_file=ca_file)
         except DstpError as exc:
-            raise self.relay(exc, server, credential) from None
+            raise self.relay(exc, server, credential) from exc
 
     def give_back(self, server: str, credential: str, client: "Client") -> None:
         with self._lock:
@@ -213,7 +213,7 @@ class ClientRemoteSource:
             star = client.plan(f"select * from {_quoted(dataset)}").schema.names
             policy = self._access_policy(server, dataset, credential, details.summary.access_policy)
         except DstpError as exc:
-            raise self.relay(exc, server, credential) from None
+            raise self.relay(exc, server, credential) from exc
         finally:
             self.give_back(server, credential, client)
         axes = {d.coordinate: d.axis for d in details.dimensions if d.coordinate}
@@ -249,7 +249,7 @@ class ClientRemoteSource:
         try:
             table = client.query(f"select {_quoted(column)} from {_quoted(dataset)}")
         except DstpError as exc:
-            raise self.relay(exc, server, credential) from None
+            raise self.relay(exc, server, credential) from exc
         finally:
             self.give_back(server, credential, client)
         values = table.column(0)
@@ -263,7 +263,7 @@ class ClientRemoteSource:
             stream = client.query_batches(sql, transport=self.transport)
         except DstpError as exc:
             self.give_back(server, credential, client)
-            raise self.relay(exc, server, credential) from None
+            raise self.relay(exc, server, credential) from exc
         except BaseException:
             self.give_back(server, credential, client)
             raise

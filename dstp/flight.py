@@ -42,7 +42,6 @@ import dataclasses
 import logging
 import threading
 import traceback
-import uuid
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
@@ -53,7 +52,8 @@ from dstp import _flight_sql as sql_
 from dstp.auth import ANONYMOUS, Principal
 from dstp.auth.tls import TlsMaterial
 from dstp.connections import Warden, peer_address
-from dstp.errors import DstpError, MethodNotAllowedError, ProtocolError, QueryError, ServerError, TicketError
+from dstp.errors import DstpError, MethodNotAllowedError, ProtocolError, QueryError, TicketError
+from dstp.incidents import for_client
 from dstp.service import DstpService
 from dstp.transport.sources import QuerySource
 from dstp.transport.tickets import TICKET_LENGTH, check_proof, fetch_proof
@@ -67,18 +67,14 @@ META_TICKET = b"dstp-flight-sql-meta:"
 AUTH_MIDDLEWARE = "dstp-auth"
 
 
-def _dstp_error(exc: BaseException) -> DstpError:
-    """Return ``exc`` when it is a dstp error, else a ServerError naming an incident logged with its traceback."""
-    if isinstance(exc, DstpError):
-        return exc
-    incident = uuid.uuid4().hex[:12]
-    log.error("incident %s: unexpected error", incident, exc_info=exc)
-    return ServerError(f"unexpected server error (incident {incident}); the server log has the details")
-
-
 def flight_error(exc: BaseException) -> Exception:
-    """Return the Flight error a dstp error (or a surprise) becomes; the message starts with its code."""
-    exc = _dstp_error(exc)
+    """Return the Flight error a dstp error (or a surprise) becomes; the message starts with its code. An
+    incident is logged once, with its traceback and cause, under the id the message names.
+
+    Raise it ``from None``: pyarrow may render a raised exception's chain into the status it sends, and the
+    cause is for the log (where :func:`~dstp.incidents.for_client` put it), never for the client.
+    """
+    exc = for_client(exc, "flight")
     message = f"[dstp:{exc.code}] {exc.message}"
     status = exc.grpc_status
     if status == "UNAUTHENTICATED":
@@ -145,7 +141,7 @@ def _schema_refusal(exc: BaseException) -> _SchemaRefusal:
     with _format_lock:
         if not getattr(traceback.format_exception, "_dstp_schema_refusal", False):
             traceback.format_exception = _refusal_format(traceback.format_exception)  # type: ignore[assignment]
-    err = _dstp_error(exc)
+    err = for_client(exc, "flight")
     return _SCHEMA_REFUSALS.get(err.grpc_status, _SchemaRefusal)(f"[dstp:{err.code}] {err.message}", err.code)
 
 
@@ -275,19 +271,19 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
         if found is None:
             try:
                 return "sql", command.decode("utf-8")
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as exc:
                 raise QueryError("a command descriptor holds the query as UTF-8 text "
-                                 "(or a Flight SQL CommandStatementQuery)") from None
+                                 "(or a Flight SQL CommandStatementQuery)") from exc
         name, message = found
         if name == "CommandStatementQuery":
             return "sql", message.query
         if name == "CommandPreparedStatementQuery":
             try:
                 return "sql", message.prepared_statement_handle.decode("utf-8")
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as exc:
                 raise ProtocolError("this prepared statement handle is not one dstp issued (dstp's handle is the "
                                     "query's UTF-8 text); send the handle CreatePreparedStatement returned, "
-                                    "unchanged") from None
+                                    "unchanged") from exc
         if name in ("CommandGetCatalogs", "CommandGetDbSchemas", "CommandGetTables", "CommandGetTableTypes",
                     "CommandGetSqlInfo"):
             return "meta", (name, message)
@@ -351,14 +347,14 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 damaged = TicketError("this Flight ticket is damaged; ask GetFlightInfo for a new one")
                 try:
                     found = sql_.unpack(data[len(META_TICKET):])
-                except ProtocolError:
-                    raise damaged from None
+                except ProtocolError as exc:
+                    raise damaged from exc
                 if found is None or found[1] is None:
                     raise damaged
                 return fl.RecordBatchStream(self._meta_table(found[0], found[1], principal))
             token, proof = data[:TICKET_LENGTH], data[TICKET_LENGTH:]
             cancel = threading.Event()
-            source = self.service.open_source(
+            source, _ = self.service.open_source(
                 token, "grpc", cancel, principal=principal,
                 proof=lambda key: check_proof(fetch_proof(key, token), proof))
             if not isinstance(source, QuerySource):
@@ -506,7 +502,7 @@ def start_flight_server(service: DstpService, host: str, port: int, *,
                                   **extra)
     except (OSError, pa.ArrowException) as exc:
         raise OSError(f"cannot listen on {host}:{port} (the Flight endpoint; is another server using it? "
-                      f"use --flight-port): {exc}") from None
+                      f"use --flight-port): {exc}") from exc
     flight = FlightServer(server, host, scheme, warden)
     log.info("dstp serving Arrow Flight on %s", flight.location)
     return flight

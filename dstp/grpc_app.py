@@ -7,8 +7,9 @@ answer back. A ticket becomes data only through ``service.open_source``
 ticket to issue and redeem (or, asked with ``inline_max_bytes`` when the
 result may be larger, answers with offers as Query does). :func:`grpc_errors`
 turns every dstp error into its gRPC status with trailing metadata (code,
-line, column), and every unexpected exception into INTERNAL with an incident
-id; no traceback reaches a client.
+line, column), and every unexpected failure into INTERNAL naming an incident
+id whose traceback and cause the server log holds (:mod:`dstp.incidents`);
+no traceback reaches a client.
 
 Identity arrives through :class:`AuthInterceptor`: it reads the metadata
 ``authorization: Bearer …`` of every call, has the
@@ -33,14 +34,14 @@ import math
 import threading
 import time
 import urllib.parse
-import uuid
 from typing import Any, Iterator, Sequence
 
 import grpc
 
 from dstp.auth import ANONYMOUS, Authenticator, Principal
 from dstp.connections import Warden, peer_address
-from dstp.errors import DstpError, QueryError, ServerError, TicketError
+from dstp.errors import QueryError, TicketError
+from dstp.incidents import for_client
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.service import DstpService, Offer, QueryHandle
@@ -82,29 +83,24 @@ def status_message(message: str) -> str:
 
 @contextlib.contextmanager
 def grpc_errors(context: grpc.ServicerContext) -> Iterator[None]:
-    """Translate dstp errors (and surprises) into gRPC statuses with metadata."""
+    """Translate dstp errors (and surprises) into gRPC statuses with metadata; an incident is logged once, by id."""
     try:
         yield
-    except DstpError as exc:
-        metadata = [("dstp-error-code", exc.code)]
-        if isinstance(exc, QueryError) and exc.line is not None:
-            metadata += [("dstp-error-line", str(exc.line)), ("dstp-error-column", str(exc.column))]
-            token = urllib.parse.quote(exc.token or "", safe="")  # (metadata values are ASCII)
+    except grpc.RpcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for clients
+        err = for_client(exc, "grpc")
+        metadata = [("dstp-error-code", err.code)]
+        if isinstance(err, QueryError) and err.line is not None:
+            metadata += [("dstp-error-line", str(err.line)), ("dstp-error-column", str(err.column))]
+            token = urllib.parse.quote(err.token or "", safe="")  # (metadata values are ASCII)
             if token and len(token) <= 512:  # the word it points at, as HTTP's JSON error carries it; not a
                 metadata.append(("dstp-error-token", token))  # long literal: gRPC's headers hold 16 KiB
-        retry = getattr(exc, "retry_after_s", None)
+        retry = getattr(err, "retry_after_s", None)
         if retry is not None:  # back-pressure: when trying again may succeed (whole seconds, as HTTP's header)
             metadata.append(("retry-after", str(max(1, math.ceil(retry)))))
         context.set_trailing_metadata(tuple(metadata))
-        context.abort(getattr(grpc.StatusCode, exc.grpc_status), status_message(exc.message))
-    except grpc.RpcError:
-        raise
-    except Exception:  # noqa: BLE001 - the last line of defence for clients
-        incident = uuid.uuid4().hex[:12]
-        log.exception("incident %s: unexpected error", incident)
-        err = ServerError(f"unexpected server error (incident {incident}); the server log has the details")
-        context.set_trailing_metadata((("dstp-error-code", err.code),))
-        context.abort(grpc.StatusCode.INTERNAL, err.message)
+        context.abort(getattr(grpc.StatusCode, err.grpc_status), status_message(err.message))
 
 
 class _AuthenticatedContext:
@@ -242,7 +238,7 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+            source, _ = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
                                               proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, QuerySource):
                 source.close()
@@ -311,7 +307,7 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def FetchFile(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
-            source = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
+            source, _ = self.service.open_source(request.ticket, "grpc", _cancel_on_exit(context),
                                               proof=_proves(request), principal=principal_of(context))
             if not isinstance(source, FileSource):
                 source.close()

@@ -24,7 +24,7 @@ from typing import Callable
 __all__ = ["SERVER_LOGGERS", "RepeatLimiter", "limit_repeated_logs"]
 
 #: Where a server's repeated failures are logged.
-SERVER_LOGGERS = ("dstp.server", "dstp.service", "dstp.auth", "dstp.grpc", "dstp.http", "dstp.transport", "dstp.catalog",
+SERVER_LOGGERS = ("dstp.server", "dstp.service", "dstp.incidents", "dstp.auth", "dstp.grpc", "dstp.http", "dstp.transport", "dstp.catalog",
                   "dstp.flight", "uvicorn", "uvicorn.error", "asyncio", "grpc", "grpc._server", "grpc._common",
                   "grpc._cython.cygrpc")
 

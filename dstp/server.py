@@ -191,7 +191,17 @@ class DstpServer:
             self.watch = CatalogWatch(catalog, watch=s.catalog_watch, poll_s=s.catalog_poll_s,
                                       rescan_s=s.catalog_rescan_s, clock=self.timer).start()
             self._undo.append(self.watch.stop)
-        self.service = DstpService(catalog, s, clock=self.clock)
+        self.authenticator = Authenticator.from_settings(s, (ds.descriptor for ds in catalog), self.clock)
+        if self.cluster or self.local_cluster:  # dask lives in dstp/cluster/ only
+            from dstp.cluster.coordinator import Coordinator
+
+            settings = s if s.catalog_root is not None else s.replace(catalog_root=catalog.root)
+            self.coordinator = Coordinator(settings, address=self.cluster, local_workers=self.local_cluster,
+                                           sealed=self.tls is not None, clock=self.clock).start()
+            self._undo.append(self.coordinator.stop)
+        self.service = DstpService(catalog, s, clock=self.clock, revalidate=self.authenticator.revalidate,
+                                   # reductions: partial aggregates on the workers
+                                   rewrite=None if self.coordinator is None else self.coordinator.reduce_on_workers)
         if s.webhook_urls:  # every change POSTed to the operator's URLs (dstp/webhooks.py)
             from dstp.webhooks import Webhooks
 
@@ -210,8 +220,6 @@ class DstpServer:
         if s.audit_log:
             handler = open_audit_file(s.audit_log)
             self._undo.append(lambda: close_audit_file(handler))
-        self.authenticator = Authenticator.from_settings(s, (ds.descriptor for ds in catalog), self.clock)
-        self.service.revalidate = self.authenticator.revalidate
         if not self.authenticator.allow_anonymous:
             log.info("requests need a token (allow_anonymous=%s); tokens: %s%s", s.allow_anonymous,
                      self.authenticator.tokens.path if self.authenticator.tokens else "none",
@@ -229,15 +237,8 @@ class DstpServer:
             interceptors=[AuthInterceptor(self.authenticator, self._grpc_warden)],
         )
         servicer = DstpServicer(self.service)
-        if self.cluster or self.local_cluster:  # dask lives in dstp/cluster/ only
-            from dstp.cluster.coordinator import Coordinator
-
-            settings = s if s.catalog_root is not None else s.replace(catalog_root=catalog.root)
-            self.coordinator = Coordinator(settings, address=self.cluster, local_workers=self.local_cluster,
-                                           sealed=self.tls is not None, clock=self.clock).start()
-            self._undo.append(self.coordinator.stop)
+        if self.coordinator is not None:
             servicer = self.coordinator.servicer(self.service)
-            self.service.queries.rewrite = self.coordinator.reduce_on_workers  # reductions: partial aggregates
         add_to_server(servicer, self._grpc)
         try:
             if self.tls is not None:
@@ -443,7 +444,7 @@ def _check_port_free(host: str, port: int, what: str, option: str) -> None:
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror} (check --host)") from None
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror} (check --host)") from exc
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -451,4 +452,4 @@ def _check_port_free(host: str, port: int, what: str, option: str) -> None:
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                    raise OSError(_listen_message(host, port, what, option, exc.errno)) from None
+                    raise OSError(_listen_message(host, port, what, option, exc.errno)) from exc

@@ -1,4 +1,6 @@
-"""The layers point one way: catalog → query → service → transport → adapters.
+"""The layers point one way: foundation → catalog → query → transport → service → adapters → clients → assembly.
+
+Every pair of units is checked (``LAYERS``, ``SAME_LAYER``; docs/architecture.md draws the same table).
 
 The core (errors, catalog, query) must import without gRPC, sockets or the web
 framework, so a script that only reads a catalog or validates a query stays
@@ -134,3 +136,105 @@ def test_every_python_package_is_installed() -> None:
             if not any(part.startswith(("_", ".")) or part == "tests" for part in rel):
                 wanted.add(".".join((name, *rel)))
     assert wanted - set(config["packages"]) == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+# -- the layer contract: every pair of units, one way ------------------------------------------------------
+
+#: Every unit of the installed packages (a sub-package, or a module at the dstp/ root), by layer; a unit may
+#: import units of lower layers, and of its own layer only where SAME_LAYER says. docs/architecture.md draws it.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "foundation": ("dstp.errors", "dstp.settings", "dstp.log_limits", "dstp.incidents", "dstp.hyperslabs",
+                   "dstp._chunk_index", "dstp._error_tables", "dstp.__version__"),
+    "catalog": ("dstp.catalog", "dstp.auth"),
+    "query": ("dstp.query", "dstp.metadata", "dstp.listings", "dstp.samples"),
+    # Tickets, sources, frames and the protobuf codec: the service issues tickets and yields sources, so this
+    # sits under it today (issue 34, item 4: split wire formats, server channels and client channels).
+    "transport": ("dstp.transport", "dstp.proto", "dstp.connections"),
+    "service": ("dstp.service",),
+    # What a protocol's documents and answers are, free of web code: Zarr v3, EDR, OPeNDAP, map tiles, and the
+    # values xarray expects (shared with the Python client).
+    "formats": ("dstp.cf_encoding", "dstp.zarr_v3", "dstp.edr", "dstp.opendap", "dstp.render"),
+    "adapters": ("dstp.grpc_app", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
+                 "dstp.webhooks", "dstp.cluster"),
+    "clients": ("dstp.client", "dstp.credentials", "dstp.commands", "dstp.agent", "dstp", "dstp.federation"),
+    "assembly": ("dstp.server", "dstp.maintenance", "dstp.cli", "dstp.cli_feed"),
+}
+#: Imports allowed inside one layer (an adapter and its own helpers; the client side's commands and agent).
+SAME_LAYER = {
+    ("dstp.grpc_app", "dstp.grpc_feed"), ("dstp.grpc_feed", "dstp.grpc_app"), ("dstp.flight", "dstp._flight_sql"),
+    ("dstp.catalog", "dstp.auth"), ("dstp.auth", "dstp.catalog"),
+    ("dstp.query", "dstp.metadata"), ("dstp.metadata", "dstp.query"), ("dstp.listings", "dstp.metadata"),
+    ("dstp.samples", "dstp.query"), ("dstp.transport", "dstp.proto"), ("dstp.transport", "dstp.connections"),
+    ("dstp.agent", "dstp.commands"), ("dstp.commands", "dstp.client"), ("dstp.agent", "dstp.client"),
+    ("dstp", "dstp.client"), ("dstp.federation", "dstp.client"), ("dstp.client", "dstp.credentials"),
+    ("dstp.cli", "dstp.cli_feed"), ("dstp.cli", "dstp.server"), ("dstp.cli", "dstp.maintenance"),
+    ("dstp.maintenance", "dstp.server"), ("dstp.zarr_v3", "dstp.cf_encoding"),
+    *((a, b) for a in LAYERS["foundation"] for b in LAYERS["foundation"]),
+}
+#: Imports against the layers that are known and planned away (issue 34). The test fails once one is gone.
+AGAINST_THE_LAYERS = {
+    ("dstp.http", "dstp.client"): "HTTP formats share the client's CSV/netCDF writers (item 5)",
+    ("dstp.cluster", "dstp.grpc_app"): "scale-out subclasses the gRPC servicer (item 6)",
+    ("dstp.opendap", "dstp.http"): "the DAP model reuses the ERDDAP facade's dataset view, attribute filter and "
+                                   "time labels (to move down into formats beside it)",
+}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return "dstp" if len(parts) == 1 else ".".join(parts[:2])
+
+
+def _unit_imports() -> set[tuple[str, str]]:
+    import tomllib
+
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    pairs: set[tuple[str, str]] = set()
+    for package, folder in folders.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("").parts
+            if package == "dstp" and rel[0] in ("catalog", "transport", "client", "samples", "proto"):
+                continue  # not installed from there (each has its own folder)
+            source = _unit(".".join((package, *rel)).removesuffix(".__init__"))
+            for name in _imports(path):
+                if name == "dstp" or not name.startswith("dstp."):
+                    continue
+                target = _unit(name)
+                if target != source:
+                    pairs.add((source, target))
+    return pairs
+
+
+def test_every_unit_has_a_layer() -> None:
+    layer_of = {u: layer for layer, units in LAYERS.items() for u in units}
+    units = {u for pair in _unit_imports() for u in pair}
+    assert units - set(layer_of) == set(), "give these a layer in LAYERS (and docs/architecture.md)"
+
+
+def _against(pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Return the pairs (importer, imported) that import against the layers."""
+    order = list(LAYERS)
+    rank = {u: order.index(layer) for layer, units in LAYERS.items() for u in units}
+    return {(a, b) for a, b in pairs if rank[b] > rank[a] or (rank[b] == rank[a] and (a, b) not in SAME_LAYER)}
+
+
+def test_every_pair_of_units_imports_one_way() -> None:
+    against = _against(_unit_imports())
+    assert against - set(AGAINST_THE_LAYERS) == set(), "an import against the layers (see docs/architecture.md)"
+    assert set(AGAINST_THE_LAYERS) - against == set(), "gone: remove these from AGAINST_THE_LAYERS"
+
+
+def test_the_contract_catches_upward_and_sideways_imports() -> None:
+    assert _against({("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"), ("dstp.service", "dstp.transport"),
+                     ("dstp.flight", "dstp.grpc_app"), ("dstp.http", "dstp.service")}) == \
+        {("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"), ("dstp.flight", "dstp.grpc_app")}
+
+
+def test_every_path_in_the_architecture_page_exists() -> None:
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"\b((?:dstp|catalog|transport|clients|proto|samples|tests|bench|docs)/[\w./*-]*[\w*])", text))
+    assert len(paths) > 40
+    missing = sorted(p for p in paths if not any(ROOT.glob(p)))  # dstp/http/erddap*.py names several
+    assert missing == [], f"docs/architecture.md names paths that do not exist: {missing}"

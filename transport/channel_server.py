@@ -3,7 +3,11 @@
 Transport-neutral: it takes a :class:`Listener` (TCP in ``transport/tcp.py``,
 UDT in ``transport/udt.py``, in-process pipes in ``transport/memory.py``) and
 the service's ``open_source(ticket, kind, cancel)``, which redeems a ticket
-and returns what to send (:class:`~dstp.transport.sources.MessageSource`).
+and returns what to send (:class:`~dstp.transport.sources.MessageSource`)
+and the ticket's key. A redemption may wait for a transfer slot, so it runs
+outside the server's lock: other HELLOs, stripe joins and resumes go on
+meanwhile, and a second stripe of the same ticket waits for it (one pending
+entry per ticket).
 Both are given at construction; nothing here calls back into the server
 assembly. Every connection starts with a HELLO frame, all of it within
 ``hello_timeout`` seconds of the connection's arrival (measured by ``timer``
@@ -60,6 +64,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
+from dstp.incidents import for_client
 from dstp.transport.frames import (
     HEADER,
     MAX_CONTROL_PAYLOAD,
@@ -106,14 +111,37 @@ class Listener(Protocol):
 
 
 class OpenSource(Protocol):
-    """Redeems a ticket for a channel kind and returns what to send (DstpService.open_source).
+    """Redeems a ticket for a channel kind; returns what to send and the ticket's key (DstpService.open_source).
 
     ``proof(ticket key)`` says whether the HELLO proved the redeemer holds the ticket's key; the
-    ticket is redeemed only if it does.
+    ticket is redeemed only if it does. The key returned is the one the proof was checked against:
+    later stripes of the transfer prove themselves with it, and a sealed transfer is keyed from it.
     """
 
     def __call__(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                 proof: Callable[[bytes], bool]) -> MessageSource: ...
+                 proof: Callable[[bytes], bool]) -> tuple[MessageSource, bytes]: ...
+
+
+class _Redemption:
+    """A ticket being redeemed by one HELLO, outside the server's lock (``open_source`` may wait for a slot).
+
+    Other stripes of the same ticket wait here rather than on the lock; every other HELLO goes on. It
+    ends with the transfer, or with nothing (the redemption failed: a waiter then tries for itself).
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.transfer: Transfer | None = None
+
+    def finish(self, transfer: Transfer | None) -> None:
+        self.transfer = transfer
+        self._done.set()
+
+    def wait(self, stopped: threading.Event) -> Transfer | None:
+        while not self._done.wait(JANITOR_INTERVAL_S):
+            if stopped.is_set():
+                raise TransportError("the server is stopping")
+        return self.transfer
 
 
 #: What a stranger who presents someone else's ticket hears.
@@ -227,6 +255,8 @@ class DataChannelServer:
         #: Transfers that ended cleanly, by ticket, with when (timer): a stripe whose HELLO was still on its
         #: way is kept rather than refused, for as long as a HELLO may wait (hello_timeout + HELLO_GRACE_S).
         self._finished: dict[bytes, tuple[Transfer, float]] = {}
+        #: Tickets whose first HELLO is being redeemed now (by ``open_source``, outside the lock).
+        self._redeeming: dict[bytes, _Redemption] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -392,13 +422,10 @@ class DataChannelServer:
                 transfer, stripe, generation = self._handshake(conn, first)
             finally:
                 self._hello_done(conn)
-        except DstpError as exc:
-            log.info("%s channel: refused %s: %s", self.kind, peer, exc)
-            self._refuse(conn, exc)
-            return False
-        except Exception:  # noqa: BLE001 - one bad connection must not stop the channel
-            log.exception("%s channel: handshake with %s failed", self.kind, peer)
-            conn.close()
+        except Exception as exc:  # noqa: BLE001 - one bad connection must not stop the channel
+            err = for_client(exc, f"{self.kind} channel, HELLO from {peer}")  # an incident is logged, by id
+            log.info("%s channel: refused %s: %s", self.kind, peer, err)
+            self._refuse(conn, err)
             return False
         try:
             kept = transfer.serve(stripe, conn, generation)
@@ -485,14 +512,15 @@ class DataChannelServer:
                 raise ProtocolError(f"expected HELLO, got {header.kind.name}")
             frame = None if header is None else \
                 Frame(header.kind, header.stripe, header.sequence, header.offset, recv_payload(hello_conn, header))
-        except TimeoutError:
-            raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+        except TimeoutError as exc:
+            raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from exc
         except TransportError as exc:
             if not isinstance(exc, ProtocolError) and conn not in self._pending_now():
-                raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from None
+                raise ProtocolError(f"no whole HELLO within {self.hello_timeout:g} s") from exc
             raise
         if frame is None:
             raise ProtocolError("the connection closed before HELLO")
+        self._hello_done(conn)  # whole: the HELLO deadline is met, however long the redemption waits for a slot
         hello = frame.json()
         if not isinstance(hello, dict):
             raise ProtocolError("HELLO payload must be a JSON object")
@@ -504,8 +532,8 @@ class DataChannelServer:
             attempt = int(hello.get("attempt", 0))
             proof = bytes.fromhex(str(hello.get("proof", "")))
             keep = hello.get("keep") is True and self.max_idle_connections > 0
-        except (KeyError, TypeError, ValueError):
-            raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError("HELLO needs ticket (hex), stripe, acked, have, attempt and proof (hex)") from exc
         if not 0 <= stripe < MAX_STRIPES or not 0 <= acked < 2**64 or not 0 <= attempt < 2**32 \
                 or len(have) > MAX_HAVE:
             raise ProtocolError("HELLO fields out of range")
@@ -515,31 +543,52 @@ class DataChannelServer:
         def proves(key: bytes) -> bool:
             return bool(key) and check_proof(hello_proof(key, ticket, stripe, attempt, acked), proof)
 
-        with self._lock:
-            transfer = self._transfers.get(ticket) or self._finished_transfer(ticket)
-            if transfer is None:
-                keys: list[bytes] = []
+        transfer = self._transfer_of(ticket, proves)
+        if not proves(transfer.ticket_key):
+            raise TicketError(NOT_YOURS)
+        if self.clock() > transfer.expires_at:
+            raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
+        self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
+        generation = transfer.attach(stripe, conn, acked, have, attempt, keep)
+        return transfer, stripe, generation
 
-                def verify(key: bytes) -> bool:
-                    keys.append(key)
-                    return proves(key)
+    def _transfer_of(self, ticket: bytes, proves: Callable[[bytes], bool]) -> Transfer:
+        """Return the transfer of ``ticket``: the one under way (or just finished), else a new one redeemed here.
 
-                source = self.open_source(ticket, self.kind, None, proof=verify)
-                key = keys[-1]
-                transfer = Transfer(
+        The redemption (``open_source``: the service checks the proof, claims the ticket and waits for a
+        transfer slot) runs outside the lock, so a HELLO waiting for admission never holds up the HELLOs,
+        stripe joins and resumes of other transfers; a second stripe of the same ticket waits for it.
+        """
+        while True:
+            with self._lock:
+                transfer = self._transfers.get(ticket) or self._finished_transfer(ticket)
+                if transfer is not None:
+                    return transfer
+                pending = self._redeeming.get(ticket)
+                mine = pending is None
+                if pending is None:
+                    pending = self._redeeming[ticket] = _Redemption()
+            if not mine:
+                found = pending.wait(self._stopped)
+                if found is not None:
+                    return found
+                continue  # that HELLO failed (a stranger's proof, say): this one tries for itself
+            made: Transfer | None = None
+            try:
+                source, key = self.open_source(ticket, self.kind, None, proof=proves)
+                made = Transfer(
                     ticket, source, expires_at=source.expires_at, window_bytes=self.window_bytes,
                     resume_timeout=self.resume_timeout, on_done=self._forget, label=source.label,
                     ticket_key=key, seal=Seal(seal_key(key)) if self.sealed else None,
                 )
-                self._transfers[ticket] = transfer
-                transfer.start()
-            elif not proves(transfer.ticket_key):
-                raise TicketError(NOT_YOURS)
-            elif self.clock() > transfer.expires_at:
-                raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
-        self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
-        generation = transfer.attach(stripe, conn, acked, have, attempt, keep)
-        return transfer, stripe, generation
+                with self._lock:
+                    self._transfers[ticket] = made
+                made.start()
+                return made
+            finally:
+                with self._lock:
+                    self._redeeming.pop(ticket, None)
+                pending.finish(made)
 
     def _forget(self, transfer: Transfer) -> None:
         key: bytes = transfer.key

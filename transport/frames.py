@@ -160,9 +160,9 @@ class Seal:
 
         try:
             self._aead.decrypt_into(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], blank_header, into)
-        except InvalidTag:
+        except InvalidTag as exc:
             raise IntegrityError("a sealed frame failed authentication: it was altered in transit, or not sent "
-                                 "by the server of this transfer") from None
+                                 "by the server of this transfer") from exc
 
 
 def _sealable(kind: Kind) -> bool:
@@ -376,8 +376,8 @@ def recv_header(conn: Conn, *, max_payload: int = MAX_PAYLOAD) -> Header | None:
     code, sealed = kind, bool(kind & SEALED)
     try:
         kind = Kind(code & ~SEALED)
-    except ValueError:
-        raise ProtocolError(f"unknown frame kind {code}") from None
+    except ValueError as exc:
+        raise ProtocolError(f"unknown frame kind {code}") from exc
     if sealed and not _sealable(kind):
         raise ProtocolError(f"{kind.name} frames are never sealed")
     limit = max_payload if kind == Kind.DATA else min(max_payload, MAX_CONTROL_PAYLOAD)

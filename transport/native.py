@@ -102,8 +102,8 @@ def _checked(header: Any, receive: Any) -> int:
     """Run a native receive of ``header``'s payload, check the frame, return the payload's CRC-32C."""
     try:
         frame_crc, body_crc = receive()
-    except EOFError:
-        raise TransportError("the data connection closed in the middle of a frame") from None
+    except EOFError as exc:
+        raise TransportError("the data connection closed in the middle of a frame") from exc
     except OSError as exc:
         raise TransportError(f"data connection lost while receiving: {exc.strerror or exc}") from exc
     check(header, frame_crc)

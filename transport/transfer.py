@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dstp.errors import DstpError, ProtocolError, ServerError, TicketError, TransportError
+from dstp.errors import DstpError, ProtocolError, TicketError, TransportError
+from dstp.incidents import for_client
 from dstp.transport import native
 from dstp.transport.frames import (
     MAX_CONTROL_PAYLOAD,
@@ -148,11 +149,8 @@ class Transfer:
                 self._queue.append(seq)
                 self._cond.notify_all()
             self.source.pace.blocked()  # all produced: what is left is the client's to take and acknowledge
-        except DstpError as exc:
-            self.fail(exc)
-        except Exception as exc:  # noqa: BLE001 - reported to the client as a server error
-            log.exception("transfer %s: producer failed", self.label)
-            self.fail(ServerError(f"the server failed while producing data ({type(exc).__name__})"))
+        except Exception as exc:  # noqa: BLE001 - reported to the client; an incident is logged, by id
+            self.fail(for_client(exc, f"data channel, transfer {self.label}"))
         finally:
             close = getattr(iterator, "close", None)
             if close is not None:

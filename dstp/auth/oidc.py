@@ -67,14 +67,14 @@ class OidcVerifier:
         except (OSError, ValueError, KeyError) as exc:
             log.warning("cannot read the OIDC configuration at %s: %s", url, exc)
             raise AuthenticationError(f"the server cannot reach its identity provider ({self.issuer}) to check "
-                                      "the token; try again later, or use an API token") from None
+                                      "the token; try again later, or use an API token") from exc
 
     def verify(self, token: str) -> Principal:
         """Return the principal a valid JWT names; AuthenticationError saying what is wrong otherwise."""
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.InvalidTokenError:
-            raise AuthenticationError("the bearer token is neither a dstp API token nor a readable JWT") from None
+        except jwt.InvalidTokenError as exc:
+            raise AuthenticationError("the bearer token is neither a dstp API token nor a readable JWT") from exc
         if header.get("alg") not in ALGORITHMS:
             raise AuthenticationError(f"JWTs signed with {header.get('alg')!r} are not accepted "
                                       f"(accepted: {', '.join(ALGORITHMS)})")
@@ -83,9 +83,9 @@ class OidcVerifier:
         except jwt.PyJWKClientConnectionError as exc:
             log.warning("cannot fetch the JWKS of %s: %s", self.issuer, exc)
             raise AuthenticationError(f"the server cannot reach its identity provider ({self.issuer}) to check "
-                                      "the token; try again later, or use an API token") from None
-        except jwt.PyJWKClientError:
-            raise AuthenticationError(f"the JWT was not signed by a key of {self.issuer}") from None
+                                      "the token; try again later, or use an API token") from exc
+        except jwt.PyJWKClientError as exc:
+            raise AuthenticationError(f"the JWT was not signed by a key of {self.issuer}") from exc
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, key.key, algorithms=[header["alg"]], issuer=self.issuer,
@@ -93,14 +93,14 @@ class OidcVerifier:
                 options={"verify_exp": False, "verify_nbf": False, "verify_iat": False,
                          "verify_aud": bool(self.audience), "require": ["exp", "iss", self.user_claim]},
             )
-        except jwt.InvalidAudienceError:
+        except jwt.InvalidAudienceError as exc:
             raise AuthenticationError(f"the JWT is not meant for this server (aud must include {self.audience!r})"
-                                      ) from None
-        except jwt.InvalidIssuerError:
+                                      ) from exc
+        except jwt.InvalidIssuerError as exc:
             raise AuthenticationError(f"the JWT was issued by another issuer (this server accepts {self.issuer})"
-                                      ) from None
+                                      ) from exc
         except jwt.InvalidTokenError as exc:
-            raise AuthenticationError(f"the JWT is not valid: {exc}") from None
+            raise AuthenticationError(f"the JWT is not valid: {exc}") from exc
         now = self.clock()
         if not isinstance(claims["exp"], (int, float)) or now > claims["exp"] + LEEWAY_S:
             raise AuthenticationError("the JWT has expired; get a fresh one from your identity provider")

@@ -53,12 +53,12 @@ def load_tls(cert_path: Path, key_path: Path) -> TlsMaterial:
     try:
         cert_pem, key_pem = Path(cert_path).read_bytes(), Path(key_path).read_bytes()
     except OSError as exc:
-        raise ValueError(f"cannot read the TLS certificate or key: {exc.strerror}: {exc.filename}") from None
+        raise ValueError(f"cannot read the TLS certificate or key: {exc.strerror}: {exc.filename}") from exc
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{cert_path} / {key_path}: not a PEM certificate and unencrypted PEM key ({exc})") from None
+        raise ValueError(f"{cert_path} / {key_path}: not a PEM certificate and unencrypted PEM key ({exc})") from exc
     if cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) \
             != key.public_key().public_bytes(serialization.Encoding.DER,
                                              serialization.PublicFormat.SubjectPublicKeyInfo):

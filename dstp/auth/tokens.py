@@ -154,7 +154,7 @@ class TokenStore:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # Refuse every token rather than guess: a damaged store must not let anyone in.
             raise AuthenticationError(f"the server's token store {self.path} cannot be read ({exc}); "
-                                      "ask its operator to check it") from None
+                                      "ask its operator to check it") from exc
 
     def records(self) -> list[TokenRecord]:
         """Return every token, oldest first."""

@@ -343,7 +343,7 @@ class Coordinator:
             raise
         except (KilledWorker, FutureCancelledError) as exc:
             raise TransportError(f"cluster workers kept dying while running {what} ({exc}); the query did not "
-                                 "complete — run it again") from None
+                                 "complete — run it again") from exc
         finally:
             for f in futures:
                 f.release()

@@ -206,7 +206,7 @@ def _split(tree: exp.Select, prepared: PreparedQuery, settings: Settings, column
         partial_schema = sql_schema(prepared.plan, settings, partial_sql)
         combined_schema = sql_schema(prepared.plan, settings, combine_sql, {PARTIALS: partial_schema})
     except DstpError as exc:
-        raise ValueError(f"its split statements do not bind ({exc.message})") from None
+        raise ValueError(f"its split statements do not bind ({exc.message})") from exc
     want = prepared.schema
     if combined_schema.names != want.names or combined_schema.types != want.types:
         raise ValueError("the combined result's types would not be the single server's")

@@ -311,11 +311,12 @@ class PartitionStore:
         return self.tickets.claim(token, DATA_TICKET, check)
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                    proof: Callable[[bytes], bool]) -> QuerySource:
-        """Redeem a held partition's ticket and return its messages (a data channel serving partitions only)."""
+                    proof: Callable[[bytes], bool]) -> tuple[QuerySource, bytes]:
+        """Redeem a held partition's ticket; return its messages and the ticket's key (a data channel serving
+        partitions only)."""
         ticket, payload = self.claim(token, proof)
         assert isinstance(payload, tuple)
-        return self.source_of(ticket, *payload)
+        return self.source_of(ticket, *payload), ticket.key
 
     def source_of(self, ticket: Ticket, held: HeldPartition, compression: str) -> QuerySource:
         """Return the messages of a held partition whose ticket was claimed."""
@@ -413,13 +414,14 @@ class WorkerNode:
         return self.udt.endpoint if self.udt is not None else ""
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                    proof: Callable[[bytes], bool]) -> QuerySource | FileSource:
-        """The data channel's callback: redeem ``token`` for a held partition or a share of a file."""
+                    proof: Callable[[bytes], bool]) -> tuple[QuerySource | FileSource, bytes]:
+        """The data channel's callback: redeem ``token`` for a held partition or a share of a file; return its
+        messages and the ticket's key."""
         ticket, payload = self.store.claim(token, proof)
         if isinstance(payload, _FileGrant):
-            return self._file_source(ticket, payload, cancel)
+            return self._file_source(ticket, payload, cancel), ticket.key
         assert isinstance(payload, tuple)
-        return self.store.source_of(ticket, *payload)
+        return self.store.source_of(ticket, *payload), ticket.key
 
     def _file_source(self, ticket: Ticket, grant: _FileGrant, cancel: threading.Event | None) -> FileSource:
         handles = self.catalog.handles

@@ -191,7 +191,8 @@ async def _until_done_or_gone(request: Request, cancel: threading.Event, work: C
     except BaseExceptionGroup as failed:
         # The task group wraps the work's own error; the client must get that error's status, not a 500.
         if len(failed.exceptions) == 1 and isinstance(failed.exceptions[0], Exception):
-            raise failed.exceptions[0] from None
+            inner = failed.exceptions[0]
+            raise inner from inner.__cause__  # its own cause kept for the incident log; the group is none of it
         raise
     return result
 

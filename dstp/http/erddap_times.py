@@ -73,8 +73,8 @@ def finite_number(text: str, said: str) -> float:
     """Return ``text`` as a finite number, or refuse it naming ``said`` (the constraint as written)."""
     try:
         value = float(text)
-    except ValueError:
-        raise QueryError(f"{said}: {text.strip()!r} is not a number") from None
+    except ValueError as exc:
+        raise QueryError(f"{said}: {text.strip()!r} is not a number") from exc
     if not math.isfinite(value):
         raise QueryError(f"{said}: {text.strip()} is not a finite number (NaN and infinities compare with "
                          "nothing); give a finite value, or =NaN / !=NaN to test for missing values")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import uuid
 from typing import Any
 
 from fastapi import Request
@@ -28,9 +27,9 @@ from dstp.errors import (
     DstpError,
     MethodNotAllowedError,
     RouteNotFoundError,
-    ServerError,
     error_table,
 )
+from dstp.incidents import for_client
 from dstp.http.pages import PageRenderer
 from dstp.http.streaming import StreamAborted
 
@@ -88,6 +87,7 @@ def _is_api(request: Request) -> bool:
 
 def error_response(request: Request, err: DstpError) -> Response:
     """Return the response for ``err``: its HTTP status, the shared JSON body (or an HTML page for browsers)."""
+    err = incident(err)
     body = err.to_dict()
     retry = getattr(err, "retry_after_s", None)
     # Back-pressure says when to come back (whole seconds, RFC 9110), as gRPC's retry-after metadata does.
@@ -119,11 +119,10 @@ def validation_error(exc: RequestValidationError) -> BadRequestError:
     return BadRequestError("; ".join(problems))
 
 
-def incident(exc: BaseException) -> ServerError:
-    """Log ``exc`` with its traceback under a new incident id; return the error the client is sent instead."""
-    incident_id = uuid.uuid4().hex[:12]
-    log.error("incident %s: unexpected error", incident_id, exc_info=exc)
-    return ServerError(f"unexpected server error (incident {incident_id}); the server log has the details")
+def incident(exc: BaseException) -> DstpError:
+    """Return the error an HTTP client is sent for ``exc``: a refusal as it is, an incident logged once (with its
+    traceback and cause) under the id its message names (:mod:`dstp.incidents`)."""
+    return for_client(exc, "http")
 
 
 class Boundary:

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 from dstp.auth import Principal
-from dstp.errors import DatasetNotFoundError, DstpError, LimitExceededError, NotFoundError, QueryError
+from dstp.errors import DatasetNotFoundError, LimitExceededError, NotFoundError, QueryError
 from dstp.hyperslabs import kept_rows
 from dstp.http import erddap_formats as fmt
 from dstp.http import stac
@@ -50,7 +50,7 @@ DATASET_EXT = Path(..., description="Dataset id and format, e.g. ccm3.csv, ccm3.
 
 
 def _erddap_error(exc: BaseException) -> PlainTextResponse:
-    err = exc if isinstance(exc, DstpError) else incident(exc)
+    err = incident(exc)
     return PlainTextResponse(fmt.error_body(err.http_status, err.message), status_code=err.http_status)
 
 
@@ -85,30 +85,22 @@ def whole_result(service: DstpService, sql: str, principal: Principal,
 
 
 class _Facade:
-    """The ERDDAP and STAC faces of one service: dataset views, cached axis values."""
+    """The ERDDAP and STAC faces of one service: dataset views with their axis values."""
 
     def __init__(self, service: DstpService, settings: Settings, principal_of: Callable[[Request], Principal]):
         self.service = service
         self.settings = settings
         self.principal_of = principal_of
-        self._lock = threading.Lock()
-        self._axes: dict[str, dict[str, np.ndarray]] = {}
 
     def dataset(self, dataset_id: str, principal: Principal) -> ErddapDataset:
         """Return the ERDDAP view of a dataset (DatasetNotFoundError as for any unknown one)."""
         details = self.service.describe(dataset_id, principal)
         ds = ErddapDataset(details)
-        with self._lock:
-            cached = self._axes.get(dataset_id)
-        if cached is None:
-            cached = {}
-            for d in ds.axes:
-                table = self.table(f'select "{d.coordinate}" from "{dataset_id}"', principal)
-                values = np.asarray(table.column(0).to_numpy(zero_copy_only=False))
-                cached[d.name] = values.astype("datetime64[us]") if values.dtype.kind == "M" else values
-            with self._lock:
-                self._axes[dataset_id] = cached
-        ds.axis_values = cached
+        # From the catalog's memory (service.axis_values): no query, no admission slot, no cache of our own.
+        for d in ds.axes:
+            array = self.service.axis_values(dataset_id, d.name, principal)
+            values = np.asarray(array.to_numpy(zero_copy_only=False))
+            ds.axis_values[d.name] = values.astype("datetime64[us]") if values.dtype.kind == "M" else values
         return ds
 
     def extreme(self, ds: ErddapDataset, column: str, kind: str, principal: Principal) -> Any:

@@ -53,7 +53,6 @@ class CatalogView:
         self.service = service
         self._lock = threading.Lock()
         self._details: dict[str, tuple[int, DatasetDetails]] = {}
-        self._values: dict[tuple[str, str], list[Any]] = {}
         self._indexes: dict[tuple[Any, ...], SearchIndex] = {}
 
     def details(self, dataset_id: str, principal: Principal) -> DatasetDetails:
@@ -108,22 +107,14 @@ class CatalogView:
         return estimate | {"max_result_rows": cap, "over_max_result_rows": over}
 
     def values(self, dataset_id: str, dimension: str, principal: Principal) -> list[Any]:
-        """Return the coordinate values of one dimension, in index order."""
+        """Return the coordinate values of one dimension, in index order ([] for a dimension it lacks).
+
+        From the catalog's memory (:meth:`DstpService.axis_values`): no query runs, no admission slot is taken.
+        """
         details = self.details(dataset_id, principal)
-        key = (dataset_id, dimension)
-        with self._lock:
-            cached = self._values.get(key)
-        if cached is None:
-            d = next((x for x in details.dimensions if x.name == dimension), None)
-            if d is None:
-                return []
-            column = d.coordinate or d.name
-            cached = self.table(f"select {sql_identifier(column)} from {sql_identifier(dataset_id)}",
-                                principal).column(0)
-            cached = cached.to_pylist()
-            with self._lock:
-                self._values[key] = cached
-        return cached
+        if not any(x.name == dimension for x in details.dimensions):
+            return []
+        return self.service.axis_values(dataset_id, dimension, principal).to_pylist()
 
 
 def _query_string(f: CatalogFilter, attributes: tuple[str, ...]) -> str:

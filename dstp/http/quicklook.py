@@ -103,8 +103,8 @@ def _nearest(values: Sequence[Any], wanted: str, name: str) -> Any:
         return min(values, key=lambda v: abs(_time_key(v) - key))
     try:
         target = float(wanted)
-    except ValueError:
-        raise QueryError(f"{name}={wanted!r} is not a number") from None
+    except ValueError as exc:
+        raise QueryError(f"{name}={wanted!r} is not a number") from exc
     return min(values, key=lambda v: abs(float(v) - target))
 
 

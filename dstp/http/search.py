@@ -70,10 +70,10 @@ def _parse_bbox(text: str) -> tuple[float, float, float, float] | None:
         return None
     try:
         lat0, lat1, lon0, lon1 = (float(p) for p in text.split(","))
-    except ValueError:
+    except ValueError as exc:
         raise QueryError(
             f"bbox={text!r} must be four numbers lat0,lat1,lon0,lon1 (degrees), e.g. bbox=30,60,-10,20"
-        ) from None
+        ) from exc
     if not (-90 <= min(lat0, lat1) and max(lat0, lat1) <= 90):
         raise QueryError(f"bbox={text!r}: latitudes must lie within -90..90")
     return (min(lat0, lat1), max(lat0, lat1), lon0, lon1)

@@ -38,7 +38,8 @@ from typing import AsyncIterator, Callable, Generator, Iterator, cast
 import anyio
 import pyarrow as pa
 
-from dstp.errors import DstpError, LimitExceededError, ServerError
+from dstp.errors import DstpError, LimitExceededError
+from dstp.incidents import for_client
 from dstp.service import Execution
 from dstp.http.formats import StreamEncoder, truncation_notice
 
@@ -59,7 +60,7 @@ class ResultStream:
         execution: Execution,
         encoder: StreamEncoder,
         limit: int | None = None,
-        unexpected: Callable[[BaseException], DstpError] = lambda exc: ServerError("unexpected server error"),
+        unexpected: Callable[[BaseException], DstpError] = lambda exc: for_client(exc, "http"),
     ) -> None:
         self.execution = execution
         self._unexpected = unexpected
@@ -121,7 +122,7 @@ class ResultStream:
             try:
                 chunk = await self._next()
             except Exception as exc:  # noqa: BLE001 - every failure must end the body visibly
-                err = exc if isinstance(exc, DstpError) else self._unexpected(exc)
+                err = self._unexpected(exc)  # a refusal as it is; an incident logged, its id named
                 log.warning("query %s failed after %d rows were sent: %s", self.execution.query_id, self.rows,
                             err.message)
                 trailer = self._encoder.error(err)

@@ -417,7 +417,7 @@ class Binder:
                 if close:
                     message = f"no dataset {name!r} in this catalog; did you mean {close[0]}? (published: " \
                               + message.split("(published: ", 1)[-1]
-                raise DatasetNotFoundError(message, sql=self.sql, line=line, column=col, token=token) from None
+                raise DatasetNotFoundError(message, sql=self.sql, line=line, column=col, token=token) from exc
             return self.catalog.resolve(matches[0])
 
     def _strides(self, args: list[exp.Expression]) -> dict[str, int]:
@@ -428,8 +428,8 @@ class Binder:
                 raise error_at(QueryError, "stride() arguments look like: lat = 2", self.sql, arg)
             try:
                 step = int(arg.expression.this)
-            except ValueError:
-                raise error_at(QueryError, "a stride must be a whole number ≥ 1", self.sql, arg) from None
+            except ValueError as exc:
+                raise error_at(QueryError, "a stride must be a whole number ≥ 1", self.sql, arg) from exc
             if step < 1 or str(step) != arg.expression.this:
                 raise error_at(QueryError, "a stride must be a whole number ≥ 1", self.sql, arg)
             strides[arg.this.name] = step

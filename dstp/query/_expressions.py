@@ -335,9 +335,9 @@ class Checker:
         bound = _keys.reconcile(bound, self.sql)
         try:
             bound.sql(dialect=DIALECT, unsupported_level=ErrorLevel.RAISE)
-        except UnsupportedError:
+        except UnsupportedError as exc:
             raise error_at(ForbiddenQueryError, f"{snippet(node, sql=self.sql)} cannot be run as written; "
-                           "write it without its options", self.sql, node) from None
+                           "write it without its options", self.sql, node) from exc
         return bound
 
     def _bind(self, node: exp.Expression, in_aggregate: bool, in_window: bool) -> exp.Expression:
@@ -526,7 +526,7 @@ class Checker:
         try:
             return _calendar.time_function(name, t, calendar, iso)
         except _calendar.CalendarError as exc:
-            raise error_at(QueryError, str(exc), self.sql, node) from None
+            raise error_at(QueryError, str(exc), self.sql, node) from exc
 
     def _truncate(self, unit: str, t: exp.Expression, node: exp.Expression) -> exp.Expression:
         calendar, iso = self._calendar(t, node)
@@ -535,7 +535,7 @@ class Checker:
         try:
             result = _calendar.trunc(unit, t, calendar, iso)
         except _calendar.CalendarError as exc:
-            raise error_at(QueryError, str(exc), self.sql, node) from None
+            raise error_at(QueryError, str(exc), self.sql, node) from exc
         return _keep_meta(result, t)
 
     def _bucket(self, node: exp.DateBin) -> exp.Expression:
@@ -560,13 +560,13 @@ class Checker:
             try:
                 value = time_literal(literal.this, iso)
             except ValueError as exc:
-                raise error_at(QueryError, str(exc), self.sql, literal) from None
+                raise error_at(QueryError, str(exc), self.sql, literal) from exc
             origin = exp.Literal.string(str(value)) if iso else exp.Cast(
                 this=exp.Literal.string(str(value).replace("T", " ")), to=exp.DataType.build("TIMESTAMP"))
         try:
             return _keep_meta(_calendar.bucket(width, t, origin, calendar, iso), t)
         except _calendar.CalendarError as exc:
-            raise error_at(QueryError, str(exc), self.sql, node) from None
+            raise error_at(QueryError, str(exc), self.sql, node) from exc
 
     def _check_frame(self, window: exp.Window) -> None:
         """Refuse RANGE frames in days over a time on a non-Gregorian calendar (they count Gregorian days)."""
@@ -754,7 +754,7 @@ class Checker:
         try:
             value = time_literal(literal.this, meta.iso)
         except ValueError as exc:
-            raise error_at(QueryError, str(exc), self.sql, literal) from None
+            raise error_at(QueryError, str(exc), self.sql, literal) from exc
         if meta.iso:
             other.replace(exp.Literal.string(str(value)))
         else:

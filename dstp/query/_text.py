@@ -209,7 +209,7 @@ def read_query(sql: str, max_length: int) -> tuple[exp.Query, list[Token]]:
     try:
         tokens = dialect.tokenize(sql)
     except TokenError as exc:
-        raise _token_error(exc, sql) from None
+        raise _token_error(exc, sql) from exc
     _check_nesting(tokens, sql)
     try:
         statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
@@ -232,11 +232,11 @@ def read_query(sql: str, max_length: int) -> tuple[exp.Query, list[Token]]:
             line, col, token = word.line, word.col, word.text
         raise QuerySyntaxError(
             f"cannot parse the query: {desc}", sql=sql, line=line, column=col, token=token
-        ) from None
+        ) from exc
     except TokenError as exc:
-        raise _token_error(exc, sql) from None
-    except RecursionError:
-        raise QuerySyntaxError(TOO_DEEP) from None
+        raise _token_error(exc, sql) from exc
+    except RecursionError as exc:
+        raise QuerySyntaxError(TOO_DEEP) from exc
     if len(statements) != 1:
         raise ForbiddenQueryError(
             f"send one statement at a time (got {len(statements)}); only SELECT is accepted"

@@ -364,7 +364,7 @@ def sql_schema(plan: QueryPlan, settings: Settings, sql: str, tables: Mapping[st
             con.register(name, _empty(schema))
         return con.sql(sql).to_arrow_table().schema
     except duckdb.Error as exc:
-        raise _query_error_from_duckdb(exc, plan.query) from None
+        raise _query_error_from_duckdb(exc, plan.query) from exc
     finally:
         con.close()
 
@@ -423,10 +423,10 @@ def _bind_schema(plan: QueryPlan, settings: Settings, deadline: float, cancel: t
         schema = con.sql(plan.sql).to_arrow_table().schema
     except duckdb.Error as exc:
         if guard.timed_out:
-            raise planning_timeout(settings.query_time_limit_s) from None
+            raise planning_timeout(settings.query_time_limit_s) from exc
         if guard.cancel.is_set():
-            raise CancelledError("the query was cancelled") from None
-        raise _query_error_from_duckdb(exc, plan.query) from None
+            raise CancelledError("the query was cancelled") from exc
+        raise _query_error_from_duckdb(exc, plan.query) from exc
     finally:
         guard.__exit__()
         con.close()
@@ -662,7 +662,7 @@ class QueryExecution:
                     break
         except (duckdb.Error, pa.ArrowException, OSError) as exc:
             # Once DuckDB streams, its errors reach us through the Arrow reader as OSError.
-            raise self._translate(exc) from None
+            raise self._translate(exc) from self._cause(exc)
         except DstpError:
             raise
         finally:
@@ -697,7 +697,11 @@ class QueryExecution:
             # As from DuckDB: a file's own error as it is; a cancel by the watchdog as the time-out it is.
             if isinstance(exc, DstpError) and not isinstance(exc, CancelledError):
                 raise
-            raise self._translate(exc) from None
+            raise self._translate(exc) from self._cause(exc)
+
+    def _cause(self, exc: Exception) -> BaseException:
+        """Return the root of ``exc``: the error a scan source met (DuckDB only relays it), else ``exc``."""
+        return next((s.error for s in self._sources if s.error is not None), exc)
 
     def _translate(self, exc: Exception) -> DstpError:
         error = next((s.error for s in self._sources if s.error is not None), None)
@@ -713,7 +717,7 @@ class QueryExecution:
         if "INTERRUPT" in str(exc):
             return CancelledError("the query was cancelled")
         if isinstance(error, Exception):
-            return ServerError("reading the data failed; the server log has the details")
+            return ServerError("reading the data failed")
         if not isinstance(exc, duckdb.Error) and not _DUCK_PREFIX.match(str(exc)):
             # DuckDB's own errors raised mid-stream arrive through the Arrow reader as OSError.
             return ServerError("the query failed while streaming its result")

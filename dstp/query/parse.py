@@ -129,8 +129,8 @@ def validate_query(sql: str, catalog: Catalog, *, max_length: int = 16_384) -> V
     tree, tokens = read_query(sql, max_length)
     try:
         return _validate(cast(exp.Expression, tree), tokens, sql, catalog)  # sqlglot 30: Query is an Expr
-    except RecursionError:
-        raise QueryError(TOO_DEEP) from None
+    except RecursionError as exc:
+        raise QueryError(TOO_DEEP) from exc
 
 
 def _validate(tree: exp.Expression, tokens: Any, sql: str, catalog: Catalog) -> ValidatedQuery:

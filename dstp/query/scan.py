@@ -53,7 +53,7 @@ from dstp.errors import CancelledError
 from dstp.query.parse import Sampling
 from dstp.query.plan import ROWID, SAMPLE_KEY, Hyperslab
 
-__all__ = ["GridScan", "INDEX_PREFIX", "ReplayableScan", "sample_keys"]
+__all__ = ["GridScan", "INDEX_PREFIX", "ReplayableScan", "arrow_values", "sample_keys"]
 
 #: Prefix of the columns that carry a grid point's index along one dimension (matchups).
 INDEX_PREFIX = "__dstp_i_"
@@ -75,7 +75,8 @@ def sample_keys(rowids: np.ndarray, seed: int) -> np.ndarray:
 _NAT = np.iinfo(np.int64).min
 
 
-def _arrow(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
+def arrow_values(values: np.ndarray, mask: np.ndarray | None, arrow_type: pa.DataType) -> pa.Array:
+    """Return decoded ``values`` (``mask`` true where missing) as the Arrow array of ``arrow_type`` a scan yields."""
     if mask is not None and not mask.any():
         mask = None
     if pa.types.is_string(arrow_type):
@@ -235,7 +236,7 @@ class GridScan:
                 cells = [math.prod(len(r) for r in p) for p in pieces]
                 keep = _interleave([(np.ones(n, bool) if k is None else k, None) for (_, k), n in zip(parts, cells)],
                                    prefix)[0]
-        arrays = [_arrow(values, mask, f.type) if f.name not in (ROWID, SAMPLE_KEY)
+        arrays = [arrow_values(values, mask, f.type) if f.name not in (ROWID, SAMPLE_KEY)
                   and not f.name.startswith(INDEX_PREFIX) else pa.array(values)
                   for (values, mask), f in zip(columns, self.schema)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -5,7 +5,7 @@ limits, errors and tickets behave the same whichever way a request arrives.
 
     service.query(sql, channels=[...])       -> QueryHandle (schema, sizes, offers with tickets)
     service.open_file(dataset, file, …)      -> FileHandle (size, CRC-32C, offers with tickets)
-    service.open_source(ticket, kind, cancel) -> MessageSource: the one way a ticket becomes data
+    service.open_source(ticket, kind, cancel) -> (MessageSource, key): the one way a ticket becomes data
     service.run(sql, cancel)                 -> Execution, at once and without a ticket (HTTP, gRPC Run)
     service.run_or_offer(sql, channels, n)   -> Execution if the result is under n bytes, else QueryHandle
 

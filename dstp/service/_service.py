@@ -6,11 +6,15 @@ import threading
 import time
 from typing import Callable, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog, CatalogPage
-from dstp.errors import TicketError
+from dstp.errors import QueryError, TicketError
 from dstp.metadata import DatasetDetails, DatasetSummary, dataset_details, dataset_summary
 from dstp.query.execute import PreparedQuery
+from dstp.query.scan import arrow_values
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
@@ -39,7 +43,9 @@ class DstpService:
     place :func:`~dstp.auth.can_read` is asked); its tickets are bound to it.
     """
 
-    def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time,
+                 revalidate: Callable[[Principal], None] | None = None,
+                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.clock = clock
@@ -53,13 +59,14 @@ class DstpService:
         #: One line per query and download (dstp/service/audit.py; the ``audit_log`` setting).
         self.audit = AuditLog(clock)
         self.access = Access(catalog, clock)
-        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: ``rewrite`` is applied to every prepared query (a scale-out coordinator sends reductions to its workers).
+        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit, rewrite)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
         #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
         self.feed = Feed(catalog, clock)
-        #: Checks that the credential a principal was verified from still holds (revoked, expired): set by the
-        #: server assembly to the authenticator's, so a ticket stops working with its token (AuthenticationError).
-        self.revalidate: Callable[[Principal], None] = lambda principal: None
+        #: Checks that the credential a principal was verified from still holds (revoked, expired): the server
+        #: assembly passes the authenticator's, so a ticket stops working with its token (AuthenticationError).
+        self.revalidate: Callable[[Principal], None] = revalidate or (lambda principal: None)
 
     # -- channels -----------------------------------------------------------------------
 
@@ -93,6 +100,25 @@ class DstpService:
         # the principal's whole catalog 100 times (0.4 s).
         self.access.require(principal, dataset_id)
         return dataset_details(self.catalog.snapshot().get(dataset_id))
+
+    def axis_values(self, dataset_id: str, dimension: str, principal: Principal = ANONYMOUS) -> pa.Array:
+        """Return the values of ``dimension``'s coordinate in ``dataset_id``, decoded, in index order.
+
+        Served from the values the catalog decoded when it opened the dataset: no query runs and no admission
+        slot is taken. The array is the column ``select <coordinate> from <dataset>`` returns (its Arrow type:
+        times as timestamps, or ISO text for a non-standard calendar); a dimension without a coordinate
+        variable gives its indices 0 … n-1. DatasetNotFoundError when ``principal`` may not read the dataset
+        (as for one that does not exist); QueryError naming the dimensions when it has no such dimension.
+        """
+        self.access.require(principal, dataset_id)
+        ds = self.catalog.snapshot().get(dataset_id)
+        if dimension not in ds.dimensions:
+            raise QueryError(f"dataset {dataset_id!r} has no dimension {dimension!r}; "
+                             f"its dimensions are {', '.join(ds.dimensions)}")
+        coordinate = next((c for c in ds.coordinates.values() if c.dimension == dimension), None)
+        if coordinate is None:
+            return pa.array(np.arange(ds.dimensions[dimension].size, dtype=np.int64))
+        return arrow_values(coordinate.values, None, coordinate.arrow_type)
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""
@@ -155,8 +181,9 @@ class DstpService:
                                congestion_control=congestion_control, principal=principal)
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
-                    proof: Callable[[bytes], bool], principal: Principal | None = None) -> MessageSource:
-        """Redeem ``token`` on channel ``kind``; return what to send: a query's records or a file's blocks.
+                    proof: Callable[[bytes], bool], principal: Principal | None = None) -> tuple[MessageSource, bytes]:
+        """Redeem ``token`` on channel ``kind``; return what to send (a query's records or a file's blocks) and
+        the ticket's key, the one ``proof`` was checked against.
 
         The one way a ticket becomes data, for every channel (gRPC Fetch and
         FetchFile, striped TCP, UDT). ``proof(ticket key)`` says whether the
@@ -189,11 +216,11 @@ class DstpService:
         if isinstance(subject, QueryHandle):
             execution = self.queries.start(subject, cancel, channel=kind)
             return execution.source(grant.compression, expires_at=ticket.expires_at,
-                                    congestion_control=grant.congestion_control)
+                                    congestion_control=grant.congestion_control), ticket.key
         if isinstance(subject, FileRequest):
             return self.files.source(subject, label=ticket.query_id, expires_at=ticket.expires_at,
                                      congestion_control=grant.congestion_control, cancel=cancel,
-                                     principal=grant.principal, channel=kind)
+                                     principal=grant.principal, channel=kind), ticket.key
         raise TicketError("this ticket refers to nothing this server can send")
 
     # -- what runs now ------------------------------------------------------------------

@@ -32,6 +32,7 @@ import pyarrow as pa
 from dstp.auth import ANONYMOUS, Principal
 from dstp.catalog.registry import Catalog
 from dstp.errors import DstpError
+from dstp.incidents import is_incident, mint
 from dstp.query.execute import PreparedQuery, QueryExecution, QuerySummary, prepare_query
 from dstp.query.plan import QueryPlan
 from dstp.service.access import Access
@@ -128,6 +129,7 @@ class Execution:
         self._admission = admission
         self._audit = audit
         self._outcome = ""
+        self._incident = ""
         self._released = False
         admission.register(self.query_id, self)
 
@@ -160,6 +162,8 @@ class Execution:
             self._outcome = "truncated" if self.summary.truncated else "ok"
         except DstpError as exc:
             self._outcome = exc.code
+            if is_incident(exc):  # the id the door logs it under, in the audit line too
+                self._incident = mint(exc)
             raise
         finally:
             self.close()
@@ -196,14 +200,16 @@ class Execution:
                                    credential=handle.principal.key, channel=self.channel,
                                    datasets=_dataset_ids(handle.prepared), outcome=self.outcome,
                                    rows=rows, sent=sent,
-                                   seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql)
+                                   seconds=self._admission.clock() - self.slot.started, sql=handle.prepared.query.sql,
+                                   **({"incident": self._incident} if self._incident else {}))
 
 
 class Queries:
     """Planning and starting the queries of one catalog."""
 
     def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission,
-                 access: Access | None = None, audit: AuditLog | None = None) -> None:
+                 access: Access | None = None, audit: AuditLog | None = None,
+                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.offers = offers
@@ -211,7 +217,7 @@ class Queries:
         self.access = access or Access(catalog)
         self.audit = audit or AuditLog(admission.clock)
         #: Applied to every prepared query (a scale-out coordinator sends reductions to its workers).
-        self.rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None
+        self.rewrite = rewrite
 
     def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
                 cancel: threading.Event | None = None) -> PreparedQuery:

@@ -64,10 +64,12 @@ def issued(offer: Any) -> Ticket:
 class Harness:
     """The service in process, a channel server on ``listener``, and the channel's client end."""
 
-    def __init__(self, catalog: Catalog, kind: str, listener: Any, channel: DataChannel, sealed: bool = False) -> None:
+    def __init__(self, catalog: Catalog, kind: str, listener: Any, channel: DataChannel, sealed: bool = False,
+                 **settings: Any) -> None:
         self.clock = Clock()
         self.kind = kind
-        self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **SETTINGS), clock=self.clock)
+        self.service = DstpService(catalog, Settings(catalog_root=catalog.root, **(SETTINGS | settings)),
+                                   clock=self.clock)
         self.listener = FaultyListener(listener)
         self.server = DataChannelServer(kind, self.listener, self.service.open_source, window_bytes=2 * 2**20,
                                         resume_timeout=10.0, clock=self.clock, sealed=sealed)
@@ -283,6 +285,43 @@ class ChannelConformance:
             transfer.close()
         assert pa.Table.from_batches(batches, schema=decoder.schema).equals(harness.reference(BIG))
         assert transfer.summary().reconnects == 0  # no stripe of the owner was touched
+
+    def test_a_hello_is_answered_while_another_waits_for_admission(self, catalog: Catalog) -> None:
+        # Issue 34: the first HELLO of a ticket was redeemed under the channel server's lock, and redeeming waits
+        # for a transfer slot (up to admission_wait_s): with the one slot busy, a bogus HELLO was answered only
+        # once that wait ended (2.5 s later), and so was every stripe join and resume meanwhile.
+        listener = self.make_listener()
+        harness = Harness(catalog, self.kind, listener, self.make_channel(listener), self.sealed,
+                          max_concurrent_queries=1, quota_concurrent_queries=0, admission_wait_s=120)
+        try:
+            ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
+            held = harness.service.run(SMALL)  # the one slot
+            received: dict[str, Any] = {}
+            waiter = threading.Thread(target=lambda: received.update(result=receive(harness.channel, ticket, streams,
+                                                                                    schema)), daemon=True)
+            waiter.start()
+            deadline = time.monotonic() + 30
+            while harness.service.usage().waiting == 0:  # the owner's HELLO waits for the slot
+                assert time.monotonic() < deadline and waiter.is_alive(), received
+                time.sleep(0.01)
+            conn = harness.channel.connect(0)
+            try:
+                conn.settimeout(60)  # on the old code the answer came only when the other HELLO's wait ended
+                send_frame(conn, Kind.HELLO, 0, 0, 0, control_payload(
+                    {"ticket": os.urandom(len(ticket)).hex(), "stripe": 0, "acked": 0, "have": [], "attempt": 1,
+                     "proof": "00" * 32}))
+                frame = recv_frame(conn)
+                still_waiting = harness.service.usage().waiting
+            finally:
+                conn.close()
+            assert frame is not None and frame.kind == Kind.ERROR and frame.json()["code"] == "bad_ticket", frame
+            assert still_waiting == 1  # answered while the owner's HELLO still waited for admission
+            held.close()
+            waiter.join(60)
+            assert "result" in received, "the owner's transfer did not finish once the slot was free"
+            assert received["result"][0].equals(harness.reference(SMALL))
+        finally:
+            harness.stop()
 
     def test_forged_ticket(self, harness: Harness) -> None:
         ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
