@@ -1,22 +1,23 @@
-"""Coordinate values of datasets, read once per dataset version, for the doors that cut hyperslabs (Zarr, EDR).
+"""Coordinate values of datasets, per dataset version, for the doors that cut hyperslabs (Zarr, EDR).
 
-Each dimension's coordinate column is read by one query the caller's service
-runs (so a hidden dataset stays hidden) and kept as the Arrow column read and
-the :class:`~dstp.hyperslabs.Axis` whose values the slab queries compare.
+Each dimension's values come from ``DstpService.axis_values`` (the catalog's
+memory: no query, no admission slot; a hidden dataset is not found) and are
+kept as the Arrow column and the :class:`~dstp.hyperslabs.Axis` whose values
+the slab queries compare.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable
-
 import numpy as np
 import pyarrow as pa
 
-from dstp.hyperslabs import Axis, quote_name
+from dstp.auth import Principal
+from dstp.hyperslabs import Axis
 from dstp.zarr_v3 import axis_columns
 from dstp.metadata import DatasetDetails
+from dstp.service import DstpService
 
 __all__ = ["AxisCache"]
 
@@ -32,9 +33,11 @@ class AxisCache:
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple[str, object], tuple[dict[str, Axis], dict[str, pa.Array]]] = OrderedDict()
 
-    def of(self, store_id: str, version: object, details: DatasetDetails, run: Callable[[str], pa.Table]
+    def of(self, service: DstpService, details: DatasetDetails, principal: Principal
            ) -> tuple[dict[str, Axis], dict[str, pa.Array]]:
-        key = (store_id, version)
+        store_id = details.summary.id
+        service.require(principal, store_id)
+        key = (store_id, details.summary.version)
         with self._lock:
             found = self._kept.get(key)
             if found is not None:
@@ -48,7 +51,7 @@ class AxisCache:
             if column is None:
                 axes[d.name] = Axis(d.name, d.size)
                 continue
-            values = run(f"select {quote_name(column)} from {quote_name(store_id)}").column(0).combine_chunks()
+            values = service.axis_values(store_id, d.name, principal)
             raw[d.name] = values
             compared = np.asarray(values.to_numpy(zero_copy_only=False))
             if compared.dtype.kind == "M":

@@ -71,7 +71,7 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
                 return whole_result(service, sql, principal)
 
             q = edr.parse_query(query_type, params, details)
-            axes, _ = axes_cache.of(dataset_id, details.summary.version, details, run)
+            axes, _ = axes_cache.of(service, details, principal)
             sql, _values = edr.plan_sql(q, details, axes)
             table = run(sql)
             if q.fmt == "CSV":

@@ -49,21 +49,13 @@ Ranges = tuple[tuple[int, int, int], ...]
 
 
 def _axis_values(service: DstpService, details: DatasetDetails, principal: Principal) -> dict[str, np.ndarray]:
-    """Return each dimension's coordinate values as the server compares them (numbers, datetime64[us], ISO text).
-
-    Read with one query per coordinate, as the ERDDAP facade does, until the service answers axis values itself.
-    """
+    """Return each dimension's coordinate values as the server compares them (numbers, datetime64[us], ISO text),
+    from the catalog's memory (``DstpService.axis_values``: no query, no admission slot)."""
     values: dict[str, np.ndarray] = {}
     for d in details.dimensions:
         if not d.coordinate:
             continue
-        execution = service.run(f"select {quote_name(d.coordinate)} from {quote_name(details.summary.id)}", None,
-                                principal, channel="opendap")
-        try:
-            table = pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
-        finally:
-            execution.close()
-        column = np.asarray(table.column(0).to_numpy(zero_copy_only=False))
+        column = np.asarray(service.axis_values(details.summary.id, d.name, principal).to_numpy(zero_copy_only=False))
         if len(column) == d.size:
             values[d.name] = column.astype("datetime64[us]") if column.dtype.kind == "M" else column
     return values
@@ -75,16 +67,20 @@ class _Door:
     def __init__(self, service: DstpService) -> None:
         self.service = service
         self._lock = threading.Lock()
-        self._axes: dict[str, dict[str, np.ndarray]] = {}
+        #: Axis values per (dataset, version): a file published later makes a new version, never a stale axis.
+        self._axes: dict[tuple[str, int], dict[str, np.ndarray]] = {}
 
     def dataset(self, dataset_id: str, principal: Principal) -> DapDataset:
         details = self.service.describe(dataset_id, principal)  # the access check: 404 for whoever may not read
+        key = (dataset_id, details.summary.version)
         with self._lock:
-            axes = self._axes.get(dataset_id)
+            axes = self._axes.get(key)
         if axes is None:
             axes = _axis_values(self.service, details, principal)
             with self._lock:
-                self._axes[dataset_id] = axes
+                if len(self._axes) >= 256:
+                    self._axes.clear()
+                self._axes[key] = axes
         return build_dataset(details, axes)
 
     def read(self, ds: DapDataset, name: str, ranges: Ranges, principal: Principal, mask: str = "") -> np.ndarray:

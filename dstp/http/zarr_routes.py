@@ -8,8 +8,8 @@ unknown one), and every chunk is one query the service runs for that caller
 Zarr readers take as "not there"; errors are JSON ``{"error": …}`` as on the
 rest of the HTTP API.
 
-Coordinate values (what a hyperslab's predicates are built from) are read
-once per dataset version and kept.
+Coordinate values (what a hyperslab's predicates are built from) come from
+the catalog's memory (``DstpService.axis_values``), kept per dataset version.
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ def zarr_router(service: DstpService, principal_of: Callable[[Request], Principa
         def run(sql: str) -> pa.Table:
             return whole_result(service, sql, principal)
 
-        version = getattr(details.summary, "version", None)
-        axes, raw = axes_cache.of(dataset_id, version, details, run)
+        axes, raw = axes_cache.of(service, details, principal)
         return ZarrStore(details, axes, raw, run)
 
     async def in_thread(work: Callable[[], Response]) -> Response:
