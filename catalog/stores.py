@@ -263,7 +263,7 @@ def _failure(config: StoreConfig, key: str, exc: BaseException) -> DataFileError
     if kind == "PreconditionError":
         return _replaced(config, key)
     text = str(exc)
-    status = re.search(r"\b(40[13]|5\d\d)\b", text)
+    status = re.search(r"status(?: code)?[:=]?\s*(\d{3})\b", text)
     if kind == "PermissionDeniedError" or kind == "UnauthenticatedError" or (status and status.group(1) in ("401", "403")):
         why = "refused access (HTTP 403): check its credentials and the bucket's policy in the server's settings"
     elif status is not None:
