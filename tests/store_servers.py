@@ -77,10 +77,11 @@ class S3Server:
         ActionAuthenticatorMixin.request_count = 0
         iam = boto3.client("iam", endpoint_url=self.endpoint, aws_access_key_id="AKIABOOTSTRAP0000000",
                            aws_secret_access_key="bootstrap", region_name="us-east-1")
-        iam.create_user(UserName="dstp")
-        iam.put_user_policy(UserName="dstp", PolicyName="s3", PolicyDocument=json.dumps(
+        user = f"dstp-{self.port}"  # moto keeps one state per process: a user per server
+        iam.create_user(UserName=user)
+        iam.put_user_policy(UserName=user, PolicyName="s3", PolicyDocument=json.dumps(
             {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-        key = iam.create_access_key(UserName="dstp")["AccessKey"]
+        key = iam.create_access_key(UserName=user)["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]
 
     def _hook(self) -> None:

@@ -31,8 +31,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def s3(tree: Path) -> Iterator[S3Server]:
     server = S3Server()
-    server.client().create_bucket(Bucket="archive")
-    server.upload_tree("archive", tree, "pre/fix", "*")
+    server.client().create_bucket(Bucket="objects")
+    server.upload_tree("objects", tree, "pre/fix", "*")
     yield server
     server.stop()
 
@@ -46,7 +46,7 @@ def http(tree: Path) -> Iterator[RangeHTTPServer]:
 
 def s3_config(server: S3Server, **over: object) -> StoreConfig:
     os.environ["TEST_S3_KEY"], os.environ["TEST_S3_SECRET"] = server.access_key, server.secret_key
-    settings = {"url": "s3://archive/pre/fix", "endpoint": server.endpoint, "region": "us-east-1",
+    settings = {"url": "s3://objects/pre/fix", "endpoint": server.endpoint, "region": "us-east-1",
                 "access_key_id_env": "TEST_S3_KEY", "secret_access_key_env": "TEST_S3_SECRET", **over}
     return StoreConfig(name="era5", **settings)  # type: ignore[arg-type]
 
@@ -104,13 +104,13 @@ def test_coalesce_merges_near_ranges() -> None:
 def test_a_replaced_s3_object_is_refused_not_mixed(s3: S3Server, tree: Path) -> None:
     store = open_store(s3_config(s3))
     before = store.head("b/four.txt")
-    s3.client().put_object(Bucket="archive", Key="pre/fix/b/four.txt", Body=b"x" * before.size)
+    s3.client().put_object(Bucket="objects", Key="pre/fix/b/four.txt", Body=b"x" * before.size)
     after = store.head("b/four.txt")
     assert after.etag != before.etag and after.token() != before.token()
     with pytest.raises(DataFileError, match="was replaced"):
         store.read_ranges(before, [(0, 10)])
     assert store.read_ranges(after, [(0, 4)]) == [b"xxxx"]
-    s3.client().upload_file(str(tree / "b/four.txt"), "archive", "pre/fix/b/four.txt")
+    s3.client().upload_file(str(tree / "b/four.txt"), "objects", "pre/fix/b/four.txt")
 
 
 def test_wrong_credentials_name_the_store_not_the_secret(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +119,7 @@ def test_wrong_credentials_name_the_store_not_the_secret(s3: S3Server, monkeypat
     with pytest.raises(StoreUnavailableError) as caught:
         store.list_objects("a/*.nc")
     message = str(caught.value)
-    assert "store 'era5' (s3://archive/pre/fix) refused access (HTTP 403)" in message
+    assert "store 'era5' (s3://objects/pre/fix) refused access (HTTP 403)" in message
     assert s3.secret_key not in message and s3.access_key not in message and s3.secret_key[:-4] not in message
 
 
@@ -127,7 +127,7 @@ def test_an_unreachable_store_names_itself(s3: S3Server) -> None:
     from store_servers import free_port
 
     store = open_store(s3_config(s3, endpoint=f"http://127.0.0.1:{free_port()}"))
-    with pytest.raises(StoreUnavailableError, match=r"store 'era5' \(s3://archive/pre/fix\) cannot be reached"):
+    with pytest.raises(StoreUnavailableError, match=r"store 'era5' \(s3://objects/pre/fix\) cannot be reached"):
         store.head("a/one.nc")
 
 
