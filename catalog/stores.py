@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from dstp.errors import DataFileError, StoreUnavailableError
 
 __all__ = ["LocalStore", "ObjectStore", "ObjectVersion", "Store", "StoreConfig", "coalesce", "load_store_configs",
-           "open_store"]
+           "open_store", "stores_from"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,14 +264,14 @@ def _failure(config: StoreConfig, key: str, exc: BaseException) -> DataFileError
         return _replaced(config, key)
     text = str(exc)
     status = re.search(r"status(?: code)?[:=]?\s*(\d{3})\b", text)
-    if kind == "PermissionDeniedError" or kind == "UnauthenticatedError" or (status and status.group(1) in ("401", "403")):
-        why = "refused access (HTTP 403): check its credentials and the bucket's policy in the server's settings"
+    if kind in ("PermissionDeniedError", "UnauthenticatedError") or (status and status.group(1) in ("401", "403")):
+        why, advice = "refused access (HTTP 403)", "check its credentials and the bucket's policy in the server's settings"
     elif status is not None:
-        why = f"answered HTTP {status.group(1)} after retries"
+        why, advice = f"answered HTTP {status.group(1)} after retries", "try again later"
     else:
-        why = "cannot be reached (connection refused, timed out or failed): check its endpoint"
+        why, advice = "cannot be reached", "connection refused, timed out or failed; check its endpoint"
     what = f" reading {key}" if key else " listing its objects"
-    return StoreUnavailableError(f"{config.where()} {why}{what}; the other datasets are served as usual")
+    return StoreUnavailableError(f"{config.where()} {why}{what} ({advice}); the other datasets are served as usual")
 
 
 def _secret(config: StoreConfig, env: str | None) -> str | None:
