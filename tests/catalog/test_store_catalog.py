@@ -177,3 +177,69 @@ def test_queries_over_https_ranges_equal_the_oracle(samples: Path, http: RangeHT
         got = answer_table(catalog, sql, SETTINGS)
         want = run_sql(frame(samples, dataset_id, attributes, extra_dims), ORACLE_SQL.get(sql, sql), dataset_id)
         assert_same_records(got, want, ordered=ordered)
+
+
+# ------------------------------------------------ generated multi-file archives: packing, fill values, calendars
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from test_aggregation_oracle import (ArchiveSpec, _iso, _literal, archives, oracle_dataset,  # noqa: E402
+                                     oracle_records, write_archive)
+
+
+@pytest.fixture(scope="module")
+def bucket(s3: S3Server) -> Iterator[S3Server]:
+    s3.client().create_bucket(Bucket="generated")
+    yield s3
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(spec=archives(), pick=st.randoms(use_true_random=False))
+def test_generated_archives_in_s3_answer_as_xarray_on_the_local_files(bucket: S3Server, tmp_path_factory:
+                                                                       pytest.TempPathFactory, spec: ArchiveSpec,
+                                                                       pick: object) -> None:
+    import tempfile
+
+    from dstp.catalog.publish import publish
+
+    with tempfile.TemporaryDirectory(prefix="dstp-s3arch-") as tmp:
+        local, root = Path(tmp) / "files", Path(tmp) / "root"
+        local.mkdir()
+        paths = write_archive(spec, local)
+        publish(sorted(local.glob("arch_*.nc")), "arch")
+        prefix = f"gen/{Path(tmp).name}"
+        bucket.upload_tree("generated", local, prefix)
+        xml, n = re.subn(r'<files glob="[^"]+"', f'<files store="gen" glob="{Path(tmp).name}/arch_*.nc"',
+                         (local / "arch.dstp.xml").read_text())
+        assert n == 1
+        (root / "arch").mkdir(parents=True)
+        (root / "arch" / "arch.dstp.xml").write_text(xml)
+        os.environ["DSTP_TEST_S3_KEY"], os.environ["DSTP_TEST_S3_SECRET"] = bucket.access_key, bucket.secret_key
+        config = StoreConfig("gen", "s3://generated/gen", endpoint=bucket.endpoint, region="us-east-1",
+                             access_key_id_env="DSTP_TEST_S3_KEY", secret_access_key_env="DSTP_TEST_S3_SECRET",
+                             coalesce_bytes=pick.choice([0, 1 << 20]))  # type: ignore[attr-defined]
+        objects = ObjectFiles({"gen": open_store(config)}, Path(tmp) / "cache")
+        catalog = Catalog.scan(root, direct_chunks=spec.direct_chunks, objects=objects)
+        try:
+            assert not catalog.problems, catalog.problems
+            shutil.rmtree(Path(tmp) / "cache")  # what can be read by ranges is read by ranges
+            truth = oracle_dataset(paths)
+            records = oracle_records(truth, ["temp", "humid"], ["time", "lat", "lon"])
+            queries = ["select time, lat, lon, temp, humid from arch"]
+            temps = records["temp"].dropna().to_numpy()
+            if temps.size:
+                queries.append(f"select time, temp from arch where temp > {_literal(pick.choice(list(temps)))}")  # type: ignore[attr-defined]
+            t = _iso(pick.choice(sorted(set(records["time"]))))  # type: ignore[attr-defined]
+            queries.append(f"select time, lat, humid from arch where time >= '{t}'")
+            queries.append("select time, temp from arch where humid is null order by time desc, temp")
+            for sql in queries:
+                got = answer_table(catalog, sql, SETTINGS)
+                want = run_sql(records, sql, "arch")
+                assert_same_records(got, want, ordered="order by" in sql)
+            if spec.direct_chunks and any(f.deflate and f.has_humid for f in spec.files):
+                assert catalog.handles.chunks is not None and catalog.handles.chunks.reads > 0
+        finally:
+            catalog.close()
+            objects.close()
