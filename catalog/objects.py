@@ -161,8 +161,10 @@ class ObjectFiles:
             if local.exists() and local.stat().st_size == version.size:
                 os.utime(local)  # recently used: evicted last
                 return local
-            local.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # copies of restricted data too
+            local.parent.mkdir(exist_ok=True, mode=0o700)
             partial = local.with_name(local.name + ".part")
+            partial.touch(mode=0o600)
             self.stores[where.store].fetch(version, partial)
             os.replace(partial, local)
             self.fetched += 1

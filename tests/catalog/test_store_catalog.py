@@ -243,3 +243,12 @@ def test_generated_archives_in_s3_answer_as_xarray_on_the_local_files(bucket: S3
         finally:
             catalog.close()
             objects.close()
+
+
+def test_whole_copies_are_private_to_the_server(samples: Path, s3: S3Server, tmp_path: Path) -> None:
+    catalog = store_catalog(samples, tmp_path / "root", [s3_store(s3)], datasets=("ocean",))
+    objects = catalog.handles.objects
+    assert objects is not None
+    copies = [p for p in objects.cache_dir.rglob("*") if p.is_file()]
+    assert copies and all(p.stat().st_mode & 0o077 == 0 for p in copies)
+    assert all(p.stat().st_mode & 0o077 == 0 for p in [objects.cache_dir, *{c.parent for c in copies}])
