@@ -63,6 +63,8 @@ class ObjectFiles:
         self._clock = clock
         self._lock = threading.Lock()
         self._where: dict[Path, _Located] = {}
+        #: Each path's version in its store's last listing.
+        self._latest: dict[Path, object] = {}
         #: (store, version token) -> object version: what a FileIdentity's inode stands for.
         self._versions: dict[tuple[str, int], ObjectVersion] = {}
         self._listed: dict[tuple[str, str, str], tuple[float, list[tuple[str, object]]]] = {}
@@ -106,6 +108,7 @@ class ObjectFiles:
                 self._versions[(name, version.token())] = version
                 out.append((str(path), FileIdentity(f"store://{name}/{version.key}", 0, version.token(),
                                                     version.size, version.mtime_ns, 0)))
+                self._latest[path] = out[-1][1]
             self._listed[key] = (now, out)
         return out
 
@@ -133,9 +136,14 @@ class ObjectFiles:
         return found
 
     def current(self, path: Path) -> object:
-        """Return the FileIdentity of the version the store holds now (one HEAD)."""
+        """Return the FileIdentity of the version the store holds now: its last listing's (a fetch of it then checks
+        it is still that one, If-Match), else one HEAD."""
         from dstp.catalog.netcdf4_ import FileIdentity
 
+        with self._lock:
+            listed = self._latest.get(path)
+        if listed is not None:
+            return listed
         where = self._where[path]
         version = self.stores[where.store].head(where.key)
         with self._lock:

@@ -23,4 +23,6 @@ def test_quick_run_answers_alike_everywhere_and_restarts_without_data_gets() -> 
         assert row["whole_copies_after_restart"] == 0
     s3 = result["rows"][1]
     assert s3["restart_requests"] == {"LIST": 1}
+    assert "HEAD" not in s3["cold_open_requests"]  # the listing says each object's version: no HEAD per object
+    assert s3["cold_open_requests"]["GET"] == 3  # the three files, each fetched whole once
     assert "| obstore |" in stores.markdown(result)
