@@ -73,6 +73,8 @@ class StoreConfig:
     access_key_id_env: str | None = None
     secret_access_key_env: str | None = None
     session_token_env: str | None = None
+    #: An AWS profile (``~/.aws/config``, ``~/.aws/credentials``: keys, SSO, assumed roles) read through boto3.
+    profile: str | None = None
     #: HTTP(S) stores, which cannot list: a text object below the URL naming one object key per line.
     manifest: str | None = None
     #: Requests in flight at once for one read.
@@ -283,6 +285,20 @@ def _secret(config: StoreConfig, env: str | None) -> str | None:
     return value
 
 
+def _profile(config: StoreConfig) -> Any:
+    """Return a credential provider for an AWS profile (refreshed before expiry: SSO and assumed roles)."""
+    try:
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError as exc:
+        raise ValueError(f"stores: {config.name!r} names an AWS profile; that needs boto3 installed") from exc
+    try:
+        return Boto3CredentialProvider(boto3.Session(profile_name=config.profile))
+    except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and friends
+        raise ValueError(f"stores: {config.name!r}: AWS profile {config.profile!r} cannot be used "
+                         f"({type(exc).__name__})") from None
+
+
 class ObjectStore:
     """An S3-compatible bucket or an HTTP(S) server, read through obstore."""
 
@@ -303,6 +319,8 @@ class ObjectStore:
                 kwargs["region"] = config.region
             if config.anonymous:
                 kwargs["skip_signature"] = True
+            if config.profile is not None:
+                kwargs["credential_provider"] = _profile(config)
             for key, env in (("access_key_id", config.access_key_id_env),
                              ("secret_access_key", config.secret_access_key_env),
                              ("session_token", config.session_token_env)):

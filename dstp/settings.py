@@ -92,7 +92,8 @@ class Settings:
         "", "Object stores that descriptors may name (<files store=\"era5\" glob=…/>): a JSON object, or the path "
         "of a file holding one, of store name → {url (s3://bucket/prefix or https://host/path), endpoint, region, "
         "anonymous, access_key_id_env, secret_access_key_env, session_token_env (names of environment variables "
-        "holding the credentials, never the credentials), manifest (HTTPS: a text object listing the keys), "
+        "holding the credentials, never the credentials), profile (an AWS profile, through boto3), manifest (HTTPS: a "
+        "text object listing the keys), "
         "concurrency, coalesce_bytes, list_s}; docs/stores.md. Users never see these settings."
     )
     store_cache_bytes: int = _setting(

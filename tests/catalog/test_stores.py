@@ -142,3 +142,15 @@ def test_config_refuses_credentials_in_the_url() -> None:
 def test_version_token_follows_the_etag() -> None:
     assert ObjectVersion("k", 1, "e1", 5).token() != ObjectVersion("k", 1, "e2", 5).token()
     assert ObjectVersion("k", 1, "e1", 5).token() == ObjectVersion("other", 1, "e1", 5).token()
+
+
+def test_credentials_from_an_aws_profile(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "credentials").write_text(f"[archive-reader]\naws_access_key_id = {s3.access_key}\n"
+                                          f"aws_secret_access_key = {s3.secret_key}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    store = open_store(StoreConfig("era5", "s3://objects/pre/fix", endpoint=s3.endpoint, region="us-east-1",
+                                   profile="archive-reader"))
+    assert [v.key for v in store.list_objects("a/*.nc")] == ["a/one.nc", "a/two.nc"]
+    with pytest.raises(ValueError, match="AWS profile 'nobody' cannot be used"):
+        open_store(StoreConfig("era5", "s3://objects/pre/fix", endpoint=s3.endpoint, profile="nobody"))
