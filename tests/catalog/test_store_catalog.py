@@ -252,3 +252,34 @@ def test_whole_copies_are_private_to_the_server(samples: Path, s3: S3Server, tmp
     copies = [p for p in objects.cache_dir.rglob("*") if p.is_file()]
     assert copies and all(p.stat().st_mode & 0o077 == 0 for p in copies)
     assert all(p.stat().st_mode & 0o077 == 0 for p in [objects.cache_dir, *{c.parent for c in copies}])
+
+
+def test_a_long_dimension_is_believed_from_the_object_s_size(s3: S3Server, tmp_path: Path) -> None:
+    """A dimension beyond 4 Mi points is believed when the files hold a byte per 8 points: for an object, its size in
+    the listing (there is no file to stat)."""
+    import netCDF4
+    import numpy as np
+
+    from dstp.catalog.publish import publish
+
+    local = tmp_path / "files"
+    local.mkdir()
+    values = np.random.default_rng(7).integers(-100, 100, 5_000_000).astype(np.int8)
+    with netCDF4.Dataset(local / "long.nc", "w") as nc:
+        nc.createDimension("x", values.size)
+        nc.createVariable("x", "i4", ("x",))[:] = np.arange(values.size)
+        nc.createVariable("v", "i1", ("x",), zlib=True)[:] = values
+    publish([local / "long.nc"], "long")
+    s3.upload_tree("archive", local, "cmip/samples/long")
+    xml = (local / "long.dstp.xml").read_text().replace('<files glob="long.nc"', '<files store="models" glob="long/long.nc"')
+    (tmp_path / "root" / "long").mkdir(parents=True)
+    (tmp_path / "root" / "long" / "long.dstp.xml").write_text(xml)
+    objects = ObjectFiles({"models": open_store(s3_store(s3))}, tmp_path / "cache")
+    catalog = Catalog.scan(tmp_path / "root", objects=objects)
+    try:
+        assert not catalog.problems, catalog.problems
+        got = answer_table(catalog, "select count(*) as n, sum(v) as total from long where x >= 4000000", SETTINGS)
+        assert got.to_pylist() == [{"n": 1_000_000, "total": int(values[4_000_000:].astype(np.int64).sum())}]
+    finally:
+        catalog.close()
+        objects.close()
