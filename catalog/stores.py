@@ -6,9 +6,10 @@ ranges of one version, fetch one version whole. Two implementations: :class:`Loc
 run through one conformance suite (``tests/catalog/test_stores.py``).
 
 :class:`ObjectStore` is built on obstore (the Python binding of the Rust ``object_store`` crate that
-DataFusion, Delta and GeoParquet readers use): requests are signed and retried with backoff there, its calls
-release the GIL, and on the loopback S3 server a 1 MiB ranged read and a listing of 1,000 objects cost
-less than with fsspec/s3fs (``bench/stores.py`` measures both; figures in ``docs/stores.md``).
+DataFusion and Delta readers use): requests are signed and retried with backoff there, ranged GETs carry
+``If-Match``, its calls release the GIL (the scan threads fetch in parallel), and one client serves S3 and HTTP.
+On the loopback S3 server a 1 MiB ranged read and a listing of 1,000 objects cost about the same as with
+fsspec/s3fs (``bench/stores.py`` measures both; figures in ``docs/stores.md``).
 
 Stores are configured by the operator (``stores`` setting: endpoint, region, anonymous, the *names* of the
 environment variables that hold credentials) and named by descriptors (``<files store="era5"

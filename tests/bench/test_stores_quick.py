@@ -21,6 +21,7 @@ def test_quick_run_answers_alike_everywhere_and_restarts_without_data_gets() -> 
         assert row["slab_cold_gets"] >= 1 and row["slab_warm_gets"] == 0  # decoded chunks are kept
         assert row["scan_cold_bytes"] <= result["archive_bytes"]
         assert row["whole_copies_after_restart"] == 0
+        assert 1.0 <= row["scan_fetched_over_needed"] <= 1.25  # every chunk the scan needs, little more
     s3 = result["rows"][1]
     assert s3["restart_requests"] == {"LIST": 1}
     assert "HEAD" not in s3["cold_open_requests"]  # the listing says each object's version: no HEAD per object
