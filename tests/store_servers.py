@@ -63,7 +63,7 @@ class S3Server:
         self.access_key, self.secret_key = self._checked_credentials()
 
     def _checked_credentials(self) -> tuple[str, str]:
-        """Turn on moto's signature and IAM checks and return the keys of a user allowed s3:* (the test secret:
+        """Turn on moto's signature and IAM checks; return the keys of a user allowed s3:* and iam:* (the test secret:
         tests search every answer, page, log and asset for it)."""
         import json
 
@@ -80,7 +80,7 @@ class S3Server:
         user = f"dstp-{self.port}"  # moto keeps one state per process: a user per server
         iam.create_user(UserName=user)
         iam.put_user_policy(UserName=user, PolicyName="s3", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*"], "Resource": "*"}]}))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]
 
@@ -128,10 +128,19 @@ class RangeHTTPServer:
         self.log = RequestLog()
         static = Starlette(routes=[Mount("/", app=StaticFiles(directory=folder))])
         log = self.log
+        self._failing = [0, 503]  # requests still to refuse, with which status
+        self.failed = 0
 
         async def counting(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http":
                 log.note(scope["method"], "/data" + scope["path"], "")
+                if self._failing[0] > 0:
+                    self._failing[0] -= 1
+                    self.failed += 1
+                    await send({"type": "http.response.start", "status": self._failing[1],
+                                "headers": [(b"content-length", b"0"), (b"retry-after", b"0")]})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
             await static(scope, receive, send)
 
         self.port = free_port()
@@ -145,6 +154,11 @@ class RangeHTTPServer:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the range HTTP server did not start")
             time.sleep(0.01)  # polling a flag set by the server's own thread, not waiting out a timer
+
+    def fail_next(self, count: int, status: int) -> None:
+        """Answer the next ``count`` requests with ``status`` (a busy or failing server), then serve again."""
+        self._failing[:] = [count, status]
+        self.failed = 0
 
     def stop(self) -> None:
         self._server.should_exit = True

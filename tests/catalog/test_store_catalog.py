@@ -19,7 +19,7 @@ from store_servers import RangeHTTPServer, S3Server
 from dstp.catalog.objects import ObjectFiles
 from dstp.catalog.registry import Catalog
 from dstp.catalog.stores import StoreConfig, open_store
-from dstp.errors import DataFileError
+from dstp.errors import DataFileError, StoreUnavailableError
 from dstp.samples import generate_samples
 from dstp.settings import Settings
 
@@ -283,3 +283,52 @@ def test_a_long_dimension_is_believed_from_the_object_s_size(s3: S3Server, tmp_p
     finally:
         catalog.close()
         objects.close()
+
+
+def test_credentials_revoked_while_serving_fail_the_query_naming_the_store(samples: Path, s3: S3Server,
+                                                                           tmp_path: Path) -> None:
+    """Keys that stop working after start (rotated, expired, revoked) make a query fail with the store's name and
+    what to check — never the key — and cost nothing to the next query once valid keys are back."""
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=s3.endpoint, aws_access_key_id=s3.access_key,
+                       aws_secret_access_key=s3.secret_key, region_name="us-east-1")
+    user = f"dstp-{s3.port}"
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    os.environ["DSTP_TEST_ROTATING_KEY"], os.environ["DSTP_TEST_ROTATING_SECRET"] = \
+        key["AccessKeyId"], key["SecretAccessKey"]
+    config = StoreConfig("models", "s3://archive/cmip/samples", endpoint=s3.endpoint, region="us-east-1",
+                         access_key_id_env="DSTP_TEST_ROTATING_KEY", secret_access_key_env="DSTP_TEST_ROTATING_SECRET")
+    catalog = store_catalog(samples, tmp_path / "root", [config], datasets=("ccm3",))
+    assert not catalog.problems
+    objects = catalog.handles.objects
+    assert objects is not None
+    shutil.rmtree(objects.cache_dir)
+    iam.delete_access_key(UserName=user, AccessKeyId=key["AccessKeyId"])
+    with pytest.raises(StoreUnavailableError) as caught:
+        answer_table(catalog, "select temperature from ccm3 where lev > 900", SETTINGS)
+    message = str(caught.value)
+    assert message.startswith("store 'models' (s3://archive/cmip/samples) refused access (HTTP 403) reading ccm3/")
+    assert key["SecretAccessKey"] not in message and key["AccessKeyId"] not in message
+    assert StoreUnavailableError.grpc_status == "UNAVAILABLE"
+
+
+def test_a_server_answering_503_is_retried_with_backoff(samples: Path, http: RangeHTTPServer, tmp_path: Path) -> None:
+    catalog = store_catalog(samples, tmp_path / "root", [StoreConfig("models", http.url, manifest="manifest.txt")],
+                            datasets=("ccm3",))
+    assert not catalog.problems
+    objects = catalog.handles.objects
+    assert objects is not None
+    shutil.rmtree(objects.cache_dir)
+    http.fail_next(2, 503)  # the next two requests are refused as a busy server refuses them
+    sql = "select temperature, lat from ccm3 where lev > 900"
+    got = answer_table(catalog, sql, SETTINGS)
+    assert_same_records(got, run_sql(frame(samples, "ccm3", ["temperature"]), sql, "ccm3"))
+    assert http.failed == 2
+    http.fail_next(50, 503)  # more than the retries: a clear refusal naming the store
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"store 'models' \(http://127\.0\.0\.1:\d+\) answered HTTP 503 "
+                                                         "after retries reading ccm3/"):
+            answer_table(catalog, "select humidity, lat from ccm3 where lev < 100", SETTINGS)  # chunks not yet read
+    finally:
+        http.fail_next(0, 503)
