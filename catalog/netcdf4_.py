@@ -436,6 +436,11 @@ class FileHandles:
         version: FileIdentity | None = None,
     ) -> np.ndarray:
         """Return the raw (still packed) values of ``variable[index]`` from ``path`` (as ``version``, if given)."""
+        if self.objects is not None and self.objects.is_zarr(path):
+            array = self._zarr_read(path, variable, index, version)
+            if stats is not None:
+                stats.add(array)
+            return array
         if hdfeos.is_computed(variable):
             computed = self._computed_values(path, variable, version)
             if computed is not None:
@@ -485,6 +490,8 @@ class FileHandles:
         with netCDF-4 string variables that the process holds open already --
         two datasets over the same files, say.
         """
+        if self.objects is not None and self.objects.is_zarr(path):
+            return self._zarr_meta(path, None)[0]
         with NETCDF_LOCK:
             ds = self._get(path)
             try:
@@ -495,6 +502,10 @@ class FileHandles:
 
     def inspect_current(self, path: Path) -> tuple[FileMeta, FileIdentity]:
         """Return the metadata of the version of ``path`` on disk now, and that version (not yet published)."""
+        if self.objects is not None and self.objects.is_zarr(path):
+            current = self.objects.current(path)
+            assert isinstance(current, FileIdentity)
+            return self._zarr_meta(path, current)
         with NETCDF_LOCK:
             ds = self._get(path, current=True)
             try:
@@ -502,6 +513,31 @@ class FileHandles:
             except DataFileError:
                 self._drop(path)
                 raise
+
+    def _zarr_meta(self, path: Path, version: FileIdentity | None) -> tuple[FileMeta, FileIdentity]:
+        """Return the metadata and version of a Zarr store of a store (:mod:`.zarr_`)."""
+        from dstp.catalog.zarr_ import zarr_meta
+
+        assert self.objects is not None
+        if version is None:
+            with self._identity_lock:
+                version = self._identity.get(path)
+            if version is None:
+                current = self.objects.current(path)
+                assert isinstance(current, FileIdentity)
+                with self._identity_lock:
+                    version = self._identity.setdefault(path, current)
+        return zarr_meta(self.objects.zarr_group(path, version), path), version
+
+    def _zarr_read(self, path: Path, variable: str, index: Sequence[slice | int],
+                   version: FileIdentity | None) -> np.ndarray:
+        from dstp.catalog.zarr_ import ZarrFiles
+
+        assert self.objects is not None
+        expected = version or self.identity(path)
+        if expected is None:
+            expected = self._zarr_meta(path, None)[1]
+        return ZarrFiles.read(self.objects.zarr_group(path, expected), path, variable, index)
 
     def _check_unchanged(self, path: Path, version: FileIdentity | None = None) -> None:
         if self.objects is not None and self.objects.owns(path):

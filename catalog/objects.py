@@ -29,9 +29,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from dstp.catalog.stores import ObjectVersion, Store
+from dstp.catalog.zarr_ import ZarrFiles
 from dstp.errors import DataFileError
 
 __all__ = ["MARK", "ObjectFiles", "store_glob"]
@@ -50,6 +51,8 @@ def store_glob(store: str, glob: str) -> str:
 class _Located:
     store: str
     key: str
+    #: A Zarr store (a folder of objects) rather than one object.
+    zarr: bool = False
 
 
 class ObjectFiles:
@@ -71,6 +74,7 @@ class ObjectFiles:
         self._fetching: dict[Path, threading.Lock] = {}
         #: Whole copies fetched (the tests and benchmarks check a warm start fetched none).
         self.fetched = 0
+        self._zarr = ZarrFiles()
 
     @staticmethod
     def is_store_glob(glob: str) -> bool:
@@ -79,6 +83,17 @@ class ObjectFiles:
     def owns(self, path: Path) -> bool:
         """Return whether ``path`` names an object of a store (listed by this catalog)."""
         return path in self._where
+
+    def is_zarr(self, path: Path) -> bool:
+        """Return whether ``path`` names a Zarr store (read through zarr-python, :mod:`.zarr_`)."""
+        where = self._where.get(path)
+        return where is not None and where.zarr
+
+    def zarr_group(self, path: Path, identity: object) -> Any:
+        """Return the open Zarr group of that version of ``path``."""
+        version = self.version(path, identity)
+        where = self._where[path]
+        return self._zarr.group(path, version.token(), lambda: self.stores[where.store].zarr_group(where.key))
 
     # -- listing --------------------------------------------------------------------------------------------
 
@@ -99,12 +114,13 @@ class ObjectFiles:
             cached = self._listed.get(key)
         if cached is not None and not force and now - cached[0] < store.config.list_s:
             return cached[1]
-        found = store.list_objects(pattern)
+        zarr = pattern.rstrip("/").endswith(".zarr")
+        found = store.list_zarr(pattern.rstrip("/")) if zarr else store.list_objects(pattern)
         out: list[tuple[str, object]] = []
         with self._lock:
             for version in found:
                 path = folder / f"@{name}" / version.key
-                self._where[path] = _Located(name, version.key)
+                self._where[path] = _Located(name, version.key, zarr)
                 self._versions[(name, version.token())] = version
                 out.append((str(path), FileIdentity(f"store://{name}/{version.key}", 0, version.token(),
                                                     version.size, version.mtime_ns, 0)))

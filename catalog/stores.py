@@ -128,6 +128,12 @@ class Store(Protocol):
     def list_objects(self, pattern: str) -> list[ObjectVersion]:
         """Return the objects whose key matches the glob ``pattern`` (``**`` crosses folders), by key."""
 
+    def list_zarr(self, pattern: str) -> list[ObjectVersion]:
+        """Return the Zarr stores (folders of objects) whose key matches ``pattern``, each as one version."""
+
+    def zarr_group(self, key: str) -> Any:
+        """Return the Zarr group at ``key``, opened read-only with zarr-python."""
+
     def head(self, key: str) -> ObjectVersion:
         """Return the version ``key`` has now; raise DataFileError when it is gone."""
 
@@ -193,6 +199,31 @@ def _literal_prefix(pattern: str) -> str:
     return head[:head.rfind("/") + 1]
 
 
+def zarr_versions(objects: Iterable[ObjectVersion], pattern: str) -> list[ObjectVersion]:
+    """Return one version per Zarr store among ``objects``: a folder whose name matches ``pattern`` (which ends in
+    ``.zarr``). Its size is the sum of its objects', its ETag a digest of every object's key and ETag — any chunk
+    rewritten makes a new version — and its time the latest."""
+    match = _matcher(pattern)
+    depth = pattern.count("/") + 1 if "**" not in pattern else None
+    groups: dict[str, list[ObjectVersion]] = {}
+    for obj in objects:
+        parts = obj.key.split("/")
+        for n in ([depth] if depth is not None else range(1, len(parts))):
+            root = "/".join(parts[:n])
+            if n < len(parts) and match.match(root):
+                groups.setdefault(root, []).append(obj)
+                break
+    out = []
+    for root, members in sorted(groups.items()):
+        if not any(m.key.rsplit("/", 1)[-1] in ("zarr.json", ".zgroup") and m.key.count("/") == root.count("/") + 1
+                   for m in members):
+            continue  # no group metadata at its top: not a Zarr group
+        digest = hashlib.sha256("\n".join(f"{m.key}\0{m.etag}" for m in sorted(members, key=lambda m: m.key))
+                                .encode()).hexdigest()
+        out.append(ObjectVersion(root, sum(m.size for m in members), digest, max(m.mtime_ns for m in members)))
+    return out
+
+
 def coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
     """Return ``ranges`` merged where they touch or lie less than ``gap`` bytes apart, in order."""
     merged: list[list[int]] = []
@@ -227,6 +258,19 @@ class LocalStore:
                 if match.match(key):
                     out.append(self._version(key, full.stat()))
         return sorted(out, key=lambda v: v.key)
+
+    def list_zarr(self, pattern: str) -> list[ObjectVersion]:
+        """Return the Zarr stores whose folder matches ``pattern`` (:func:`zarr_versions`)."""
+        base = self.root / _literal_prefix(pattern)
+        found = [self._version(Path(folder, n).relative_to(self.root).as_posix(), Path(folder, n).stat())
+                 for folder, _, names in os.walk(base) for n in names]
+        return zarr_versions(found, pattern)
+
+    def zarr_group(self, key: str) -> Any:
+        import zarr
+        import zarr.storage
+
+        return zarr.open_group(zarr.storage.LocalStore(self.root, read_only=True), path=key, mode="r")
 
     def head(self, key: str) -> ObjectVersion:
         self.stats.add(heads=1)
@@ -360,6 +404,29 @@ class ObjectStore:
         except Exception as exc:  # noqa: BLE001 - obstore raises its own tree and builtins; all become ours
             raise _failure(self.config, "", exc) from None
         return sorted(found, key=lambda v: v.key)
+
+    def list_zarr(self, pattern: str) -> list[ObjectVersion]:
+        """Return the Zarr stores whose folder matches ``pattern`` (:func:`zarr_versions`); S3 stores only."""
+        if not self._listable:
+            raise DataFileError(f"{self.config.where()} cannot list objects, and a Zarr store is many: publish Zarr "
+                                "from an S3-compatible store")
+        import obstore
+
+        start = _literal_prefix(pattern)
+        try:
+            found = []
+            for batch in obstore.list(self._inner, start.rstrip("/") or None, chunk_size=1000):
+                self.stats.add(lists=1)
+                found += [self._version(meta["path"], meta) for meta in batch]
+        except Exception as exc:  # noqa: BLE001
+            raise _failure(self.config, "", exc) from None
+        return zarr_versions(found, pattern)
+
+    def zarr_group(self, key: str) -> Any:
+        import zarr
+        import zarr.storage
+
+        return zarr.open_group(zarr.storage.ObjectStore(self._inner, read_only=True), path=key, mode="r")
 
     def _manifest(self, pattern: str, match: re.Pattern[str]) -> list[ObjectVersion]:
         """List an HTTP(S) store: the keys its manifest names (or the pattern itself, if it names one object)."""

@@ -154,3 +154,17 @@ def test_credentials_from_an_aws_profile(s3: S3Server, tmp_path: Path, monkeypat
     assert [v.key for v in store.list_objects("a/*.nc")] == ["a/one.nc", "a/two.nc"]
     with pytest.raises(ValueError, match="AWS profile 'nobody' cannot be used"):
         open_store(StoreConfig("era5", "s3://objects/pre/fix", endpoint=s3.endpoint, profile="nobody"))
+
+
+def test_a_local_folder_lists_and_opens_zarr_groups(tmp_path: Path) -> None:
+    import numpy as np
+    import zarr
+
+    for name in ("a.zarr", "b.zarr"):
+        group = zarr.open_group(tmp_path / "z" / name, mode="w", zarr_format=3)
+        group.create_array("v", shape=(3,), dtype="i4")[:] = np.arange(3)
+    (tmp_path / "z" / "c.zarr").mkdir()  # a folder without group metadata is no Zarr store
+    (tmp_path / "z" / "c.zarr" / "junk").write_bytes(b"x")
+    store = open_store(StoreConfig("local", str(tmp_path)))
+    assert [v.key for v in store.list_zarr("z/*.zarr")] == ["z/a.zarr", "z/b.zarr"]
+    assert store.zarr_group("z/b.zarr")["v"][:].tolist() == [0, 1, 2]
