@@ -24,6 +24,7 @@ What is read, and when (docs/stores.md):
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,8 @@ from dstp.catalog.zarr_ import ZarrFiles
 from dstp.errors import DataFileError
 
 __all__ = ["MARK", "ObjectFiles", "store_glob"]
+
+log = logging.getLogger("dstp.catalog")
 
 #: How the catalog index spells a store's glob: ``store:era5/reanalysis/*.nc`` (a local glob never starts so:
 #: ``store:`` would be a folder name, and a descriptor's local glob is kept as written).
@@ -189,6 +192,8 @@ class ObjectFiles:
             local.parent.mkdir(exist_ok=True, mode=0o700)
             partial = local.with_name(local.name + ".part")
             partial.touch(mode=0o600)
+            log.info("%s: fetching %s whole (%.1f MiB, version %s) for netCDF-C/h5py, which read local files only",
+                     self.stores[where.store].config.where(), where.key, version.size / 2**20, version.etag[:12])
             self.stores[where.store].fetch(version, partial)
             os.replace(partial, local)
             self.fetched += 1

@@ -472,10 +472,13 @@ class ObjectStore:
         return data
 
     def read_ranges(self, version: ObjectVersion, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        spans = coalesce(ranges, self.config.coalesce_bytes)
+        spans = coalesce([r for r in ranges if r[1] > r[0]], self.config.coalesce_bytes)  # an empty range: no request
         fetched = dict(zip(spans, self._pool.map(lambda s: self._get(version.key, version, s), spans)))
         out = []
         for start, end in ranges:
+            if end <= start:
+                out.append(b"")
+                continue
             for (s, e), data in fetched.items():
                 if s <= start and end <= e:
                     piece = data[start - s:end - s]

@@ -332,3 +332,29 @@ def test_a_server_answering_503_is_retried_with_backoff(samples: Path, http: Ran
             answer_table(catalog, "select humidity, lat from ccm3 where lev < 100", SETTINGS)  # chunks not yet read
     finally:
         http.fail_next(0, 503)
+
+
+def test_the_copy_cache_keeps_to_its_budget_and_reads_stay_right(samples: Path, s3: S3Server, tmp_path: Path) -> None:
+    """Whole copies beyond ``store_cache_bytes`` are deleted, least recently used first; a netCDF-3 read whose copy
+    was deleted fetches it again (the same version, If-Match) and answers as xarray does."""
+    one = max(p.stat().st_size for p in (samples / "ocean").glob("*.nc"))
+    for dataset_id in ("ocean",):
+        xml = (samples / dataset_id / f"{dataset_id}.dstp.xml").read_text()
+        xml = re.sub(r'<files glob="([^"]+)"', rf'<files store="models" glob="{dataset_id}/\1"', xml)
+        (tmp_path / "root" / dataset_id).mkdir(parents=True)
+        (tmp_path / "root" / dataset_id / f"{dataset_id}.dstp.xml").write_text(xml)
+    objects = ObjectFiles({"models": open_store(s3_store(s3))}, tmp_path / "cache", cache_bytes=one)
+    catalog = Catalog.scan(tmp_path / "root", objects=objects, open_files=1)  # netCDF handles let go too
+    try:
+        assert not catalog.problems
+        copies = [p for p in (tmp_path / "cache").rglob("*.nc")]
+        assert len(copies) == 1  # two files, room for one
+        sql = "select salinity, time from ocean where depth = 5"
+        want = run_sql(frame(samples, "ocean", ["salinity"]), sql, "ocean")
+        for _ in range(2):
+            assert_same_records(answer_table(catalog, sql, SETTINGS), want)
+            assert sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*.nc")) <= one
+        assert objects.fetched > 2
+    finally:
+        catalog.close()
+        objects.close()

@@ -168,3 +168,19 @@ def test_a_local_folder_lists_and_opens_zarr_groups(tmp_path: Path) -> None:
     store = open_store(StoreConfig("local", str(tmp_path)))
     assert [v.key for v in store.list_zarr("z/*.zarr")] == ["z/a.zarr", "z/b.zarr"]
     assert store.zarr_group("z/b.zarr")["v"][:].tolist() == [0, 1, 2]
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ranges=st.lists(st.tuples(st.integers(0, 3985), st.integers(0, 600)), min_size=1, max_size=12),
+       gap=st.sampled_from([0, 1, 64, 1 << 20]))
+def test_any_ranges_coalesced_or_not_equal_the_file_s_bytes(s3: S3Server, tree: Path, ranges: list[tuple[int, int]],
+                                                            gap: int) -> None:
+    data = (tree / "a/sub/three.nc").read_bytes()
+    spans = [(min(s, len(data)), min(len(data), s + n)) for s, n in ranges]
+    store = open_store(s3_config(s3, coalesce_bytes=gap, concurrency=3))
+    version = store.head("a/sub/three.nc")
+    assert store.read_ranges(version, spans) == [data[s:e] for s, e in spans]
