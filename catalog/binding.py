@@ -15,6 +15,7 @@ checked value by value (:func:`check_text_times`).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -63,7 +64,8 @@ DIMENSION_ALWAYS_BELIEVED = 4 * 2**20
 DIMENSION_POINTS_PER_FILE_BYTE = 8
 
 
-def check_dimension_sizes(metas: list[FileMeta], dimensions: set[str], sizes: Mapping[str, int]) -> None:
+def check_dimension_sizes(metas: list[FileMeta], dimensions: set[str], sizes: Mapping[str, int],
+                          file_bytes: Mapping[Path, int] | None = None) -> None:
     """Refuse a dimension whose declared size the files cannot back, before anything of its size is allocated.
 
     A coordinate is held in memory (an index coordinate is ``arange(size)``): a
@@ -76,7 +78,7 @@ def check_dimension_sizes(metas: list[FileMeta], dimensions: set[str], sizes: Ma
     """
     total = 0
     for meta in metas:
-        size = _file_bytes(meta)
+        size = file_bytes[meta.path] if file_bytes is not None and meta.path in file_bytes else _file_bytes(meta)
         total += size
         for name in dimensions:
             points = meta.dimensions.get(name, 0)

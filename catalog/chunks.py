@@ -51,12 +51,15 @@ import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from dstp._chunk_index import DEFLATE as _DEFLATE
 from dstp._chunk_index import MAX_LISTED_CHUNKS, Listing, file_identity
+
+if TYPE_CHECKING:
+    from dstp.catalog.objects import ObjectFiles
 
 _inflate_module: types.ModuleType
 try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; optional.
@@ -315,8 +318,10 @@ class ChunkReader:
     AGE_EVERY = 8
 
     def __init__(self, open_fd: Callable[[Path, Any], int], cache_bytes: int | None = None, open_files: int = 32,
-                 layouts: LayoutStore | None = None) -> None:
+                 layouts: LayoutStore | None = None, objects: "ObjectFiles | None" = None) -> None:
         self._open_fd = open_fd
+        #: Files in object stores: their chunks are ranged GETs, a read's all at once (:meth:`_fetch_missing`).
+        self.objects = objects
         self.cache_bytes = default_cache_bytes() if cache_bytes is None or cache_bytes < 0 else cache_bytes
         self.open_files = max(1, open_files)
         self.layouts = layouts
@@ -365,18 +370,30 @@ class ChunkReader:
         return found
 
     def _list(self, path: Path, version: Any, variable: str) -> ChunkLayout | None:
-        fd = self._open_fd(path, version)
+        listed_path = path
+        if self._is_object(path):
+            # an object's version is its identity (ETag-drawn inode, size, time): known listings need no request
+            stamp: FileStamp = (version.device, version.inode, version.size, version.mtime_ns, version.ctime_ns)
+            if self.layouts is not None:
+                known, listing = self.layouts.chunk_listing(path, stamp, variable)
+                if known:
+                    return layout_of(listing)
+            assert self.objects is not None
+            listed_path = self.objects.copy(path, version)  # listed by h5py from the whole copy, once per version
+            st = os.stat(listed_path)
+        else:
+            fd = self._open_fd(path, version)
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self.layouts is not None:
+                known, listing = self.layouts.chunk_listing(path, stamp, variable)
+                if known:
+                    return layout_of(listing)
         try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        stamp: FileStamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if self.layouts is not None:
-            known, listing = self.layouts.chunk_listing(path, stamp, variable)
-            if known:
-                return layout_of(listing)
-        try:
-            listing = LISTER.listing(path, file_identity(st), variable, self.max_chunks)
+            listing = LISTER.listing(listed_path, file_identity(st), variable, self.max_chunks)
         except _ListingFailed:
             return None  # not kept: listed again next time
         self.listed += 1
@@ -401,12 +418,40 @@ class ChunkReader:
             pieces = [p + (s,) for p in pieces for s in dim_spans]  # type: ignore[union-attr]
         if any(tuple(s[0] for s in piece) not in layout.index for piece in pieces):
             return None  # a chunk never written: netCDF-C knows its fill value
+        if self._is_object(path):
+            self._fetch_missing(path, version, variable, layout, {tuple(s[0] for s in piece) for piece in pieces})
         out = np.empty(out_shape, layout.dtype)
         for piece in pieces:
             chunk = self._chunk(path, version, variable, layout, tuple(s[0] for s in piece))
             out[tuple(s[2] for s in piece)] = chunk[tuple(s[1] for s in piece)]
         self.reads += 1
         return out.reshape(tuple(n for n, keep in zip(out_shape, keep_dims) if keep))
+
+    def _is_object(self, path: Path) -> bool:
+        return self.objects is not None and self.objects.owns(path)
+
+    def _fetch_missing(self, path: Path, version: Any, variable: str, layout: ChunkLayout,
+                       offsets: set[tuple[int, ...]]) -> None:
+        """Fetch and decode, in one batch of ranged GETs, the chunks of a read of an object that are not cached."""
+        assert self.objects is not None
+        with self._lock:
+            missing = sorted(o for o in offsets if (path, version, variable, o) not in self._chunks
+                             and (path, version, variable, o) not in self._window
+                             and (path, version, variable, o) not in self._pending)
+        if not missing:
+            return
+        ranges = [(layout.index[o][0], layout.index[o][0] + layout.index[o][1]) for o in missing]
+        raws = self.objects.read_ranges(path, version, ranges)
+        for offset, raw in zip(missing, raws):
+            _, size, mask = layout.index[offset]
+            if len(raw) != size:
+                raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} bytes)")
+            chunk = decode_chunk(raw, layout, mask)
+            with self._lock:
+                self.inflated += 1
+                key = (path, version, variable, offset)
+                if key not in self._chunks and key not in self._window:
+                    self._admit(key, chunk)  # a chunk the cache does not keep is fetched alone by _chunk
 
     def _chunk(self, path: Path, version: Any, variable: str, layout: ChunkLayout,
                offset: tuple[int, ...]) -> np.ndarray:
@@ -426,11 +471,15 @@ class ChunkReader:
             return waiting.result()
         try:
             byte_offset, size, mask = layout.index[offset]
-            fd = self._take_fd(path, version)
-            try:
-                raw = os.pread(fd, size, byte_offset)
-            finally:
-                self._give_fd(path, version, fd)
+            if self._is_object(path):
+                assert self.objects is not None
+                (raw,) = self.objects.read_ranges(path, version, [(byte_offset, byte_offset + size)])
+            else:
+                fd = self._take_fd(path, version)
+                try:
+                    raw = os.pread(fd, size, byte_offset)
+                finally:
+                    self._give_fd(path, version, fd)
             if len(raw) != size:
                 raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} bytes)")
             chunk = decode_chunk(raw, layout, mask)

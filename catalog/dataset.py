@@ -555,7 +555,8 @@ class GriddedDataset:
         named = {c.dimension for c in descriptor.coordinates if c.dimension} | \
             {d for c in descriptor.coordinates for d in c.dimensions} | \
             {d for a in descriptor.attributes for d in a.dimensions}
-        check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes)
+        check_dimension_sizes(metas, named & set(dim_sizes), dim_sizes,
+                              {p: v.size for p, v in versions.items() if v is not None})  # objects: no stat
         attributes = attribute_columns(descriptor, metas, dim_sizes, where, layout, [f.part for f in files_])
         used_dims = [d for a in attributes.values() for d in a.dimensions]
         # then the dimensions only coordinates are on (an HDF-EOS5 geolocation dimension no data field shares,

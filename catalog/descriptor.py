@@ -136,6 +136,8 @@ class Descriptor:
     path: Path | None = field(default=None, compare=False)
     #: Set when another dstp server serves the dataset (no files, columns or grid here).
     remote: RemoteSpec | None = None
+    #: The store the files are objects of (``<files store="era5" glob=…/>``); None: files beside the descriptor.
+    files_store: str | None = None
 
     def attribute(self, name: str) -> AttributeSpec | None:
         """Return the attribute column called ``name``, if any."""
@@ -274,6 +276,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         path=path,
         remote=RemoteSpec(remote_el.get("server"), remote_el.get("dataset"), remote_el.get("credential") or "")
         if remote_el is not None else None,
+        files_store=files.get("store"),
     )
     _check_consistency(desc, root)
     return desc
@@ -289,6 +292,9 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
                 path=where,
                 line=root.find(_NS + "files").sourceline,
             )
+    if desc.files_store is not None and desc.parts:
+        raise DescriptorError("<part> is not supported with <files store=…> yet; publish each part as a dataset",
+                              path=where, line=root.find(_NS + "files").sourceline)
     if len(set(desc.parts)) != len(desc.parts):
         raise DescriptorError("two <part> elements have the same glob; give each part its own",
                               path=where, line=root.find(_NS + "files").sourceline)
@@ -373,7 +379,8 @@ def render_descriptor(desc: Descriptor) -> bytes:
         for k in desc.keywords:
             sub(kw, "keyword", k)
     if desc.remote is None:
-        files = sub(root, "files", glob=desc.files_glob, aggregate=desc.aggregate, group=desc.group)
+        files = sub(root, "files", store=desc.files_store, glob=desc.files_glob, aggregate=desc.aggregate,
+                    group=desc.group)
         for part in desc.parts:
             sub(files, "part", glob=part)
         coords = sub(root, "coordinates")

@@ -184,6 +184,11 @@ def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None,
         return Unreadable(path, seen, exc.message) if seen is not None else None
     key, meta = headers.encode(meta)
     facts = FileFacts(path, identity, meta, key)
+    if handles.is_object(path) and handles.chunks is not None and meta.format.startswith("NETCDF4"):
+        # the whole copy is here now: list every variable's chunks once, so queries read them by ranges later
+        for name, var in meta.variables.items():
+            if var.shape:
+                handles.chunks.layout(path, name, identity)
     for name in prefetch.variables(meta, identity.size) if prefetch is not None else ():
         try:
             facts.values[name] = _frozen(handles.read(path, name, (), None, identity))
@@ -266,7 +271,8 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
                 processes: int) -> Iterator[FileFacts | Unreadable]:
     """Yield the facts of many files, read by ``processes`` helper processes (in this one when few); a file gone
     meanwhile is left out. A batch a helper fails on (it died) is read in this process."""
-    if processes <= 1 or len(wanted) < POOL_MIN_FILES:
+    # objects of stores are read here: a helper process has no store (nor their credentials)
+    if processes <= 1 or len(wanted) < POOL_MIN_FILES or any(handles.is_object(p) for p, _ in wanted):
         for path, prefetch in wanted:
             found = gather(handles, path, prefetch, headers)
             if found is not None:

@@ -54,6 +54,8 @@ class CatalogWatch:
         self._watching = False
         self._threads: list[threading.Thread] = []
 
+    _relist = False
+
     def start(self) -> "CatalogWatch":
         """Start watching; return self."""
         if self._want_watch:
@@ -96,7 +98,9 @@ class CatalogWatch:
         return True
 
     def reload(self) -> None:
-        """Refresh the catalog now (safe from a signal handler: it only wakes the thread)."""
+        """Refresh the catalog now, listing its stores again (safe from a signal handler: it only wakes the
+        thread)."""
+        self._relist = True
         self._wake.set()
 
     def wait_refresh(self, after: int, timeout: float) -> bool:
@@ -118,6 +122,10 @@ class CatalogWatch:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            objects = self.catalog.handles.objects
+            if self._relist and objects is not None:
+                objects.expire()  # a reload lists the stores now, however young their listings are
+            self._relist = False
             try:
                 self.catalog.refresh()
             except Exception:  # noqa: BLE001 - a failed look must not end the watch; the next one tries again

@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import netCDF4
 import numpy as np
@@ -37,6 +37,9 @@ from dstp.catalog.cf import cf_spelling
 from dstp.catalog.chunks import INFLATE, ChunkReader, LayoutStore
 from dstp.catalog.classic import classic_expected_size
 from dstp.errors import DataFileError
+
+if TYPE_CHECKING:
+    from dstp.catalog.objects import ObjectFiles
 
 __all__ = [
     "NETCDF_LOCK",
@@ -267,12 +270,18 @@ class FileHandles:
     """
 
     def __init__(self, capacity: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
-                 layouts: LayoutStore | None = None, decoded_chunk_cache_bytes: int | None = None) -> None:
+                 layouts: LayoutStore | None = None, decoded_chunk_cache_bytes: int | None = None,
+                 objects: "ObjectFiles | None" = None) -> None:
         self.capacity = max(1, capacity)
+        #: Files that live in object stores (:mod:`.objects`): opened from a whole local copy, chunks by ranges.
+        self.objects = objects
+        #: The local copy each open store-backed file was opened from.
+        self._local: dict[Path, Path] = {}
         #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
         #: Its decoded chunks are kept up to ``decoded_chunk_cache_bytes`` (None or -1: sized from memory).
         self.chunks: ChunkReader | None = \
-            ChunkReader(self.open_raw, cache_bytes=decoded_chunk_cache_bytes, open_files=capacity, layouts=layouts) \
+            ChunkReader(self.open_raw, cache_bytes=decoded_chunk_cache_bytes, open_files=capacity, layouts=layouts,
+                        objects=objects) \
             if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
@@ -305,8 +314,35 @@ class FileHandles:
         """
         return self._open_checked(path, version, current=False)[0]
 
+    def is_object(self, path: Path) -> bool:
+        """Return whether ``path`` is an object of a store (:mod:`.objects`), not a local file."""
+        return self.objects is not None and self.objects.owns(path)
+
+    def _open_object(self, path: Path, version: FileIdentity | None, current: bool) -> tuple[int, FileIdentity]:
+        """Return (descriptor of its local whole copy, version) of a store-backed ``path``."""
+        assert self.objects is not None
+        with self._identity_lock:
+            expected = version if version is not None else None if current else self._identity.get(path)
+        if expected is None:
+            expected = self.objects.current(path)  # type: ignore[assignment]
+            assert isinstance(expected, FileIdentity)
+            if not current:
+                with self._identity_lock:
+                    expected = self._identity.setdefault(path, expected)
+        local = self.objects.copy(path, expected)
+        try:
+            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DataFileError(f"cannot open the local copy of {path.name}: {exc.strerror or exc}") from exc
+        with self._identity_lock:
+            self.opened += 1
+            self._local[path] = local
+        return fd, expected
+
     def _open_checked(self, path: Path, version: FileIdentity | None, current: bool) -> tuple[int, FileIdentity]:
         """Return (descriptor, version seen) of ``path``; ``current``: whatever version is on disk now."""
+        if self.objects is not None and self.objects.owns(path):
+            return self._open_object(path, version, current)
         try:
             real = os.path.realpath(path)
             fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
@@ -403,6 +439,11 @@ class FileHandles:
         version: FileIdentity | None = None,
     ) -> np.ndarray:
         """Return the raw (still packed) values of ``variable[index]`` from ``path`` (as ``version``, if given)."""
+        if self.objects is not None and self.objects.is_zarr(path):
+            array = self._zarr_read(path, variable, index, version)
+            if stats is not None:
+                stats.add(array)
+            return array
         if hdfeos.is_computed(variable):
             computed = self._computed_values(path, variable, version)
             if computed is not None:
@@ -452,25 +493,58 @@ class FileHandles:
         with netCDF-4 string variables that the process holds open already --
         two datasets over the same files, say.
         """
+        if self.objects is not None and self.objects.is_zarr(path):
+            return self._zarr_meta(path, None)[0]
         with NETCDF_LOCK:
             ds = self._get(path)
             try:
-                return _inspect(ds, path)
+                return _inspect(ds, path, self._local.get(path))
             except DataFileError:
                 self._drop(path)
                 raise
 
     def inspect_current(self, path: Path) -> tuple[FileMeta, FileIdentity]:
         """Return the metadata of the version of ``path`` on disk now, and that version (not yet published)."""
+        if self.objects is not None and self.objects.is_zarr(path):
+            current = self.objects.current(path)
+            assert isinstance(current, FileIdentity)
+            return self._zarr_meta(path, current)
         with NETCDF_LOCK:
             ds = self._get(path, current=True)
             try:
-                return _inspect(ds, path), self._opened_as[path]
+                return _inspect(ds, path, self._local.get(path)), self._opened_as[path]
             except DataFileError:
                 self._drop(path)
                 raise
 
+    def _zarr_meta(self, path: Path, version: FileIdentity | None) -> tuple[FileMeta, FileIdentity]:
+        """Return the metadata and version of a Zarr store of a store (:mod:`.zarr_`)."""
+        from dstp.catalog.zarr_ import zarr_meta
+
+        assert self.objects is not None
+        if version is None:
+            with self._identity_lock:
+                version = self._identity.get(path)
+            if version is None:
+                current = self.objects.current(path)
+                assert isinstance(current, FileIdentity)
+                with self._identity_lock:
+                    version = self._identity.setdefault(path, current)
+        return zarr_meta(self.objects.zarr_group(path, version), path), version
+
+    def _zarr_read(self, path: Path, variable: str, index: Sequence[slice | int],
+                   version: FileIdentity | None) -> np.ndarray:
+        from dstp.catalog.zarr_ import ZarrFiles
+
+        assert self.objects is not None
+        expected = version or self.identity(path)
+        if expected is None:
+            expected = self._zarr_meta(path, None)[1]
+        return ZarrFiles.read(self.objects.zarr_group(path, expected), path, variable, index)
+
     def _check_unchanged(self, path: Path, version: FileIdentity | None = None) -> None:
+        if self.objects is not None and self.objects.owns(path):
+            return  # read from a copy of that very version, or by ranges checked against its ETag
         try:
             st = path.stat()
         except OSError as exc:
@@ -554,16 +628,16 @@ def resolve_in_group(variables: Mapping[str, Any], group: str, name: str) -> str
     return name
 
 
-def _check_classic_length(path: Path) -> None:
+def _check_classic_length(path: Path, name: str) -> None:
     try:
         expected = classic_expected_size(path)
     except ValueError as exc:
-        raise DataFileError(f"{path.name}: unreadable netCDF classic header ({exc})") from exc
+        raise DataFileError(f"{name}: unreadable netCDF classic header ({exc})") from exc
     size = path.stat().st_size
     # Allow the last variable's 4-byte alignment padding to be absent.
     if expected is not None and size < expected - 3:
         raise DataFileError(
-            f"{path.name} is truncated: it has {size} bytes but its header describes {expected}; "
+            f"{name} is truncated: it has {size} bytes but its header describes {expected}; "
             "copy the file again"
         )
 
@@ -662,8 +736,9 @@ def inspect_file(path: Path, handles: FileHandles | None = None) -> FileMeta:
             ds.close()
 
 
-def _inspect(ds: Any, path: Path) -> FileMeta:
-    """Return the metadata of an open file (the caller holds NETCDF_LOCK)."""
+def _inspect(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
+    """Return the metadata of an open file (the caller holds NETCDF_LOCK); ``local``: where its bytes are, when
+    ``path`` names an object of a store."""
     try:
         key = _dimension_keys(ds)
         variables: dict[str, VariableMeta] = {}
@@ -696,7 +771,7 @@ def _inspect(ds: Any, path: Path) -> FileMeta:
                 )
         variables = _per_character(variables)
         if ds.data_model.startswith("NETCDF3"):
-            _check_classic_length(path)
+            _check_classic_length(local or path, path.name)
         homes.update(ugrid.location_homes(variables))  # a mesh's nodes, edges and faces are never paired
         meta = FileMeta(path=path, format=ds.data_model, dimensions=dimensions, unlimited=tuple(unlimited),
                         variables=variables, attrs=_attrs(ds), homes=homes)

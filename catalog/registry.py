@@ -38,6 +38,7 @@ from dstp.catalog.dataset import GriddedDataset
 from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.index import CatalogIndex
 from dstp.catalog.netcdf4_ import FileHandles
+from dstp.catalog.objects import ObjectFiles
 from dstp.catalog.remote import RemoteDataset, RemoteSource
 from dstp.catalog.rescan import CatalogState, HeldBack, Problem, Rescanner
 from dstp.errors import DatasetNotFoundError, FileNotPublishedError
@@ -85,13 +86,15 @@ class Catalog:
     def scan(cls, root: Path, open_files: int = 32, chunk_cache_bytes: int = 8 * 2**20, direct_chunks: bool = True,
              *, index: Path | None = None, processes: int = 1, settle_s: float = 1.0,
              decoded_chunk_cache_bytes: int | None = None,
-             clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> "Catalog":
+             clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+             objects: ObjectFiles | None = None) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised.
 
         ``index`` is the catalog index file (None: kept in memory, for this process only); ``processes`` read
         file headers in parallel when many must be read; ``settle_s`` is how long a new or changed file must
         keep its size and times before :meth:`refresh` publishes it, by ``clock``; changes are stamped with
         ``wall`` time; ``decoded_chunk_cache_bytes`` sizes the direct reader's cache (None: from memory).
+        ``objects`` reads the files of descriptors that name a store (:mod:`.objects`).
         """
         root = Path(root).resolve()
         if not root.is_dir():
@@ -99,7 +102,7 @@ class Catalog:
                        handles=FileHandles(open_files, chunk_cache_bytes, direct_chunks))
         store = CatalogIndex.open(index, root)
         handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, layouts=store,
-                              decoded_chunk_cache_bytes=decoded_chunk_cache_bytes)
+                              decoded_chunk_cache_bytes=decoded_chunk_cache_bytes, objects=objects)
         rescanner = Rescanner(root, handles, store, settle_s=settle_s, clock=clock, wall=wall,
                               processes=max(1, processes))
         state, _ = rescanner.look(None)
@@ -242,8 +245,13 @@ class Catalog:
         return changes
 
     def due(self) -> float | None:
-        """Return when a file held back may have settled (the scan's clock), for the next refresh; None if none."""
-        return self._rescanner.due() if self._rescanner is not None else None
+        """Return when a file held back may have settled, or a store's listing is due again (the scan's clock), for
+        the next refresh; None if neither."""
+        if self._rescanner is None:
+            return None
+        times = [t for t in (self._rescanner.due(), self.handles.objects.due() if self.handles.objects else None)
+                 if t is not None]
+        return min(times) if times else None
 
     def changes(self, since: int = 0, epoch: str | None = None, limit: int = 10_000) -> ChangeFeed:
         """Return what changed after catalog version ``since``: which datasets, files, columns and ranges.

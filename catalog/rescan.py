@@ -38,8 +38,9 @@ from dstp.catalog.descriptor import DESCRIPTOR_SUFFIX, Descriptor, parse_descrip
 from dstp.catalog.facts import FactsReader, FileFacts, Headers, Prefetch, Unreadable, gather_many, used_values
 from dstp.catalog.index import CatalogIndex, StoredEntry
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity
+from dstp.catalog.objects import ObjectFiles, store_glob
 from dstp.catalog.remote import RemoteDataset
-from dstp.errors import CatalogError, DescriptorError
+from dstp.errors import CatalogError, DataFileError, DescriptorError
 
 __all__ = ["CatalogState", "Entry", "HeldBack", "Problem", "Rescanner", "list_files"]
 
@@ -329,7 +330,7 @@ class Rescanner:
                 except CatalogError as exc:
                     plan.problem = str(exc)
                     return plan
-                plan.glob = plan.descriptor.files_glob if plan.descriptor.remote is None else None
+                plan.glob = _glob_of(plan.descriptor)
         if plan.glob is not None:
             self._choose_files(plan, path.parent, plan.glob, old is None)
         return plan
@@ -348,7 +349,18 @@ class Rescanner:
     def _choose_files(self, plan: _Plan, folder: Path, files_glob: str, first_look: bool) -> None:
         """Decide which version of each matched file the dataset serves; hold back the unsettled and unreadable."""
         published = dict(plan.old.files) if plan.old is not None else {}
-        listed = list_files(folder, files_glob)
+        objects = self.handles.objects
+        if ObjectFiles.is_store_glob(files_glob):
+            try:
+                if objects is None:
+                    raise DataFileError("<files store=…>: this server has no stores configured (stores setting)")
+                listed = objects.list_files(folder, files_glob)  # type: ignore[assignment]
+            except DataFileError as exc:
+                plan.problem = str(exc)
+                return
+            first_look = True  # an object is written whole: nothing to settle
+        else:
+            listed = list_files(folder, files_glob)
         # a published file under a new name, unchanged (same inode, size and mtime; a rename sets only ctime)
         here = {p for p, _ in listed}
         moved = {(i.device, i.inode, i.size, i.mtime_ns) for p, i in published.items() if p not in here}
@@ -590,9 +602,19 @@ def _keeping(facts: FileFacts, used: Iterable[str]) -> FileFacts:
     return FileFacts(facts.path, facts.identity, facts.meta, facts.header_key, used_values(facts, used))
 
 
+def _glob_of(descriptor: Descriptor) -> str | None:
+    """Return the glob the index keeps for a descriptor (a store's is marked); None for a remote dataset."""
+    if descriptor.remote is not None:
+        return None
+    return store_glob(descriptor.files_store, descriptor.files_glob) if descriptor.files_store is not None \
+        else descriptor.files_glob
+
+
 def _still_there(ds: GriddedDataset) -> bool:
     """Return whether every file of ``ds`` is still on disk as the version it serves."""
     for f in ds.files:
+        if str(f.identity.real if f.identity is not None else "").startswith("store://"):
+            continue  # kept by the store as long as it lists that version; reads check it (If-Match)
         try:
             st = os.stat(f.path)
         except OSError:

@@ -42,6 +42,7 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     ├── CatalogError                    FAILED_PRECONDITION  409  catalog_error
     │   ├── DescriptorError             FAILED_PRECONDITION  409  bad_descriptor
     │   └── DataFileError               DATA_LOSS            500  bad_data_file
+    │       └── StoreUnavailableError   UNAVAILABLE          503  store_unavailable
     ├── MethodNotAllowedError           UNIMPLEMENTED        405  method_not_allowed
     └── ServerError                     INTERNAL             500  internal
 
@@ -76,6 +77,7 @@ __all__ = [
     "QueryTimeoutError",
     "RouteNotFoundError",
     "ServerError",
+    "StoreUnavailableError",
     "ServerUnreachableError",
     "TicketError",
     "TicketExpiredError",
@@ -385,6 +387,14 @@ class DataFileError(CatalogError):
     grpc_status = "DATA_LOSS"
     http_status = 500
     code = "bad_data_file"
+
+
+class StoreUnavailableError(DataFileError):
+    """An object store a dataset's files live in cannot be reached or refused access; other datasets are served."""
+
+    grpc_status = "UNAVAILABLE"
+    http_status = 503
+    code = "store_unavailable"
 
 
 class MethodNotAllowedError(DstpError):

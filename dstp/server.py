@@ -37,7 +37,9 @@ from dstp.auth import Authenticator
 from dstp.auth.tls import TlsMaterial, default_names, load_tls, self_signed
 from dstp.catalog.index import index_path
 from dstp.catalog.live import CatalogWatch
+from dstp.catalog.objects import ObjectFiles
 from dstp.catalog.registry import Catalog
+from dstp.catalog.stores import load_store_configs, stores_from
 from dstp.connections import Warden, door_connection_cap, raise_descriptor_limit
 from dstp.errors import CatalogError
 from dstp.grpc_app import AuthInterceptor, DstpServicer, add_to_server
@@ -81,7 +83,24 @@ def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] =
     return Catalog.scan(root, open_files=settings.open_files, chunk_cache_bytes=settings.chunk_cache_bytes,
                         direct_chunks=settings.direct_chunks, index=catalog_index_file(settings, root),
                         processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock,
-                        decoded_chunk_cache_bytes=settings.decoded_chunk_cache_bytes)
+                        decoded_chunk_cache_bytes=settings.decoded_chunk_cache_bytes,
+                        objects=object_files(settings, timer))
+
+
+def object_files(settings: Settings, clock: Callable[[], float] = time.monotonic) -> ObjectFiles | None:
+    """Return the object stores ``settings.stores`` configures, with their cache in the state folder (None: no
+    stores). Raises ValueError naming what is wrong in the configuration (never a credential)."""
+    text = settings.stores.strip()
+    if not text:
+        return None
+    if not text.startswith("{"):
+        try:
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"stores: cannot read {settings.stores}: {exc.strerror or exc}") from exc
+    configs = load_store_configs(text)
+    state = settings.state_dir if settings.state_dir is not None else Path(platformdirs.user_state_dir("dstp"))
+    return ObjectFiles(stores_from(configs.values()), state / "objects", settings.store_cache_bytes, clock=clock)
 
 
 def tls_material(settings: Settings) -> TlsMaterial | None:

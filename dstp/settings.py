@@ -102,6 +102,19 @@ class Settings:
         0, "Processes that read file headers in parallel when many files are new (a cold index build); 0: one per "
         "core; 1: in the server process only."
     )
+    stores: str = _setting(
+        "", "Object stores that descriptors may name (<files store=\"era5\" glob=…/>): a JSON object, or the path "
+        "of a file holding one, of store name → {url (s3://bucket/prefix or https://host/path), endpoint, region, "
+        "anonymous, access_key_id_env, secret_access_key_env, session_token_env (names of environment variables "
+        "holding the credentials, never the credentials), profile (an AWS profile, through boto3), manifest (HTTPS: a "
+        "text object listing the keys), "
+        "concurrency, coalesce_bytes, list_s}; docs/stores.md. Users never see these settings."
+    )
+    store_cache_bytes: int = _setting(
+        8 * 2**30, "Most bytes of whole object copies kept in state_dir/objects: a store's file is fetched whole "
+        "once per version to read its header and chunk index (kept in the catalog index), and where its layout "
+        "cannot be read by ranges (netCDF-3, other filters); least recently used copies are deleted first."
+    )
     open_files: int = _setting(32, "netCDF files kept open in the handle cache (one cache for all datasets).")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."

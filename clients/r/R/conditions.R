@@ -25,6 +25,7 @@
 #   +-- dstp_catalog_error              catalog_error (409)
 #   |   +-- dstp_bad_descriptor         bad_descriptor (409)
 #   |   +-- dstp_bad_data_file          bad_data_file (500)
+#   |       +-- dstp_store_unavailable  store_unavailable (503)
 #   +-- dstp_method_not_allowed         method_not_allowed (405)
 #   +-- dstp_server_error               internal (500)
 
@@ -52,6 +53,7 @@ DSTP_CLASSES <- list(
   catalog_error = "dstp_catalog_error",
   bad_descriptor = c("dstp_bad_descriptor", "dstp_catalog_error"),
   bad_data_file = c("dstp_bad_data_file", "dstp_catalog_error"),
+  store_unavailable = c("dstp_store_unavailable", "dstp_bad_data_file", "dstp_catalog_error"),
   method_not_allowed = "dstp_method_not_allowed",
   internal = "dstp_server_error"
 )

@@ -1,0 +1,219 @@
+"""Files of datasets that live in object stores, as the catalog sees them: paths with versions.
+
+A descriptor ``<files store="era5" glob="reanalysis/*.nc"/>`` in folder ``F`` publishes the objects of store
+``era5`` (:mod:`.stores`) whose keys below the store's prefix match the glob. The catalog names each by a
+path ``F/@era5/reanalysis/x.nc`` — what messages, file lists and STAC assets show; never the bucket's
+endpoint or a credential — and by a :class:`~dstp.catalog.netcdf4_.FileIdentity` made of the object's
+version: ``real`` is ``store://era5/<key>``, the inode a number drawn from its ETag, size and
+last-modified time as on disk. So the index, versions, change log and snapshot rules of local files apply
+unchanged: a replaced object is a new version; a query whose snapshot names the old one is refused.
+
+What is read, and when (docs/stores.md):
+
+* the store is **listed** at each look of the catalog, at most every ``list_s`` seconds per descriptor (there
+  is no change notification; ``dstp catalog reload`` lists at once);
+* a file's header and coordinates are read once per version by netCDF-C from a **whole copy** fetched to a
+  bounded local cache (``store_cache_bytes``; netCDF-C reads only local files here), then kept in the catalog
+  index — a restart with the index makes no GET;
+* chunk listings (the direct chunk reader's) are made from that copy, once per version, and kept in the index;
+* data of deflate/shuffle chunked variables is read **in place**: the chunks a hyperslab needs, as ranged GETs
+  of exactly their bytes, adjacent ranges coalesced, ``concurrency`` in flight, each checked against the
+  version (``If-Match``). Other variables (netCDF-3, other filters) are read from the whole copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from dstp.catalog.stores import ObjectVersion, Store
+from dstp.catalog.zarr_ import ZarrFiles
+from dstp.errors import DataFileError
+
+__all__ = ["MARK", "ObjectFiles", "store_glob"]
+
+log = logging.getLogger("dstp.catalog")
+
+#: How the catalog index spells a store's glob: ``store:era5/reanalysis/*.nc`` (a local glob never starts so:
+#: ``store:`` would be a folder name, and a descriptor's local glob is kept as written).
+MARK = "store:"
+
+
+def store_glob(store: str, glob: str) -> str:
+    """Return the glob the catalog keeps for ``<files store=… glob=…/>``."""
+    return f"{MARK}{store}/{glob}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    store: str
+    key: str
+    #: A Zarr store (a folder of objects) rather than one object.
+    zarr: bool = False
+
+
+class ObjectFiles:
+    """The store-backed files of one catalog: listings, versions, whole copies, ranged reads."""
+
+    def __init__(self, stores: Mapping[str, Store], cache_dir: Path, cache_bytes: int = 8 * 2**30,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stores = dict(stores)
+        self.cache_dir = cache_dir
+        self.cache_bytes = cache_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._where: dict[Path, _Located] = {}
+        #: Each path's version in its store's last listing.
+        self._latest: dict[Path, object] = {}
+        #: (store, version token) -> object version: what a FileIdentity's inode stands for.
+        self._versions: dict[tuple[str, int], ObjectVersion] = {}
+        self._listed: dict[tuple[str, str, str], tuple[float, list[tuple[str, object]]]] = {}
+        self._fetching: dict[Path, threading.Lock] = {}
+        #: Whole copies fetched (the tests and benchmarks check a warm start fetched none).
+        self.fetched = 0
+        self._zarr = ZarrFiles()
+
+    @staticmethod
+    def is_store_glob(glob: str) -> bool:
+        return glob.startswith(MARK)
+
+    def owns(self, path: Path) -> bool:
+        """Return whether ``path`` names an object of a store (listed by this catalog)."""
+        return path in self._where
+
+    def is_zarr(self, path: Path) -> bool:
+        """Return whether ``path`` names a Zarr store (read through zarr-python, :mod:`.zarr_`)."""
+        where = self._where.get(path)
+        return where is not None and where.zarr
+
+    def zarr_group(self, path: Path, identity: object) -> Any:
+        """Return the open Zarr group of that version of ``path``."""
+        version = self.version(path, identity)
+        where = self._where[path]
+        return self._zarr.group(path, version.token(), lambda: self.stores[where.store].zarr_group(where.key))
+
+    # -- listing --------------------------------------------------------------------------------------------
+
+    def list_files(self, folder: Path, marked: str, *, force: bool = False) -> list[tuple[str, object]]:
+        """Return (path text, FileIdentity) of the objects a store glob matches; raise DataFileError (naming the
+        store) when the store cannot be listed. A listing younger than the store's ``list_s`` is reused."""
+        from dstp.catalog.netcdf4_ import FileIdentity
+
+        name, _, pattern = marked[len(MARK):].partition("/")
+        store = self.stores.get(name)
+        if store is None:
+            known = ", ".join(sorted(self.stores)) or "none are configured"
+            raise DataFileError(f"<files store={name!r}>: the server has no store of that name ({known}); the "
+                                "operator configures stores in the server's settings (stores)")
+        key = (str(folder), name, pattern)
+        now = self._clock()
+        with self._lock:
+            cached = self._listed.get(key)
+        if cached is not None and not force and now - cached[0] < store.config.list_s:
+            return cached[1]
+        zarr = pattern.rstrip("/").endswith(".zarr")
+        found = store.list_zarr(pattern.rstrip("/")) if zarr else store.list_objects(pattern)
+        out: list[tuple[str, object]] = []
+        with self._lock:
+            for version in found:
+                path = folder / f"@{name}" / version.key
+                self._where[path] = _Located(name, version.key, zarr)
+                self._versions[(name, version.token())] = version
+                out.append((str(path), FileIdentity(f"store://{name}/{version.key}", 0, version.token(),
+                                                    version.size, version.mtime_ns, 0)))
+                self._latest[path] = out[-1][1]
+            self._listed[key] = (now, out)
+        return out
+
+    def due(self) -> float | None:
+        """Return when the oldest listing is due again (the clock's time); None before any listing."""
+        with self._lock:
+            times = [at + self.stores[store].config.list_s for (_, store, _), (at, _) in self._listed.items()]
+        return min(times) if times else None
+
+    def expire(self) -> None:
+        """Make every listing due: the next look lists each store again."""
+        with self._lock:
+            self._listed.clear()
+
+    def version(self, path: Path, identity: object) -> ObjectVersion:
+        """Return the object version a FileIdentity of ``path`` stands for; raise DataFileError when the store no
+        longer lists it (replaced or removed since)."""
+        where = self._where[path]
+        inode = getattr(identity, "inode")
+        with self._lock:
+            found = self._versions.get((where.store, inode))
+        if found is None or found.key != where.key:
+            raise DataFileError(f"{path.name} was replaced in store {where.store!r} after the catalog published it; "
+                                "this version is not served — run the query again once the catalog lists it")
+        return found
+
+    def current(self, path: Path) -> object:
+        """Return the FileIdentity of the version the store holds now: its last listing's (a fetch of it then checks
+        it is still that one, If-Match), else one HEAD."""
+        from dstp.catalog.netcdf4_ import FileIdentity
+
+        with self._lock:
+            listed = self._latest.get(path)
+        if listed is not None:
+            return listed
+        where = self._where[path]
+        version = self.stores[where.store].head(where.key)
+        with self._lock:
+            self._versions[(where.store, version.token())] = version
+        return FileIdentity(f"store://{where.store}/{where.key}", 0, version.token(), version.size, version.mtime_ns, 0)
+
+    # -- reading --------------------------------------------------------------------------------------------
+
+    def read_ranges(self, path: Path, identity: object, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the bytes of each [start, end) of that version of ``path``, by ranged GETs."""
+        where = self._where[path]
+        return self.stores[where.store].read_ranges(self.version(path, identity), ranges)
+
+    def copy(self, path: Path, identity: object) -> Path:
+        """Return a local whole copy of that version of ``path``, fetched once into the cache."""
+        version = self.version(path, identity)
+        where = self._where[path]
+        name = hashlib.sha256(f"{where.store}\0{where.key}".encode()).hexdigest()[:24]
+        local = self.cache_dir / where.store / f"{name}-{version.token():016x}{Path(where.key).suffix}"
+        with self._lock:
+            gate = self._fetching.setdefault(local, threading.Lock())
+        with gate:
+            if local.exists() and local.stat().st_size == version.size:
+                os.utime(local)  # recently used: evicted last
+                return local
+            self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # copies of restricted data too
+            local.parent.mkdir(exist_ok=True, mode=0o700)
+            partial = local.with_name(local.name + ".part")
+            partial.touch(mode=0o600)
+            log.info("%s: fetching %s whole (%.1f MiB, version %s) for netCDF-C/h5py, which read local files only",
+                     self.stores[where.store].config.where(), where.key, version.size / 2**20, version.etag[:12])
+            self.stores[where.store].fetch(version, partial)
+            os.replace(partial, local)
+            self.fetched += 1
+        self._evict(keep=local)
+        return local
+
+    def _evict(self, keep: Path) -> None:
+        """Delete the least recently used copies beyond ``cache_bytes`` (an open copy stays readable: unlinked)."""
+        copies = [p for p in self.cache_dir.glob("*/*") if p.is_file() and not p.name.endswith(".part")]
+        stats = sorted(((p.stat().st_mtime_ns, p.stat().st_size, p) for p in copies), key=lambda t: t[0])
+        total = sum(size for _, size, _ in stats)
+        for _, size, p in stats:
+            if total <= self.cache_bytes:
+                break
+            if p != keep:
+                p.unlink(missing_ok=True)
+                total -= size
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            closer = getattr(store, "close", None)
+            if closer is not None:
+                closer()

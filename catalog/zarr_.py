@@ -1,0 +1,113 @@
+"""Zarr stores (v2 and v3) as files of a dataset, read through zarr-python 3, with xarray's conventions.
+
+A Zarr group is one "file" of a dataset: its arrays are the variables, their dimensions come from the
+``dimension_names`` of Zarr v3 or the ``_ARRAY_DIMENSIONS`` attribute xarray writes in Zarr v2, and a variable's
+``_FillValue`` is what ``xr.open_zarr`` takes for it (v2: the array's ``fill_value``; v3: the ``_FillValue``
+attribute, base64 for floats, the array's ``fill_value`` ignored). From there the catalog decodes it as any file:
+per-file packing, fill values, units and calendars (:mod:`.cf`). Named ``zarr_`` so it never shadows ``zarr``.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dstp.errors import DataFileError
+
+__all__ = ["ZarrFiles", "zarr_meta"]
+
+DIMENSION_KEY = "_ARRAY_DIMENSIONS"
+
+
+def _fill_value_v3(value: Any, dtype: np.dtype) -> Any:
+    """Return a v3 ``_FillValue`` attribute as xarray decodes it (floats are base64 of a little-endian double)."""
+    if dtype.kind == "f" and isinstance(value, (str, bytes)):
+        return dtype.type(struct.unpack("<d", base64.standard_b64decode(value))[0])
+    if dtype.kind in "iu":
+        return dtype.type(int(value))
+    if dtype.kind == "b":
+        return np.bool_(value)
+    return value
+
+
+def _attr_value(value: Any) -> Any:
+    """Return a JSON attribute value as netCDF attributes come: lists as arrays (one element: a scalar)."""
+    if isinstance(value, list):
+        array = np.asarray(value)
+        return array.reshape(())[()] if array.size == 1 and array.dtype.kind in "iufb" else array
+    return value
+
+
+def zarr_meta(group: Any, path: Path) -> Any:
+    """Return the FileMeta of an open Zarr group (its arrays, at any depth, as variables)."""
+    from dstp.catalog.cf import cf_spelling
+    from dstp.catalog.netcdf4_ import FileMeta, VariableMeta
+
+    v3 = group.metadata.zarr_format == 3
+    dimensions: dict[str, int] = {}
+    variables: dict[str, VariableMeta] = {}
+    for name, array in sorted(group.arrays()):
+        attrs = dict(array.attrs)
+        if v3:
+            dims = tuple(array.metadata.dimension_names or ())
+        else:
+            dims = tuple(attrs.pop(DIMENSION_KEY, ()))
+        if len(dims) != len(array.shape):
+            raise DataFileError(f"{path.name}: Zarr array {name!r} has {len(array.shape)} dimensions but names "
+                                f"{len(dims)} ({'dimension_names' if v3 else DIMENSION_KEY}); it cannot be placed "
+                                "on a grid")
+        dtype = np.dtype(array.dtype.to_native_dtype() if hasattr(array.dtype, "to_native_dtype") else array.dtype)
+        values = {k: _attr_value(v) for k, v in attrs.items()}
+        if v3:
+            if "_FillValue" in values:
+                values["_FillValue"] = _fill_value_v3(attrs["_FillValue"], dtype)
+        elif array.fill_value is not None:
+            values["_FillValue"] = dtype.type(array.fill_value) if dtype.kind in "iufb" else array.fill_value
+        for dim, size in zip(dims, array.shape):
+            if dimensions.setdefault(dim, int(size)) != int(size):
+                raise DataFileError(f"{path.name}: dimension {dim!r} is {dimensions[dim]} long in one array and "
+                                    f"{size} in {name!r}")
+        variables[name] = VariableMeta(name=name, dimensions=dims, shape=tuple(int(s) for s in array.shape),
+                                       dtype=dtype, attrs=cf_spelling(values))
+    attrs = {k: _attr_value(v) for k, v in dict(group.attrs).items()}
+    return FileMeta(path=path, format=f"ZARR{group.metadata.zarr_format}", dimensions=dimensions, unlimited=(),
+                    variables=variables, attrs=attrs)
+
+
+class ZarrFiles:
+    """Open Zarr groups by (path, version), and their reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[tuple[Path, int], Any] = {}
+
+    def group(self, path: Path, token: int, opener: Any) -> Any:
+        with self._lock:
+            hit = self._groups.get((path, token))
+        if hit is None:
+            try:
+                hit = opener()
+            except DataFileError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - zarr raises its own tree; it becomes ours
+                raise DataFileError(f"{path.name} cannot be opened as a Zarr group ({type(exc).__name__})") from exc
+            with self._lock:
+                self._groups = {k: v for k, v in self._groups.items() if k[0] != path}  # other versions: let go
+                self._groups[(path, token)] = hit
+        return hit
+
+    @staticmethod
+    def read(group: Any, path: Path, variable: str, index: Sequence[slice | int]) -> np.ndarray:
+        try:
+            array = group[variable]
+            return np.asarray(array[tuple(index)] if index else array[...])
+        except DataFileError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            # the library's message may quote a request (endpoint, headers): not shown
+            raise DataFileError(f"cannot read {variable!r} from {path.name} ({type(exc).__name__})") from exc
