@@ -57,6 +57,7 @@ the end).
 
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import threading
@@ -125,23 +126,54 @@ class OpenSource(Protocol):
 class _Redemption:
     """A ticket being redeemed by one HELLO, outside the server's lock (``open_source`` may wait for a slot).
 
-    Other stripes of the same ticket wait here rather than on the lock; every other HELLO goes on. It
-    ends with the transfer, or with nothing (the redemption failed: a waiter then tries for itself).
+    Other HELLOs of the same ticket queue here rather than on the lock, and attach in the order they
+    arrived, each once the one before it is attached: a replay of a HELLO never overtakes the original
+    it copies. Every other ticket's HELLO goes on. It ends with the transfer, or with nothing (the
+    redemption failed: a waiter then tries for itself).
     """
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self._finished = False
         self.transfer: Transfer | None = None
 
-    def finish(self, transfer: Transfer | None) -> None:
-        self.transfer = transfer
-        self._done.set()
+    def join(self) -> object:
+        """Return this HELLO's place in the queue (call under the server's lock: arrival order)."""
+        place = object()
+        with self._cond:
+            self._queue.append(place)
+        return place
 
-    def wait(self, stopped: threading.Event) -> Transfer | None:
-        while not self._done.wait(JANITOR_INTERVAL_S):
-            if stopped.is_set():
-                raise TransportError("the server is stopping")
-        return self.transfer
+    def wait(self, place: object, stopped: threading.Event) -> Transfer | None:
+        """Return the transfer once it is published and every HELLO queued earlier is attached."""
+        with self._cond:
+            while not (self._finished and self._queue[0] is place):
+                if stopped.is_set():
+                    self._queue.remove(place)
+                    self._cond.notify_all()
+                    raise TransportError("the server is stopping")
+                self._cond.wait(JANITOR_INTERVAL_S)
+            return self.transfer
+
+    def leave(self, place: object) -> bool:
+        """This HELLO is attached (or refused): the next in the queue may go. Return whether the queue is done
+        (the transfer published and no HELLO left in it)."""
+        with self._cond:
+            self._queue.remove(place)
+            self._cond.notify_all()
+            return self._finished and not self._queue
+
+    def idle(self) -> bool:
+        """Return whether no HELLO is queued."""
+        with self._cond:
+            return not self._queue
+
+    def finish(self, transfer: Transfer | None) -> None:
+        with self._cond:
+            self.transfer = transfer
+            self._finished = True
+            self._cond.notify_all()
 
 
 #: What a stranger who presents someone else's ticket hears.
@@ -543,37 +575,50 @@ class DataChannelServer:
         def proves(key: bytes) -> bool:
             return bool(key) and check_proof(hello_proof(key, ticket, stripe, attempt, acked), proof)
 
-        transfer = self._transfer_of(ticket, proves)
-        if not proves(transfer.ticket_key):
-            raise TicketError(NOT_YOURS)
-        if self.clock() > transfer.expires_at:
-            raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
-        self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
-        generation = transfer.attach(stripe, conn, acked, have, attempt, keep)
+        transfer, publish = self._transfer_of(ticket, proves)
+        try:
+            if not proves(transfer.ticket_key):
+                raise TicketError(NOT_YOURS)
+            if self.clock() > transfer.expires_at:
+                raise TicketExpiredError("the ticket expired; the transfer cannot be resumed — run the query again")
+            self.listener.configure(conn, {"congestion_control": transfer.source.congestion_control})
+            generation = transfer.attach(stripe, conn, acked, have, attempt, keep)
+        finally:
+            # Each HELLO of a new transfer is attached before the next one may look: a replay of a HELLO (the same
+            # attempt) is then refused as the replay it is, never served in place of the original.
+            if publish is not None:
+                publish()
         return transfer, stripe, generation
 
-    def _transfer_of(self, ticket: bytes, proves: Callable[[bytes], bool]) -> Transfer:
-        """Return the transfer of ``ticket``: the one under way (or just finished), else a new one redeemed here.
+    def _transfer_of(self, ticket: bytes, proves: Callable[[bytes], bool]
+                     ) -> tuple[Transfer, Callable[[], None] | None]:
+        """Return the transfer of ``ticket`` — the one under way (or just finished), else a new one redeemed
+        here — and what to call once this HELLO's stripe is attached: publish the new transfer, or let the
+        next HELLO queued on its redemption go (None when there is neither).
 
         The redemption (``open_source``: the service checks the proof, claims the ticket and waits for a
         transfer slot) runs outside the lock, so a HELLO waiting for admission never holds up the HELLOs,
-        stripe joins and resumes of other transfers; a second stripe of the same ticket waits for it.
+        stripe joins and resumes of other transfers; another HELLO of the same ticket waits until the
+        transfer is published.
         """
         while True:
             with self._lock:
-                transfer = self._transfers.get(ticket) or self._finished_transfer(ticket)
-                if transfer is not None:
-                    return transfer
+                # While HELLOs of a new transfer still queue for their attach, a later one queues behind them.
                 pending = self._redeeming.get(ticket)
                 mine = pending is None
-                if pending is None:
+                if pending is not None:
+                    place = pending.join()
+                else:
+                    transfer = self._transfers.get(ticket) or self._finished_transfer(ticket)
+                    if transfer is not None:
+                        return transfer, None
                     pending = self._redeeming[ticket] = _Redemption()
             if not mine:
-                found = pending.wait(self._stopped)
+                found = pending.wait(place, self._stopped)
                 if found is not None:
-                    return found
+                    return found, lambda: self._left(ticket, pending, place)
+                self._left(ticket, pending, place)
                 continue  # that HELLO failed (a stranger's proof, say): this one tries for itself
-            made: Transfer | None = None
             try:
                 source, key = self.open_source(ticket, self.kind, None, proof=proves)
                 made = Transfer(
@@ -581,14 +626,27 @@ class DataChannelServer:
                     resume_timeout=self.resume_timeout, on_done=self._forget, label=source.label,
                     ticket_key=key, seal=Seal(seal_key(key)) if self.sealed else None,
                 )
-                with self._lock:
-                    self._transfers[ticket] = made
                 made.start()
-                return made
-            finally:
-                with self._lock:
-                    self._redeeming.pop(ticket, None)
-                pending.finish(made)
+            except BaseException:
+                self._published(ticket, None, pending)
+                raise
+            return made, lambda: self._published(ticket, made, pending)
+
+    def _published(self, ticket: bytes, transfer: Transfer | None, pending: _Redemption) -> None:
+        """End the redemption of ``ticket``: the HELLOs queued on it attach in turn, then every later HELLO
+        finds the transfer directly (or, when the redemption failed, tries for itself)."""
+        with self._lock:
+            if transfer is not None and not transfer.done:
+                self._transfers[ticket] = transfer
+            if transfer is None or pending.idle():
+                self._redeeming.pop(ticket, None)
+            pending.finish(transfer)
+
+    def _left(self, ticket: bytes, pending: _Redemption, place: object) -> None:
+        """A HELLO queued on the redemption of ``ticket`` is attached (or refused): the next may go."""
+        with self._lock:
+            if pending.leave(place) and self._redeeming.get(ticket) is pending:
+                del self._redeeming[ticket]
 
     def _forget(self, transfer: Transfer) -> None:
         key: bytes = transfer.key

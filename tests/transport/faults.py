@@ -154,6 +154,8 @@ class FaultyListener:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.fault: SendFault | None = None
+        #: Called when the server configures a connection, i.e. between a HELLO's redemption and its attach.
+        self.configuring: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -173,6 +175,9 @@ class FaultyListener:
         return _SendingFault(conn, self), peer
 
     def configure(self, conn: Any, options: dict[str, Any]) -> None:
+        hook = self.configuring
+        if hook is not None:
+            hook()
         self.inner.configure(getattr(conn, "inner", conn), options)
 
     def close(self) -> None:

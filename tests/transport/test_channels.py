@@ -286,6 +286,45 @@ class ChannelConformance:
         assert pa.Table.from_batches(batches, schema=decoder.schema).equals(harness.reference(BIG))
         assert transfer.summary().reconnects == 0  # no stripe of the owner was touched
 
+    def test_a_replayed_hello_cannot_overtake_the_owners_own(self, harness: Harness) -> None:
+        # Found while finishing issue 34's item 1: with the ticket redeemed outside the lock, the new transfer
+        # was findable before the redeeming HELLO's stripe was attached, and a replay of that HELLO arriving in
+        # the window took stripe 0 and the owner's data (test_a_stranger_joining… failed 1 run in 48). The
+        # owner's HELLO is held between its redemption and its attach while the replay arrives.
+        ticket, streams, schema = harness.ticket(BIG, self.streams, self.compression)
+        entered, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            entered.set()
+            release.wait(30)
+
+        harness.listener.configuring = hold
+        answer: dict[str, Any] = {}
+        transfer = harness.channel.open(ticket, streams, key=ticket.key, cipher=ticket.cipher)
+        try:
+            assert entered.wait(30), "the owner's HELLO never reached its attach"
+            harness.listener.configuring = None
+            replay = threading.Thread(target=lambda: answer.update(
+                frame=self.hello_from(harness, ticket, 0, key=ticket.key)), daemon=True)
+            replay.start()
+            replay.join(0.5)  # the old code answered at once, with the owner's data; now only after the owner's attach
+            release.set()
+            replay.join(30)
+            frame = answer.get("frame")
+            assert frame is not None and frame.kind == Kind.ERROR, frame
+            assert frame.json()["code"] == "bad_ticket" and "attempt" in frame.json()["message"]
+            decoder, batches = BatchDecoder(), []
+            for sequence, _, payload in transfer.messages():
+                if sequence == 0:
+                    decoder.decode_schema(payload)
+                else:
+                    batches.append(decoder.decode(payload))
+        finally:
+            release.set()
+            transfer.close()
+        assert pa.Table.from_batches(batches, schema=decoder.schema).equals(harness.reference(BIG))
+        assert transfer.summary().reconnects == 0
+
     def test_a_hello_is_answered_while_another_waits_for_admission(self, catalog: Catalog) -> None:
         # Issue 34: the first HELLO of a ticket was redeemed under the channel server's lock, and redeeming waits
         # for a transfer slot (up to admission_wait_s): with the one slot busy, a bogus HELLO was answered only
