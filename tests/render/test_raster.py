@@ -37,7 +37,8 @@ def test_each_point_takes_the_nearest_cell_or_none_outside(grid, data) -> None:
     dlat = np.abs(plat[:, None] - lat)
     dlon = np.abs((plon[:, None] - lon + 180) % 360 - 180)
     step_lat = np.abs(np.diff(lat)).min()
-    step_lon = np.abs(np.diff((np.sort(lon)))).min() if not whole else 360 / len(lon)
+    # the spacing on the circle, in the grid's own order: [359, 0] is 1° apart, not 359°
+    step_lon = np.abs((np.diff(lon) + 180) % 360 - 180).min() if not whole else 360 / len(lon)
     i, j = dlat.argmin(1), dlon.argmin(1)
     near_lat, near_lon = dlat.min(1), dlon.min(1)
     clear_inside = (near_lat < 0.49 * step_lat) & (near_lon < 0.49 * step_lon)
@@ -57,3 +58,12 @@ def test_tile_zero_spans_the_mercator_world_and_missing_values_are_transparent()
     assert lon[0, 0] > -180 and lon[0, -1] < 180 and 84.9 < lat[0, 0] < 85.06 and lat[-1, 0] == -lat[0, 0]
     rgba = colour(np.array([np.nan, 0.0, 1.0]), "viridis", 0.0, 1.0)
     assert rgba[0].tolist() == [0, 0, 0, 0] and rgba[1, 3] == 255 and rgba[2, 3] == 255
+
+
+def test_a_two_cell_grid_across_0_degrees_has_its_step_on_the_circle() -> None:
+    # The case hypothesis found for the test's own oracle: lon [359, 0] is 1° apart, not 359° (sorted).
+    lat, lon = np.array([0.0, 1.0]), np.array([359.0, 0.0])
+    slab = Slab(np.arange(4, dtype=np.float64).reshape(2, 2), lat, lon)
+    got = sample(slab, np.array([0.3, 359.2, 1.0, 357.0]), np.array([0.0, 1.0, 0.0, 0.0]))
+    assert got[0] == 1.0 and got[1] == 2.0  # the nearest cells: (lat 0, lon 0), (lat 1, lon 359)
+    assert np.isnan(got[2]) and np.isnan(got[3])  # a whole step or more from any cell: outside
