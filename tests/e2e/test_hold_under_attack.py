@@ -106,8 +106,11 @@ def test_an_idle_http2_flood_is_held_to_the_grpc_doors_caps(ccm3_only: Path, tmp
             eventually(lambda: flood.opened >= 240, "the flood did not open its connections")
             eventually(lambda: flood.cut > 0, "the server kept every connection of the flood")
             for _ in range(3):  # held while the flood goes on reopening what was cut
-                held = per_address(port)
-                assert sum(held.values()) <= 48 + 2, held  # one over the cap lives while gRPC accepts and closes it
+                # The caps are enforced as connections arrive (gRPC accepts, then the warden closes): a sample
+                # taken between the two sees a few over, more on a busy machine (53 seen with two test runs on
+                # 2 cores). What must hold is that the server comes back under them while the flood goes on.
+                eventually(lambda: sum(per_address(port).values()) <= 48 + 2,  # one over lives while gRPC closes it
+                           f"the flood holds more than the door's 48 connections: {per_address(port)}")
                 eventually(lambda: max(per_address(port).values(), default=0) <= 8,
                            f"an address holds more than its 8 connections: {per_address(port)}")
             with dstp.connect(srv.endpoints.grpc) as c:  # the bystander, from 127.0.0.1
