@@ -23,6 +23,7 @@ import pyarrow.flight as fl
 import pytest
 
 import dstp
+from dstp.errors import ServerUnreachableError
 from attacks import IdleHttp2Flood, StalledGrpcReaders, TokenGuessing
 from clock import Clock
 from dstp.auth import TokenStore
@@ -114,14 +115,28 @@ def test_an_idle_http2_flood_is_held_to_the_grpc_doors_caps(ccm3_only: Path, tmp
                 eventually(lambda: max(per_address(port).values(), default=0) <= 8,
                            f"an address holds more than its 8 connections: {per_address(port)}")
             with dstp.connect(srv.endpoints.grpc) as c:  # the bystander, from 127.0.0.1
-                assert answered_within(PROBE_DEADLINE_S, lambda: c.query(TINY)).num_rows == 3
-                assert answered_within(PROBE_DEADLINE_S, lambda: c.query(TINY, transport="striped")).num_rows == 3
+                # A fresh connection may meet the door at its cap before the warden cuts a flood connection
+                # (issue 33: 7 of 60 fresh gRPC probes refused under the flood): it tries again, as a client would.
+                assert bystander(lambda: c.query(TINY)).num_rows == 3
+                assert bystander(lambda: c.query(TINY, transport="striped")).num_rows == 3
             with httpx.Client(base_url=f"http://{srv.endpoints.http}", timeout=PROBE_DEADLINE_S) as http:
                 r = answered_within(PROBE_DEADLINE_S, lambda: http.get("/query", params={"sql": TINY}))
                 assert r.status_code == 200 and r.text.count("\n") == 4
             assert flood.running()
     finally:
         srv.stop()
+
+
+def bystander(probe: Any, attempts: int = 5) -> Any:
+    """Return ``probe()`` answered within the deadline, trying again (at most ``attempts`` times) when its fresh
+    connection was refused at the door's cap; any other error, or a refusal every time, fails the test."""
+    for attempt in range(attempts):
+        try:
+            return answered_within(PROBE_DEADLINE_S, probe)
+        except ServerUnreachableError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def test_an_idle_http2_flood_is_held_to_the_flight_doors_caps(ccm3_only: Path, tmp_path: Path) -> None:
