@@ -364,3 +364,30 @@ class PendingHelloFlood(Attack):
         finally:
             for sock in held:
                 sock.close()
+
+
+def eventually(condition: Callable[[], bool], what: str, seconds: float = 15.0) -> None:
+    """Wait until ``condition()`` holds, failing with ``what`` after ``seconds`` (a bound, never a timer waited out)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def answered_within(deadline_s: float, probe: Callable[[], Any]) -> Any:
+    """Return ``probe()`` run on a thread, failing if it has not returned after ``deadline_s``."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = probe()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            result["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(deadline_s)
+    assert not t.is_alive(), f"the probe was not answered within {deadline_s:g} s"
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

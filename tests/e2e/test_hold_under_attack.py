@@ -24,7 +24,7 @@ import pytest
 
 import dstp
 from dstp.errors import ServerUnreachableError
-from attacks import IdleHttp2Flood, StalledGrpcReaders, TokenGuessing
+from attacks import IdleHttp2Flood, StalledGrpcReaders, TokenGuessing, answered_within, eventually
 from clock import Clock
 from dstp.auth import TokenStore
 from dstp.connections import door_connections
@@ -57,32 +57,6 @@ def start(root: Path, clock: Clock, tmp: Path, users: tuple[str, ...] = ("alice"
     server = DstpServer(settings, clock=clock, timer=clock)  # HTTP deadlines too: by the test's clock
     server.start()
     return server, secrets
-
-
-def eventually(condition: Callable[[], bool], what: str, seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
-def answered_within(deadline_s: float, probe: Callable[[], Any]) -> Any:
-    """Return ``probe()`` run on a thread, failing if it has not returned after ``deadline_s``."""
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["value"] = probe()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            result["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(deadline_s)
-    assert not t.is_alive(), f"the probe was not answered within {deadline_s:g} s"
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
 
 
 def per_address(port: int) -> collections.Counter[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -19,7 +18,8 @@ import httpx
 import pytest
 
 import dstp
-from attacks import HalfSentHttpRequests, PlanningBomb, StalledGrpcReaders, TricklingHellos, planning_bomb
+from attacks import (HalfSentHttpRequests, PlanningBomb, StalledGrpcReaders, TricklingHellos, answered_within,
+                     eventually, planning_bomb)
 from clock import Clock
 from dstp.auth import Principal, TokenStore
 from dstp.proto import dstp_pb2 as pb
@@ -54,13 +54,6 @@ def limits_server(root: Path, clock: Clock, tmp: Path, **changes: Any) -> tuple[
     return server, secret
 
 
-def eventually(condition: Callable[[], bool], what: str, seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def readers_stalled(srv: DstpServer, count: int) -> None:
     """Wait until ``count`` slots wait on readers that take nothing more (the same wait, twice in a row)."""
     assert srv.service is not None
@@ -72,25 +65,6 @@ def readers_stalled(srv: DstpServer, count: int) -> None:
         return len(first) >= count and admission.waiting_on_readers() == first
 
     eventually(stuck, f"{count} readers never stalled")
-
-
-def answered_within(deadline_s: float, probe: Callable[[], Any]) -> Any:
-    """Return ``probe()`` run on a thread, failing if it has not returned after ``deadline_s``."""
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["value"] = probe()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            result["error"] = exc
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(deadline_s)
-    assert not t.is_alive(), f"the probe was not answered within {deadline_s:g} s"
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
 
 
 # -- planning ---------------------------------------------------------------------------------------
