@@ -8,9 +8,12 @@ same warning logged by earlier tests within its window would be dropped here.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from dstp.samples import generate_samples
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +25,11 @@ def _catalog_warnings_unlimited() -> Iterator[None]:
     yield
     for f in kept:
         logger.addFilter(f)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small bundled samples, written once per test module (the store tests upload them)."""
+    root = tmp_path_factory.mktemp("samples")
+    generate_samples(root, "small")
+    return root

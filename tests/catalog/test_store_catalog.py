@@ -20,18 +20,10 @@ from dstp.catalog.objects import ObjectFiles
 from dstp.catalog.registry import Catalog
 from dstp.catalog.stores import StoreConfig, open_store
 from dstp.errors import DataFileError, StoreUnavailableError
-from dstp.samples import generate_samples
 from dstp.settings import Settings
 
 SETTINGS = Settings(batch_rows=4096)
 SAMPLE_CASES = [c for c in CASES if c[1] in ("ccm3", "ocean")]
-
-
-@pytest.fixture(scope="module")
-def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("samples")
-    generate_samples(root, "small")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,8 @@ from oracle import frame
 from store_servers import S3Server, free_port
 
 import dstp
-from dstp.samples import generate_samples
 from dstp.server import DstpServer
 from dstp.settings import Settings
-
-
-@pytest.fixture(scope="module")
-def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("samples")
-    generate_samples(root, "small")
-    return root
 
 
 @pytest.fixture(scope="module")
