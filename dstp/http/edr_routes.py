@@ -68,7 +68,7 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             details = service.describe(dataset_id, principal)
 
             def run(sql: str) -> pa.Table:
-                return whole_result(service, sql, principal)
+                return whole_result(service, sql, principal, channel="edr")
 
             q = edr.parse_query(query_type, params, details)
             axes, _ = axes_cache.of(service, details, principal)

@@ -64,10 +64,11 @@ def _split(name: str, allowed: tuple[str, ...]) -> tuple[str, str]:
 
 
 def whole_result(service: DstpService, sql: str, principal: Principal,
-                 cancel: threading.Event | None = None) -> pa.Table:
+                 cancel: threading.Event | None = None, channel: str = "direct") -> pa.Table:
     """Return the whole result of ``sql`` run by the service for a door that answers in one piece (ERDDAP files,
-    Zarr chunks): LimitExceededError (413) past MAX_ASSEMBLED_BYTES, or when the server would truncate it."""
-    execution = service.run(sql, cancel, principal)
+    Zarr chunks, EDR and OPeNDAP answers; ``channel`` names the door in the audit log): LimitExceededError past
+    MAX_ASSEMBLED_BYTES, or when the server would truncate it."""
+    execution = service.run(sql, cancel, principal, channel=channel)
     try:
         batches, size = [], 0
         for batch in execution.batches():

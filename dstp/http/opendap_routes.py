@@ -29,6 +29,7 @@ from dstp.auth import Principal
 from dstp.errors import BadRequestError, DstpError, LimitExceededError, RouteNotFoundError
 from dstp.http.erddap import ErddapDataset
 from dstp.http.error_responses import incident
+from dstp.http.facade_routes import whole_result
 from dstp.hyperslabs import kept_rows, quote_name, slab_query
 from dstp.metadata import DatasetDetails
 from dstp.opendap import dap2, dap4
@@ -137,15 +138,7 @@ class _Door:
         return np.asarray(column.to_numpy(zero_copy_only=False)).astype(v.dtype, copy=False)
 
     def _table(self, sql: str, principal: Principal) -> pa.Table:
-        execution = self.service.run(sql, None, principal, channel="opendap")
-        try:
-            batches = list(execution.batches())
-            if execution.summary.truncated:
-                raise LimitExceededError(f"the answer is larger than this server sends "
-                                         f"({execution.summary.truncated_reason}); ask for a smaller hyperslab")
-            return pa.Table.from_batches(batches, schema=execution.schema)
-        finally:
-            execution.close()
+        return whole_result(self.service, sql, principal, channel="opendap")
 
 
 def _check_size(ds: DapDataset, parts: list[tuple[str, Ranges]]) -> None:

@@ -39,7 +39,7 @@ def zarr_router(service: DstpService, principal_of: Callable[[Request], Principa
         details = service.describe(dataset_id, principal)
 
         def run(sql: str) -> pa.Table:
-            return whole_result(service, sql, principal)
+            return whole_result(service, sql, principal, channel="zarr")
 
         axes, raw = axes_cache.of(service, details, principal)
         return ZarrStore(details, axes, raw, run)
