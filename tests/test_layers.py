@@ -115,8 +115,8 @@ def test_the_http_adapter_is_dstp_http() -> None:
 def test_only_app_and_error_responses_import_the_web_framework() -> None:
     # the routers (included by app.py) and the ASGI limits middleware (wraps uvicorn's h11 protocol)
     framework = {"app.py", "error_responses.py", "facade_routes.py", "feed_routes.py", "limits.py",
-                 "zarr_routes.py", "edr_routes.py", "map_routes.py",
-                 "opendap_routes.py"}
+                 "zarr_routes.py", "edr_routes.py", "map_routes.py", "opendap_routes.py",
+                 "catalog_routes.py", "query_routes.py", "login_routes.py", "html_pages.py"}
     for path in (ROOT / "dstp" / "http").glob("*.py"):
         if path.name in framework:
             continue
