@@ -208,7 +208,7 @@ def query_on(args: argparse.Namespace, c: Any, stop: Callable[[], None] | None =
         if out is not None:
             status = save(args, c, stream, out, finish)
         elif args.format == "csv":
-            from dstp.client._output import csv_header, csv_rows, csv_truncation_line
+            from dstp.result_files import csv_header, csv_rows, csv_truncation_line
 
             sink = sys.stdout.buffer
             sink.write(csv_header(stream.schema))

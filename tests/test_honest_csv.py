@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import oracle
-from dstp.client._output import csv_header, csv_rows
+from dstp.result_files import csv_header, csv_rows
 from dstp.server import DstpServer
 from dstp.settings import Settings
 

@@ -9,7 +9,7 @@
 from dstp.client._client import Client, connect
 from dstp.client._policy import ChannelChoice, ChannelPolicy
 from dstp.client._stream import Progress, QueryStream
-from dstp.client._xarray import to_xarray
+from dstp.result_grid import to_xarray
 from dstp.transport.channels import DataChannel
 from dstp.transport.codec import ChannelOffer, QueryInfo, TransferSummary
 

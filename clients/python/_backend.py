@@ -48,7 +48,7 @@ from xarray.core import indexing
 
 from dstp.client._client import Client
 from dstp.hyperslabs import Axis, quote_name, slab_query
-from dstp.client._xarray import to_xarray
+from dstp.result_grid import to_xarray
 from dstp.cf_encoding import APPLIED as _APPLIED
 from dstp.cf_encoding import TimeEncoding, to_numpy, variable_attrs
 from dstp.cf_encoding import time_encoding as _time_encoding

@@ -43,9 +43,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
-from dstp.client._output import csv_header, csv_rows
-from dstp.client._output import write_netcdf as _write_netcdf
-from dstp.client._xarray import missing_grid_columns
+from dstp.result_files import csv_header, csv_rows
+from dstp.result_files import write_netcdf as _write_netcdf
+from dstp.result_grid import missing_grid_columns
 from dstp.errors import DstpError, QueryError, TransportUnavailableError
 from dstp.metadata import DatasetDetails
 
@@ -321,7 +321,7 @@ def check_gridded(schema: pa.Schema) -> None:
 
 def write_netcdf(table: pa.Table, path: Path, time_units: Mapping[str, str],
                  details: DatasetDetails | None = None) -> None:
-    """Write a gridded result to ``path`` as CF netCDF-4 (:func:`dstp.client._output.write_netcdf`, the CLI's
+    """Write a gridded result to ``path`` as CF netCDF-4 (:func:`dstp.result_files.write_netcdf`, the CLI's
     writer too), holding the catalog's netCDF lock (HDF5 is not thread-safe); ``details`` (of the dataset a
     one-dataset query reads) give the variables' and the files' global attributes."""
     try:
