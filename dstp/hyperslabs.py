@@ -2,7 +2,7 @@
 
 Facades that address data by index translate here: the xarray backend
 (:mod:`dstp.client._backend`) asks for ``var[k0, k1, …]`` with integers and
-slices (xarray's basic indexing), ERDDAP's griddap (:mod:`dstp.http.erddap`)
+slices (xarray's basic indexing), ERDDAP's griddap (:mod:`dstp.erddap.dataset`)
 for ``var[start:stride:stop]…``. Both end as dstp SQL run by the service:
 nothing here reads data. The query language has
 no index ranges, but it has the two things that make them: coordinate

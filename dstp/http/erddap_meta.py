@@ -1,7 +1,7 @@
 """ERDDAP's catalog tables: a dataset's info, search results, allDatasets — as ERDDAP lays them out.
 
 Built from the service's descriptions (DatasetDetails), never from files;
-rendered like any ERDDAP table by :mod:`dstp.http.erddap_formats`.
+rendered like any ERDDAP table by :mod:`dstp.erddap.formats`.
 
 * info (``/erddap/info/ID/index.csv``): ``Row Type, Variable Name, Attribute Name, Data Type, Value``
   — the global attributes, then each dimension and variable with its attributes (erddapy's
@@ -20,8 +20,8 @@ from urllib.parse import unquote_plus
 import numpy as np
 
 from dstp.errors import QueryError
-from dstp.http.erddap import ErddapDataset, erddap_type
-from dstp.http.erddap_formats import ErddapTable, _axis_attrs, _attrs_of
+from dstp.erddap.dataset import ErddapDataset, erddap_type
+from dstp.erddap.formats import ErddapTable, _axis_attrs, _attrs_of
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.metadata import DatasetDetails
 

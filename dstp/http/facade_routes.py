@@ -2,7 +2,7 @@
 
 One ``APIRouter``, included by :func:`dstp.http.app.create_app` in one line.
 Like the app's own routes each one only translates: the ERDDAP grammar
-(:mod:`dstp.http.erddap`) and STAC models (:mod:`dstp.http.stac`) turn a
+(:mod:`dstp.erddap.dataset`) and STAC models (:mod:`dstp.http.stac`) turn a
 request into service calls — ``service.run(sql, …, principal)`` for data,
 ``service.datasets``/``describe`` for metadata — with the principal the
 app's middleware established (``principal_of``), so access policy, limits
@@ -24,10 +24,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from dstp.auth import Principal
 from dstp.errors import DatasetNotFoundError, LimitExceededError, NotFoundError, QueryError
 from dstp.hyperslabs import kept_rows
-from dstp.http import erddap_formats as fmt
+from dstp.erddap import formats as fmt
 from dstp.http import stac
 from dstp.http import stac_items as stac_items_
-from dstp.http.erddap import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
+from dstp.erddap.dataset import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
 from dstp.http.erddap_meta import all_datasets, info_table, search_table
 from dstp.http.error_responses import incident
 from dstp.http.paging import DEFAULT_PAGE, erddap_page, next_offset, page_url, summaries

@@ -27,7 +27,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from dstp.auth import Principal
 from dstp.errors import BadRequestError, DstpError, LimitExceededError, RouteNotFoundError
-from dstp.http.erddap import ErddapDataset
+from dstp.erddap.dataset import ErddapDataset
 from dstp.http.error_responses import incident
 from dstp.http.facade_routes import whole_result
 from dstp.hyperslabs import kept_rows, quote_name, slab_query

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dstp.http.erddap import ErddapDataset
-from dstp.http.erddap_formats import attributes_of
+from dstp.erddap.dataset import ErddapDataset
+from dstp.erddap.formats import attributes_of
 from dstp.metadata import DatasetDetails, DimensionInfo
 
 __all__ = ["DapDataset", "DapVariable", "DapAttribute", "build_dataset", "dap2_type", "dap4_type"]
@@ -210,7 +210,7 @@ def time_numbers(values: Any, units: str, calendar: str) -> np.ndarray:
     """Return times (datetime64, datetimes or ISO labels) as numbers of ``units`` on ``calendar``; NaN where missing."""
     import cftime
 
-    from dstp.http.erddap_times import parse_label
+    from dstp.erddap.times import parse_label
 
     flat = list(np.asarray(values, dtype=object).reshape(-1))
     out = np.full(len(flat), np.nan)

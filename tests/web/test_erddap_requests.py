@@ -26,7 +26,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 import dstp
 from dstp.catalog.publish import publish
-from dstp.http.erddap import ErddapDataset, parse_tabledap
+from dstp.erddap.dataset import ErddapDataset, parse_tabledap
 from dstp.server import DstpServer
 from dstp.settings import Settings
 

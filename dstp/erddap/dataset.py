@@ -3,7 +3,7 @@
 Nothing here reads data or knows the web framework: a request's query
 string becomes one dstp query, which the router (:mod:`dstp.http.facade_routes`)
 runs through the service like any other; the answer is rendered by
-:mod:`dstp.http.erddap_formats`. docs/erddap.md lists what is supported.
+:mod:`dstp.erddap.formats`. docs/erddap.md lists what is supported.
 
 **griddap** ``ID.ext?var[(start):stride:(stop)][…],var2[…]``: a dataset's
 griddap axes are its default grid, and its grid variables the attributes on
@@ -29,7 +29,7 @@ expressions) and the aggregating ``orderByMax``/``Min``/``Count``/``Mean``/
 ``Sum`` are refused with a message: the query language has no regular
 expressions or aggregates.
 
-**Times** (:mod:`dstp.http.erddap_times`): text is a date on the column's
+**Times** (:mod:`dstp.erddap.times`): text is a date on the column's
 own calendar; a number is ERDDAP's seconds since 1970-01-01T00:00:00Z, on every
 calendar: the label's seconds where dstp keeps times as timestamps
 (standard, proleptic Gregorian, noleap), and on 360_day and the other
@@ -48,7 +48,7 @@ from urllib.parse import unquote_plus
 import numpy as np
 
 from dstp.errors import NotFoundError, QueryError
-from dstp.http.erddap_times import (ERDDAP_CALENDAR, ERDDAP_TIME_UNITS, TimeAxis, finite_number, now_seconds,
+from dstp.erddap.times import (ERDDAP_CALENDAR, ERDDAP_TIME_UNITS, TimeAxis, finite_number, now_seconds,
                                     shift_seconds)
 from dstp.hyperslabs import Axis, quote_name, slab_query, Slab, sql_literal
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
@@ -128,7 +128,7 @@ class ErddapDataset:
     def time_number_units(self, column: str) -> tuple[str, str]:
         """Return the units and calendar of a time column's numbers (constraints, ``.das``, tabledap ``.nc``).
 
-        ERDDAP's seconds since 1970 on every calendar (:mod:`dstp.http.erddap_times`), which decode on the
+        ERDDAP's seconds since 1970 on every calendar (:mod:`dstp.erddap.times`), which decode on the
         proleptic Gregorian calendar to ERDDAP's instants.
         """
         return ERDDAP_TIME_UNITS, ERDDAP_CALENDAR

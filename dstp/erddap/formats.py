@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
-from dstp.http.erddap import ERDDAP_TIME_UNITS, ErddapDataset, GridRequest, erddap_type, render_time
-from dstp.http.erddap_times import parse_label
-from dstp.http.ucum import udunits_to_ucum
+from dstp.erddap.dataset import ERDDAP_TIME_UNITS, ErddapDataset, GridRequest, erddap_type, render_time
+from dstp.erddap.times import parse_label
+from dstp.erddap.ucum import udunits_to_ucum
 
 __all__ = ["ErddapTable", "error_body", "from_arrow", "grid_netcdf", "table_netcdf", "render", "MEDIA_TYPES",
            "das", "dds", "ncml", "attributes_of"]
