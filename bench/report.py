@@ -27,7 +27,7 @@ def machine() -> dict[str, Any]:
         mem = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
     except OSError:
         mem = 0
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
