@@ -174,7 +174,6 @@ SAME_LAYER = {
 #: Imports against the layers that are known and planned away (issue 34). The test fails once one is gone.
 AGAINST_THE_LAYERS = {
     ("dstp.http", "dstp.client"): "HTTP formats share the client's CSV/netCDF writers (item 5)",
-    ("dstp.cluster", "dstp.grpc_app"): "scale-out subclasses the gRPC servicer (item 6)",
     ("dstp.opendap", "dstp.http"): "the DAP model reuses the ERDDAP facade's dataset view, attribute filter and "
                                    "time labels (to move down into formats beside it)",
 }
