@@ -231,6 +231,12 @@ class DstpServicer(pb_grpc.DstpServicer):
             return codec.details_pb(self.service.describe(request.id, principal_of(context)))
         raise AssertionError("unreachable")
 
+    def AxisValues(self, request: pb.AxisValuesRequest, context: grpc.ServicerContext) -> pb.AxisValuesResponse:
+        with grpc_errors(context):
+            values = self.service.axis_values(request.dataset, request.dimension, principal_of(context))
+            return codec.axis_values_pb(request.dimension, values)
+        raise AssertionError("unreachable")
+
     def _partitions(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> QueryInfo | None:
         """Return the partitioned answer of a scaled-out server's executor for ``request``, or None: answer here."""
         kind = _partition_kind(request)
@@ -431,6 +437,7 @@ def add_to_server(servicer: DstpServicer, server: grpc.Server) -> None:
     handlers = {
         "ListDatasets": unary(servicer.ListDatasets, pb.ListDatasetsRequest, pb.ListDatasetsResponse),
         "Describe": unary(servicer.Describe, pb.DescribeRequest, pb.DatasetDescription),
+        "AxisValues": unary(servicer.AxisValues, pb.AxisValuesRequest, pb.AxisValuesResponse),
         "Query": unary(servicer.Query, pb.QueryRequest, pb.QueryResponse),
         "Fetch": stream(servicer.Fetch, pb.FetchRequest, fetch_response_bytes),
         "Run": stream(servicer.Run, pb.QueryRequest, fetch_response_bytes),
