@@ -30,7 +30,7 @@ from dstp.catalog.cf import time_literal
 from dstp.errors import ForbiddenQueryError, QueryError, UnknownColumnError
 from dstp.query import _calendar, _keys
 from dstp.query._scope import ColumnMeta, DatasetSource, MatchupSource, Scope, Source
-from dstp.query._text import DIALECT, error_at, snippet, type_token
+from dstp.query._text import DIALECT, error_at, operator_token, snippet, type_token
 
 __all__ = ["AGGREGATES", "ALLOWED_FUNCTIONS", "Checker", "INT64_MAX", "MAX_EXPRESSION_DEPTH", "MAX_EXPRESSION_TERMS",
            "WINDOW_FUNCTIONS", "check_depth", "check_integers", "meta_of", "rebalance"]
@@ -208,7 +208,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Interval: "INTERVAL arithmetic", exp.Any: "ANY (…)", exp.All: "ALL (…)",
     exp.Lambda: "a lambda function", exp.Array: "a list value",
     exp.Struct: "a struct value", exp.Bracket: "indexing with […]", exp.Dot: "field access with '.'",
-    exp.Collate: "COLLATE", exp.Unnest: "UNNEST",
+    exp.Collate: "COLLATE", exp.Unnest: "UNNEST", exp.DPipe: "string concatenation with ||",
 }
 #: Where aggregates and window functions may stand, by clause.
 _AGGREGATE_CLAUSES = {"select", "having", "order", "qualify"}
@@ -698,6 +698,10 @@ class Checker:
             allowed = ", ".join(sorted({*ALLOWED_FUNCTIONS.values(), "season"}))
             return error_at(ForbiddenQueryError, f"function {name}() is not allowed (allowed: {allowed}; "
                             "aggregates and window functions: see the query language)", self.sql, node)
+        if isinstance(node, exp.DPipe):  # at the operator, not at the first operand
+            at = operator_token(node, "||", self.sql)
+            return error_at(ForbiddenQueryError, f"{_NODE_NAMES[exp.DPipe]} is not supported in a dstp query",
+                            self.sql, at if at is not None else node)
         what = next((label for cls, label in _NODE_NAMES.items() if isinstance(node, cls)), None)
         if what is None:
             what = repr(snippet(node, sql=self.sql)) if isinstance(node, exp.Expression) else "this"
