@@ -902,9 +902,3 @@ def string_length_dimensions(metas: Sequence[FileMeta]) -> set[str]:
                 lengths.add(var.dimensions[-1])
             others.update(var.value_dimensions)
     return lengths - others
-
-
-def iter_variable_values(handles: FileHandles, paths: Sequence[Path], variable: str) -> Iterator[np.ndarray]:
-    """Yield the whole raw values of ``variable`` from each file in turn (coordinates)."""
-    for path in paths:
-        yield handles.read(path, variable, ())

@@ -471,8 +471,6 @@ class Checker:
         would differ from run to run; a dataset's records have an order (the grid's
         C order), and pandas' and xarray's first/last skip missing values.
         """
-        from dstp.query._scope import DatasetSource
-
         word = "first" if isinstance(node, exp.First) else "last"
         columns = list(node.this.find_all(exp.Column)) if isinstance(node.this, exp.Expression) else []
         tables = {c.table.lower() for c in columns}
@@ -822,7 +820,3 @@ def _time_literal_node(node: exp.Expression) -> exp.Literal | None:
                                          exp.DataType.Type.DATE}:
             return node.this
     return None
-
-
-def is_dataset_source(source: Source) -> bool:
-    return isinstance(source, DatasetSource)

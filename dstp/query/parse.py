@@ -159,8 +159,3 @@ def _validate(tree: exp.Expression, tokens: Any, sql: str, catalog: Catalog) -> 
         simple=info.simple and len(bound.references) == 1 and not bound.matchups,
         aggregated=info.aggregated,
     )
-
-
-def describe_literal(node: Any) -> str:
-    """Return a short text for a node, for messages."""
-    return node.sql(dialect=DIALECT) if isinstance(node, exp.Expression) else str(node)
