@@ -1,9 +1,9 @@
 """The executor is the service's: a coordinator's reductions run on its workers whichever door the query took.
 
 Before issue 34 scale-out was wired into the gRPC adapter (``ClusterServicer`` subclassed the servicer) and the
-reduction hook was attached to the service afterwards (``service.queries.rewrite = …``). Now the server assembly
-hands the coordinator to the service's constructor as its executor, and every door — gRPC, HTTP, Arrow Flight —
-asks the service. Each answer is checked against a single server's; the workers' reports say who computed it.
+service knew of the coordinator only as a bare reduction hook (``rewrite=``). Now the server assembly hands the
+coordinator to the service's constructor as its executor, and every door — gRPC, HTTP, Arrow Flight — asks the
+service. Each answer is checked against a single server's; the workers' reports say who computed it.
 """
 
 from __future__ import annotations
