@@ -61,7 +61,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                                           "RemoteSpec"}),
     "dstp.catalog.dsg": frozenset({"FeatureLayout", "Link", "RaggedStructure"}),
     "dstp.catalog.gridmapping": frozenset({"GridMapping"}),
-    "dstp.catalog.netcdf4_": frozenset({"FileMeta", "VariableMeta", "FileIdentity"}),
+    "dstp.catalog.headers": frozenset({"FileMeta", "VariableMeta"}),
+    "dstp.catalog.netcdf4_": frozenset({"FileIdentity"}),
 }
 
 

@@ -157,10 +157,6 @@ class AttributeColumn:
     def file_dimensions(self) -> tuple[str, ...]:
         return self.variable_dims or self.spec.dimensions
 
-    @property
-    def is_coordinate(self) -> bool:
-        return self.role != "data"
-
 
 @dataclass(frozen=True, slots=True)
 class ColumnTraits:

@@ -16,7 +16,6 @@ you like; ``dstp catalog validate`` checks the result.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from collections import Counter
 from dataclasses import replace
@@ -46,6 +45,15 @@ from dstp.catalog.descriptor import (
 )
 from dstp.catalog import ugrid
 from dstp.catalog.binding import check_dimension_sizes
+from dstp.catalog._draft_files import (
+    basename,
+    common_glob,
+    part_globs,
+    resolve_reference,
+    split_by_variable,
+    union,
+    within_group,
+)
 from dstp.catalog.dsg import feature_type, ragged_structure
 from dstp.catalog.facts import FactsReader, FileFacts, Headers, Prefetch, Unreadable, gather_many
 from dstp.catalog.netcdf4_ import (
@@ -54,7 +62,6 @@ from dstp.catalog.netcdf4_ import (
     FileSource,
     VariableMeta,
     inspect_file,
-    resolve_in_group,
     string_length_dimensions,
 )
 from dstp.errors import CatalogError, DataFileError, DescriptorError
@@ -89,11 +96,6 @@ def _cf_pairs(attrs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _resolve(variables: Mapping[str, VariableMeta], owner: str, ref: str) -> str:
-    """Return the key of the variable a CF attribute of ``owner`` names: in its group, else a parent's."""
-    return resolve_in_group(variables, owner.rsplit("/", 1)[0] if "/" in owner else "", ref)
-
-
 def _referenced(variables: Mapping[str, VariableMeta]) -> tuple[set[str], set[str]]:
     """Return (bounds/grid-mapping names, auxiliary coordinate names) that CF attributes reference."""
     support: set[str] = set()
@@ -103,15 +105,11 @@ def _referenced(variables: Mapping[str, VariableMeta]) -> tuple[set[str], set[st
             value = var.attrs.get(key)
             if isinstance(value, str):
                 refs = value.replace(":", " ").split()[:1] if key == "grid_mapping" else value.split()
-                support.update(_resolve(variables, var.name, r) for r in refs)
+                support.update(resolve_reference(variables, var.name, r) for r in refs)
         coords = var.attrs.get("coordinates")
         if isinstance(coords, str):
-            auxiliary.update(_resolve(variables, var.name, r) for r in coords.split())
+            auxiliary.update(resolve_reference(variables, var.name, r) for r in coords.split())
     return support & set(variables), auxiliary & set(variables)
-
-
-def _basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
 
 
 def _column_names(variables: Mapping[str, VariableMeta], rename: Mapping[str, str]) -> dict[str, str]:
@@ -119,10 +117,10 @@ def _column_names(variables: Mapping[str, VariableMeta], rename: Mapping[str, st
 
     ``rename`` may name a variable by its name or by its path (``Grid/precipitation``).
     """
-    counts = Counter(_basename(k) for k in variables)
+    counts = Counter(basename(k) for k in variables)
     out = {}
     for key in variables:
-        base = _basename(key)
+        base = basename(key)
         wanted = rename.get(key) or rename.get(base) or (base if counts[base] == 1 else key.replace("/", "_"))
         out[key] = _identifier(wanted)
     return out
@@ -133,28 +131,8 @@ def _dimension_variable(variables: Mapping[str, VariableMeta], dim: str) -> Vari
     exact = variables.get(dim)
     if exact is not None and exact.dimensions == (dim,):
         return exact
-    found = [v for k, v in variables.items() if _basename(k) == _basename(dim) and v.dimensions == (dim,)]
+    found = [v for k, v in variables.items() if basename(k) == basename(dim) and v.dimensions == (dim,)]
     return min(found, key=lambda v: v.name.count("/")) if found else None
-
-
-def _common_glob(names: Sequence[str]) -> str:
-    """Return a glob matching ``names`` that later files of the series will match too.
-
-    ``ccm3_1990-01.nc``, ``ccm3_1990-05.nc`` give ``ccm3_*.nc``: the common prefix
-    is cut back to its last separator, the common suffix forward to its first.
-    """
-    if len(names) == 1:
-        return names[0]
-    prefix = os.path.commonprefix(list(names))
-    suffix = os.path.commonprefix([n[::-1] for n in names])[::-1]
-    prefix = prefix.rstrip("0123456789-")
-    cut = max((i + 1 for i, ch in enumerate(prefix) if not ch.isalnum()), default=0)
-    prefix = prefix[:cut]
-    start = next((i for i, ch in enumerate(suffix) if not ch.isalnum()), len(suffix))
-    suffix = suffix[start:]
-    if len(prefix) + len(suffix) > min(len(n) for n in names):
-        suffix = ""
-    return f"{prefix}*{suffix}"
 
 
 def drafted_title(attributes: Sequence[AttributeSpec], glob: str) -> str:
@@ -210,9 +188,9 @@ def draft_descriptor(
     # The server's check, before a coordinate is read: a 9 KB file declaring time = 10^9 grew this to 23 GB.
     for meta in metas:
         check_dimension_sizes([meta], set(meta.dimensions), {})
-    first = _union(metas)
+    first = union(metas)
     if group is not None:
-        first = _within(first, group)
+        first = within_group(first, group)
     rename = dict(rename or {})
     names = _column_names(first.variables, rename)
     support, auxiliary = _referenced(first.variables)
@@ -254,7 +232,7 @@ def draft_descriptor(
     for var in first.variables.values():
         if var.value_dimensions or var.name in coord_vars or var.name in support:
             continue
-        scalar_axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
+        scalar_axis = "T" if var.name in text_times else coordinate_axis(basename(var.name), var.attrs)
         if (var.name in auxiliary or scalar_axis or "cf_role" in var.attrs) and servable(var) \
                 and holds_value(var.name):
             coord_vars.add(var.name)
@@ -270,14 +248,14 @@ def draft_descriptor(
         if not dims or var.name in coord_vars or var.name in support:
             continue
         std = str(var.attrs.get("standard_name", "")).lower()
-        geographic = std in ("latitude", "longitude") and dims != (_basename(var.name),)
+        geographic = std in ("latitude", "longitude") and dims != (basename(var.name),)
         on_records = dsg or bool(set(dims) & records)
         located = on_records and ("cf_role" in var.attrs or var.name in text_times or _dsg_axis(var) is not None)
-        instance_coordinate = len(dims) == 1 and dims[0] in instance and _basename(var.name) == dims[0]
+        instance_coordinate = len(dims) == 1 and dims[0] in instance and basename(var.name) == dims[0]
         if (var.name in auxiliary or geographic or located or instance_coordinate) and servable(var):
             coord_vars.add(var.name)
             auxiliary.add(var.name)
-            axis = "T" if var.name in text_times else coordinate_axis(_basename(var.name), var.attrs)
+            axis = "T" if var.name in text_times else coordinate_axis(basename(var.name), var.attrs)
             spec = _coordinate_spec(var, None, axis or "other", names)
             coordinates.append(replace(spec, dimensions=dims, time_format=ISO8601 if var.name in text_times else None))
 
@@ -312,10 +290,10 @@ def draft_descriptor(
     coordinates = _unique_index_names(coordinates, first.variables)
 
     aggregate = None
-    groups = _split_by_variable(metas, {v.name for v in data_vars}) if not (kind or structure) else [metas]
+    groups = split_by_variable(metas, {v.name for v in data_vars}) if not (kind or structure) else [metas]
     parts: tuple[str, ...] = ()
     if len(groups) > 1:
-        parts = _part_globs(groups, [p.name for p in paths])
+        parts = part_globs(groups, [p.name for p in paths])
         series = [g for g in groups if len(g) > 1]
         found = {_aggregate_dimension(g, axes, exclude=lengths | instance) for g in series}
         if len(found) > 1:
@@ -343,7 +321,7 @@ def draft_descriptor(
     g = first.attrs
     keys = _correlation_keys(coordinates)
     keywords = re.split(r"\s*[,;]\s*", str(g.get("keywords", "")).strip()) if g.get("keywords") else []
-    glob = _common_glob([f.name for f in paths])
+    glob = common_glob([f.name for f in paths])
     return Descriptor(
         id=dataset_id,
         title=title or _str_or_none(g.get("title")) or drafted_title(attributes, glob),
@@ -399,8 +377,8 @@ def _dimension_coordinates(
                 (
                     v for v in first.variables.values()
                     if v.dimensions == (dim,) and v.dtype.kind in "iuf" and v.name not in support
-                    and coordinate_axis(_basename(v.name), v.attrs)
-                    and (len(_basename(v.name)) > 1 or coordinate_axis("", v.attrs))  # T is a temperature
+                    and coordinate_axis(basename(v.name), v.attrs)
+                    and (len(basename(v.name)) > 1 or coordinate_axis("", v.attrs))  # T is a temperature
                     and _complete(metas, v.name, handles)
                 ),
                 None,
@@ -410,7 +388,7 @@ def _dimension_coordinates(
                 coordinates.append(CoordinateSpec(name=_identifier(rename.get(dim, dim.replace("/", "_"))),
                                                   variable=dim, dimension=dim, axis="other"))
             continue
-        axis = coordinate_axis(_basename(var.name), var.attrs) or "other"
+        axis = coordinate_axis(basename(var.name), var.attrs) or "other"
         axes[dim] = axis
         coord_vars.add(var.name)
         coordinates.append(_coordinate_spec(var, dim, axis, names))
@@ -451,7 +429,7 @@ def _record_dimensions(meta: FileMeta, text_times: set[str]) -> set[str]:
     found: dict[str, set[str]] = {}
     for var in meta.variables.values():
         dims = var.value_dimensions
-        if len(dims) != 1 or _basename(var.name) == dims[0]:
+        if len(dims) != 1 or basename(var.name) == dims[0]:
             continue
         axis = "T" if var.name in text_times else _dsg_axis(var)
         if axis is not None:
@@ -472,7 +450,7 @@ def _text_times(metas: Sequence[FileMeta], variables: Mapping[str, VariableMeta]
     for name, var in variables.items():
         if var.dtype.kind not in "SU":
             continue
-        meant = looks_like_time(_basename(name), var.attrs)
+        meant = looks_like_time(basename(name), var.attrs)
         if meant is False:
             continue
         parsed = failed = 0
@@ -527,81 +505,6 @@ def _unique_index_names(coordinates: list[CoordinateSpec], variables: Mapping[st
     return out
 
 
-def _union(metas: Sequence[FileMeta]) -> FileMeta:
-    """Return the first file's metadata with the variables and dimensions only later files have added.
-
-    Real archives drop or add a variable now and then; it is published, and
-    reads as NULL on the records of the files that lack it.
-    """
-    head = metas[0]
-    variables = dict(head.variables)
-    dimensions = dict(head.dimensions)
-    for meta in metas[1:]:
-        for name, var in meta.variables.items():
-            variables.setdefault(name, var)
-        for name, size in meta.dimensions.items():
-            dimensions.setdefault(name, size)
-    return replace(head, dimensions=dimensions, variables=variables)
-
-
-def _within(meta: FileMeta, group: str) -> FileMeta:
-    """Return ``meta`` with only the variables of ``group`` and the groups below it (``/`` is the root alone), and
-    the coordinates they find in the groups above (CF 1.8 §2.7, search by proximity).
-
-    ICESat-2 gridded products keep ``x``, ``y`` and 2-D latitude/longitude in the root and their data in groups
-    (``/monthly/mean_fb``): the group's draft takes those root variables that are coordinates of its own — named
-    by their ``coordinates``, ``bounds`` or ``grid_mapping``, or on its dimensions and recognised as an axis —
-    never the root's data variables.
-    """
-    prefix = group.strip("/")
-    if not prefix:
-        variables = {k: v for k, v in meta.variables.items() if "/" not in k}
-    else:
-        variables = {k: v for k, v in meta.variables.items() if k.startswith(prefix + "/")}
-    if not variables:
-        groups = sorted({k.rsplit("/", 1)[0] for k in meta.variables if "/" in k})
-        raise CatalogError(f"{meta.path.name} has no variables in group {group!r} "
-                           f"(its groups: {', '.join(groups) or 'none, only the root'})")
-    if prefix:
-        variables.update(_ancestor_coordinates(meta.variables, prefix, variables))
-    return replace(meta, variables=variables)
-
-
-def _ancestor_coordinates(every: Mapping[str, VariableMeta], prefix: str, inside: Mapping[str, VariableMeta]
-                          ) -> dict[str, VariableMeta]:
-    """Return the variables of the groups above ``prefix`` that are coordinates of the variables ``inside`` it."""
-    parts = prefix.split("/")
-    above = {"/".join(parts[:k]) for k in range(len(parts))}  # "", "a", … : the groups above, not prefix itself
-
-    def group_of(key: str) -> str:
-        return key.rsplit("/", 1)[0] if "/" in key else ""
-
-    dims = {d for v in inside.values() for d in v.value_dimensions}
-    wanted: set[str] = set()
-    pending = list(inside.values())
-    while pending:  # what CF attributes name, found by proximity; then what those name in turn
-        var = pending.pop()
-        for key in ("coordinates", "bounds", "climatology", "grid_mapping"):
-            value = var.attrs.get(key)
-            if not isinstance(value, str):
-                continue
-            refs = value.replace(":", " ").split()[:1] if key == "grid_mapping" else value.split()
-            for ref in refs:
-                found = _resolve(every, var.name, ref)
-                if found in every and group_of(found) in above and found not in wanted:
-                    wanted.add(found)
-                    pending.append(every[found])
-    seen = {_basename(k) for k in inside}
-    for key, var in every.items():
-        if group_of(key) not in above or key in wanted or _basename(key) in seen:
-            continue
-        on_dims = bool(var.value_dimensions) and set(var.value_dimensions) <= dims
-        if on_dims and var.dtype.kind in "iuf" and (
-                coordinate_axis(_basename(key), var.attrs) or var.value_dimensions == (_basename(key),)):
-            wanted.add(key)
-    return {k: every[k] for k in every if k in wanted}
-
-
 def _str_or_none(value: Any) -> str | None:
     if value is None:
         return None
@@ -619,54 +522,6 @@ def _coordinate_spec(var: VariableMeta, dim: str | None, axis: str, names: Mappi
         calendar=_str_or_none(var.attrs.get("calendar")) if axis == "T" else None,
         cf=tuple((k, v) for k, v in _cf_pairs(var.attrs) if k not in {"calendar", "bounds"}),
     )
-
-
-def _split_by_variable(metas: Sequence[FileMeta], data_variables: set[str]) -> list[list[FileMeta]]:
-    """Return the files in parts of a dataset split by variable: files that share a data variable are one part.
-
-    ``tas_*.nc`` files share ``tas``, so they are one series, apart from ``pr_*.nc``; a CMIP fx file
-    (``areacella``) or a UGRID grid file (no data variable) is a part of its own. A file that lacks a
-    variable its series usually has still shares the others, so it stays in its series.
-    """
-    part = list(range(len(metas)))
-
-    def root(i: int) -> int:
-        while part[i] != i:
-            part[i] = part[part[i]]
-            i = part[i]
-        return i
-
-    holder: dict[str, int] = {}
-    for i, meta in enumerate(metas):
-        for name in data_variables & set(meta.variables):
-            if name in holder:
-                part[root(i)] = root(holder[name])
-            else:
-                holder[name] = i
-    groups: dict[int, list[FileMeta]] = {}
-    for i, meta in enumerate(metas):
-        groups.setdefault(root(i), []).append(meta)
-    return sorted(groups.values(), key=lambda g: min(m.path.name for m in g))
-
-
-def _part_globs(groups: list[list[FileMeta]], names: list[str]) -> tuple[str, ...]:
-    """Return a glob per part that matches its files and no other of ``names``; refuse parts no glob separates."""
-    globs = []
-    for group in groups:
-        own = sorted(m.path.name for m in group)
-        head, _, tail = own[0].partition("_")
-        suffix = "." + own[0].rsplit(".", 1)[-1] if "." in own[0] else ""
-        # the series' common glob; one file's variable prefix (pr_*.nc: later files of it will match); its name
-        literal = own[0].translate({ord("["): "[[]", ord("*"): "[*]", ord("?"): "[?]"})
-        candidates = [*([f"{head}_*{suffix}"] if tail and len(own) == 1 else []), _common_glob(own), literal]
-        glob = next((g for g in candidates if sorted(n for n in names if fnmatch.fnmatchcase(n, g)) == own), "")
-        if not glob:
-            raise CatalogError(
-                f"these files are split by variable, but no glob tells the part of {own[0]} from the others "
-                f"({_common_glob(own)!r} also matches another part's files); rename the files of each part with "
-                "a common prefix, or write the descriptor's <part> globs by hand (docs/publishing.md)")
-        globs.append(glob)
-    return tuple(globs)
 
 
 def _aggregate_dimension(metas: Sequence[FileMeta], axes: Mapping[str, str], exclude: set[str]) -> str:
@@ -743,7 +598,7 @@ def publish(
         assert desc.path is not None
         metas = [reader.inspect(p) for p in paths]
         if notes is not None:
-            stated = _union(metas).attrs
+            stated = union(metas).attrs
             if title is None and not _str_or_none(stated.get("title")):
                 notes.append(f"the files have no title attribute (ACDD): the title was drafted from their variables, "
                              f"{desc.title!r}; give a better one with --title or in {desc.path.name}")

@@ -20,7 +20,7 @@ logged: :meth:`Catalog.changes` says which files, columns and time range.
 A descriptor with ``<remote server=… dataset=…/>`` publishes a dataset of
 another dstp server (:mod:`.remote`): it is kept apart from the local datasets
 (``catalog.remotes``), queries reach it through the :class:`RemoteSource` the
-server attaches (:meth:`Catalog.attach_remote_source`), and :meth:`Catalog.resolve`
+server gives :meth:`Catalog.scan` (``remote_source=``), and :meth:`Catalog.resolve`
 finds either kind.
 """
 
@@ -87,14 +87,16 @@ class Catalog:
              *, index: Path | None = None, processes: int = 1, settle_s: float = 1.0,
              decoded_chunk_cache_bytes: int | None = None,
              clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-             objects: ObjectFiles | None = None) -> "Catalog":
+             objects: ObjectFiles | None = None, remote_source: RemoteSource | None = None) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised.
 
         ``index`` is the catalog index file (None: kept in memory, for this process only); ``processes`` read
         file headers in parallel when many must be read; ``settle_s`` is how long a new or changed file must
         keep its size and times before :meth:`refresh` publishes it, by ``clock``; changes are stamped with
         ``wall`` time; ``decoded_chunk_cache_bytes`` sizes the direct reader's cache (None: from memory).
-        ``objects`` reads the files of descriptors that name a store (:mod:`.objects`).
+        ``objects`` reads the files of descriptors that name a store (:mod:`.objects`). ``remote_source`` is how
+        queries reach the datasets of other servers (``<remote>`` descriptors, also those published by a later
+        refresh); without one they are listed but refused when used.
         """
         root = Path(root).resolve()
         if not root.is_dir():
@@ -108,6 +110,8 @@ class Catalog:
         state, _ = rescanner.look(None)
         catalog = cls(root, {}, (), handles=handles, state=state)
         catalog._rescanner, catalog._index = rescanner, store
+        catalog._remote_source = remote_source
+        catalog._reach_remotes(state)
         return catalog
 
     # -- what it serves now ---------------------------------------------------------------------------------
@@ -211,12 +215,6 @@ class Catalog:
         offset, limit = max(0, offset), max(0, limit)
         return CatalogPage(len(found), offset, tuple(found[offset:offset + limit]), state.version)
 
-    def attach_remote_source(self, source: RemoteSource) -> None:
-        """Let queries reach the remote datasets through ``source`` (the server assembly calls this)."""
-        self._remote_source = source
-        for remote in self._state.remotes.values():
-            remote.source = source
-
     def published_file(self, dataset_id: str, name: str) -> Path:
         """Return the path of file ``name`` of a dataset; only its own files, never a path outside."""
         ds = self.get(dataset_id)
@@ -235,14 +233,18 @@ class Catalog:
             return []
         with self._refreshing:
             state, changes = self._rescanner.look(self._state)
-            if self._remote_source is not None:
-                for remote in state.remotes.values():
-                    remote.source = self._remote_source
+            self._reach_remotes(state)
             self._state = state  # one assignment: a reader sees the old state or the new one, whole
         if changes:
             for listener in list(self.on_change):
                 listener(changes)
         return changes
+
+    def _reach_remotes(self, state: CatalogState) -> None:
+        """Give the remote datasets of ``state`` the catalog's remote source (none: they stay unreachable)."""
+        if self._remote_source is not None:
+            for remote in state.remotes.values():
+                remote.source = self._remote_source
 
     def due(self) -> float | None:
         """Return when a file held back may have settled, or a store's listing is due again (the scan's clock), for

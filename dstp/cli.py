@@ -35,7 +35,9 @@ from dstp.commands import (
     terminate,
     unreachable_hint,
 )
-from dstp.errors import DstpError, ServerUnreachableError
+from dstp.cli_agent import cmd_agent
+from dstp.cli_tokens import add_token_commands
+from dstp.errors import ServerUnreachableError
 
 __all__ = ["main"]
 
@@ -451,186 +453,6 @@ def _get_via_agent(args: argparse.Namespace, socket_path: str, out: Path, show: 
         finish()
 
 
-def cmd_agent(args: argparse.Namespace) -> int:
-    import shlex
-
-    from dstp.agent import AGENT_ENV, new_socket_path
-
-    if args.kill:
-        return _kill_agent()
-    # As ssh-agent: each agent its own socket, in a fresh private folder (removed when it stops), unless --socket.
-    made = None
-    if args.socket:
-        path = Path(args.socket).absolute()
-    else:
-        path = new_socket_path()
-        made = path.parent
-    export = f"export {AGENT_ENV}={shlex.quote(str(path))}"
-    if not args.foreground:
-        return _agent_in_background(args, path, export, made)
-    try:
-        agent = _start_agent(args, path)
-    except BaseException:
-        _remove_folder(made)
-        raise
-    print(export, flush=True)
-    print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` and `dstp query` run here on "
-          f"connections kept warm (a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.",
-          file=sys.stderr, flush=True)
-    return _run_agent(agent, made)
-
-
-def _remove_folder(folder: Path | None) -> None:
-    """Remove the private folder made for an agent's socket (and its log), if one was made."""
-    if folder is not None:
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _kill_agent() -> int:
-    """``dstp agent -k``: stop the background agent $DSTP_AGENT_PID names; print the shell lines that forget it."""
-    from dstp.agent import AGENT_ENV, AGENT_PID_ENV
-
-    pid = os.environ.get(AGENT_PID_ENV, "")
-    if not pid.isdigit():
-        error(f"${AGENT_PID_ENV} names no agent: stop the one you started with kill PID (`dstp agent` printed it)")
-        return 1
-    try:
-        os.kill(int(pid), signal.SIGTERM)
-    except ProcessLookupError:
-        print(f"dstp: no agent runs as pid {pid} any more", file=sys.stderr)
-    except PermissionError:
-        error(f"pid {pid} is not a process of yours: ${AGENT_PID_ENV} is stale; not stopped")
-        return 1
-    print(f"unset {AGENT_ENV} {AGENT_PID_ENV}", flush=True)
-    print(f"dstp agent (pid {pid}) stopped", file=sys.stderr, flush=True)
-    return 0
-
-
-def _start_agent(args: argparse.Namespace, path: Path) -> Any:
-    from dstp.agent import Agent
-
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    agent = Agent(path, client_idle_s=args.client_idle)
-    agent.start()
-    return agent
-
-
-def _run_agent(agent: Any, made: Path | None = None) -> int:
-    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed, and its folder if made for it)."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    agent.close()
-    print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr, flush=True)
-    _remove_folder(made)
-    return 0
-
-
-def _agent_in_background(args: argparse.Namespace, path: Path, export: str, made: Path | None) -> int:
-    """Fork an agent that outlives this command (its output to SOCKET.log); print the shell lines to use it.
-
-    This process returns once the agent listens (or has said why it cannot), so
-    ``eval "$(dstp agent)"`` sets ``DSTP_AGENT_SOCK`` and ``DSTP_AGENT_PID`` (as ssh-agent does).
-    The fork comes before anything starts a thread or loads gRPC.
-    """
-    from dstp.agent import AGENT_PID_ENV
-
-    log_path = path.with_name(path.name + ".log")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as said:
-            answer = said.read().decode(errors="replace")
-        if answer != "listening":
-            os.waitpid(pid, 0)
-            error(answer or f"the agent ended before it listened; see {log_path}")
-            return 1
-        print(f"{export}\nexport {AGENT_PID_ENV}={pid}", flush=True)
-        print(f"dstp agent (pid {pid}) listening at {path}; its log: {log_path}; stop it with kill {pid} "
-              '(or eval "$(dstp agent -k)")', file=sys.stderr, flush=True)
-        return 0
-    os.close(read_end)
-    os.setsid()  # not stopped by the terminal's Ctrl-C or hang-up
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        agent = _start_agent(args, path)
-    except (OSError, DstpError) as exc:
-        os.write(write_end, str(exc).encode())
-        _remove_folder(made)
-        return 1
-    os.write(write_end, b"listening")
-    os.close(write_end)
-    return _run_agent(agent, made)
-
-
-# ---------------------------------------------------------------------- tokens
-
-
-def _token_store(args: argparse.Namespace) -> Any:
-    from dstp.auth import TokenStore, default_token_store
-    from dstp.settings import Settings
-
-    path = Path(args.store) if args.store else (Settings.from_env().token_store or default_token_store())
-    return TokenStore(path)
-
-
-def cmd_token_create(args: argparse.Namespace) -> int:
-    from dstp.auth import parse_duration
-
-    store = _token_store(args)
-    groups = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
-    expires = parse_duration(args.expires) if args.expires else None
-    issued = store.create(args.user, groups, expires_in=expires)
-    row = issued.record.as_row(issued.record.created)
-    print(issued.secret)
-    print(f"token {row['id']} for {row['user']} (groups: {row['groups'] or 'none'}; expires: {row['expires']}) "
-          f"stored in {store.path}.\nThe token above is shown once; it is kept only as a hash. Give it to its user: "
-          "dstp --token …, DSTP_TOKEN=…, dstp.connect(…, token=…), or the /login page.", file=sys.stderr)
-    return 0
-
-
-def cmd_token_list(args: argparse.Namespace) -> int:
-    import time
-
-    store = _token_store(args)
-    rows = [r.as_row(time.time()) for r in store.records()]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no tokens in {store.path}; make one with: dstp token create --user NAME --groups G1,G2")
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("id", "user", "groups", "created", "expires", "status", box=None)
-    for r in rows:
-        table.add_row(r["id"], r["user"], r["groups"], r["created"], r["expires"], r["status"])
-    Console().print(table)
-    return 0
-
-
-def cmd_token_revoke(args: argparse.Namespace) -> int:
-    store = _token_store(args)
-    try:
-        record = store.revoke(args.id)
-    except KeyError as exc:
-        error(str(exc.args[0]))
-        return 1
-    print(f"token {record.id} of {record.user} revoked; a server using {store.path} refuses it from its next request")
-    return 0
-
-
 # ---------------------------------------------------------------------- parser
 
 
@@ -816,28 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.set_defaults(func=cmd_agent)
 
-    p = sub.add_parser("token", help="API tokens of a server on this machine (create, list, revoke)",
-                       description="Manage the API tokens a dstp server on this machine accepts. Tokens are "
-                                   "kept as SHA-256 hashes in the token store (setting token_store, "
-                                   "DSTP_TOKEN_STORE; default tokens.json in the user data folder); a running "
-                                   "server sees changes at its next request.")
-    tsub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
-    t = tsub.add_parser("create", help="issue a token and print it (once)")
-    t.add_argument("--user", required=True, help="who the token is for (shown in logs and listings)")
-    t.add_argument("--groups", default="", help="comma-separated groups, matched against descriptors' "
-                                               '<access groups="…">, e.g. polar,admins')
-    t.add_argument("--expires", default=None, metavar="DURATION",
-                   help="lifetime: 90d, 12h, 30m, 2w (default: never expires)")
-    t.set_defaults(func=cmd_token_create)
-    t = tsub.add_parser("list", help="list tokens (never their secrets)")
-    t.add_argument("--json", action="store_true", help="print JSON")
-    t.set_defaults(func=cmd_token_list)
-    t = tsub.add_parser("revoke", help="revoke a token by its id")
-    t.add_argument("id", help="the token's id (dstp token list)")
-    t.set_defaults(func=cmd_token_revoke)
-    for t in tsub.choices.values():
-        t.add_argument("--store", default=None, metavar="FILE",
-                       help="token store (default: the token_store setting, DSTP_TOKEN_STORE)")
+    add_token_commands(sub)
     return parser
 
 

@@ -52,7 +52,7 @@ from dstp import _flight_sql as sql_
 from dstp.auth import ANONYMOUS, Principal
 from dstp.auth.tls import TlsMaterial
 from dstp.connections import Warden, peer_address
-from dstp.errors import DstpError, MethodNotAllowedError, ProtocolError, QueryError, TicketError
+from dstp.errors import MethodNotAllowedError, ProtocolError, QueryError, TicketError
 from dstp.incidents import for_client
 from dstp.service import DstpService
 from dstp.transport.sources import QuerySource

@@ -48,6 +48,7 @@ from dstp.service import DstpService, Offer, QueryHandle
 from dstp.grpc_feed import Watchers, max_watchers, watch_catalog
 from dstp.metadata import dataset_summary
 from dstp.service.feed import MAX_PAGE
+from dstp.service.queries import max_result_bytes
 from dstp.service.files import FileHandle
 from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, FilePartInfo, QueryInfo
@@ -193,6 +194,13 @@ def _plan(handle: QueryHandle, offers: tuple[ChannelOffer, ...]) -> pb.QueryResp
     ))
 
 
+def _partition_kind(request: pb.QueryRequest) -> str:
+    """Return the channel a partitioned answer to ``request`` uses: striped TCP (also when the request names
+    no channel: every channel), else UDT, else "" (the client takes neither: answered as a single server)."""
+    channels = [codec.channel_kind_name(k) for k in request.channels]
+    return "striped" if not channels or "striped" in channels else "udt" if "udt" in channels else ""
+
+
 class DstpServicer(pb_grpc.DstpServicer):
     """The Dstp gRPC service over a :class:`DstpService` (register it with :func:`add_to_server`)."""
 
@@ -223,8 +231,25 @@ class DstpServicer(pb_grpc.DstpServicer):
             return codec.details_pb(self.service.describe(request.id, principal_of(context)))
         raise AssertionError("unreachable")
 
+    def AxisValues(self, request: pb.AxisValuesRequest, context: grpc.ServicerContext) -> pb.AxisValuesResponse:
+        with grpc_errors(context):
+            values = self.service.axis_values(request.dataset, request.dimension, principal_of(context))
+            return codec.axis_values_pb(request.dimension, values)
+        raise AssertionError("unreachable")
+
+    def _partitions(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> QueryInfo | None:
+        """Return the partitioned answer of a scaled-out server's executor for ``request``, or None: answer here."""
+        kind = _partition_kind(request)
+        if not kind or not self.service.executor.partitioned:
+            return None
+        return self.service.executor.partitions(self.service, request.sql, principal_of(context),
+                                                codec.compression_name(request.compression), request.streams, kind)
+
     def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
         with grpc_errors(context):
+            info = self._partitions(request, context)
+            if info is not None:
+                return codec.query_response_pb(info)
             handle = self.service.query(
                 request.sql,
                 [codec.channel_kind_name(k) for k in request.channels],
@@ -249,6 +274,14 @@ class DstpServicer(pb_grpc.DstpServicer):
     def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         with grpc_errors(context):
             compression = codec.compression_name(request.compression)
+            if request.HasField("inline_max_bytes") and self.service.executor.partitioned:
+                # A client that lets the server choose gets the partitions, as from Query, unless the result
+                # surely fits the inline limit.
+                most = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
+                info = None if 0 <= most < request.inline_max_bytes else self._partitions(request, context)
+                if info is not None:
+                    yield pb.FetchResponse(plan=codec.query_response_pb(info))
+                    return
             if request.HasField("inline_max_bytes"):  # `auto`: the records here if small, else offers
                 outcome = self.service.run_or_offer(
                     request.sql, [codec.channel_kind_name(k) for k in request.channels], request.inline_max_bytes,
@@ -281,7 +314,13 @@ class DstpServicer(pb_grpc.DstpServicer):
 
     def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
         with grpc_errors(context):
-            return self._file_response(self._open_file(request, context))
+            handle = self._open_file(request, context)
+            channels = [codec.channel_kind_name(k) for k in request.channels]
+            parts: Sequence[FilePartInfo] = ()
+            if request.accept_parts and (not channels or "striped" in channels) and self.service.executor.partitioned:
+                parts = self.service.executor.file_parts(self.service, handle, request.streams,
+                                                         request.congestion_control, principal_of(context))
+            return self._file_response(handle, parts)
         raise AssertionError("unreachable")
 
     def _open_file(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> FileHandle:
@@ -337,9 +376,13 @@ class DstpServicer(pb_grpc.DstpServicer):
         raise AssertionError("unreachable")
 
     def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Partition:
-        # Only a scale-out coordinator (dstp/cluster/) partitions queries; it overrides this.
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server is not a cluster coordinator: its queries have "
-                      "no partitions to resolve (docs/scale-out.md)")
+        if not self.service.executor.partitioned:  # only a scale-out coordinator (dstp/cluster/) partitions
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server is not a cluster coordinator: its queries "
+                          "have no partitions to resolve (docs/scale-out.md)")
+        with grpc_errors(context):
+            found = self.service.executor.resolve(self.service, request.query_id, request.partition,
+                                                  principal_of(context))
+            return codec.partition_pb(found)
         raise AssertionError("unreachable")
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
@@ -394,6 +437,7 @@ def add_to_server(servicer: DstpServicer, server: grpc.Server) -> None:
     handlers = {
         "ListDatasets": unary(servicer.ListDatasets, pb.ListDatasetsRequest, pb.ListDatasetsResponse),
         "Describe": unary(servicer.Describe, pb.DescribeRequest, pb.DatasetDescription),
+        "AxisValues": unary(servicer.AxisValues, pb.AxisValuesRequest, pb.AxisValuesResponse),
         "Query": unary(servicer.Query, pb.QueryRequest, pb.QueryResponse),
         "Fetch": stream(servicer.Fetch, pb.FetchRequest, fetch_response_bytes),
         "Run": stream(servicer.Run, pb.QueryRequest, fetch_response_bytes),

@@ -39,13 +39,14 @@ from dstp.catalog.index import index_path
 from dstp.catalog.live import CatalogWatch
 from dstp.catalog.objects import ObjectFiles
 from dstp.catalog.registry import Catalog
+from dstp.catalog.remote import RemoteSource
 from dstp.catalog.stores import load_store_configs, stores_from
 from dstp.connections import Warden, door_connection_cap, raise_descriptor_limit
 from dstp.errors import CatalogError
 from dstp.grpc_app import AuthInterceptor, DstpServicer, add_to_server
 from dstp.log_limits import limit_repeated_logs
 from dstp.query.execute import warm_up
-from dstp.service import ChannelInfo, DstpService
+from dstp.service import ChannelInfo, DstpService, Executor, LocalExecutor
 from dstp.service.audit import close_audit_file, open_audit_file
 from dstp.settings import Settings
 from dstp.transport.channel_server import DataChannelServer
@@ -75,8 +76,9 @@ def catalog_index_file(settings: Settings, root: Path) -> Path | None:
 
 
 def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] = time.time,
-                 timer: Callable[[], float] = time.monotonic) -> Catalog:
-    """Return the catalog of ``root`` as ``settings`` say (its index, header-reading processes, settling)."""
+                 timer: Callable[[], float] = time.monotonic, remote_source: RemoteSource | None = None) -> Catalog:
+    """Return the catalog of ``root`` as ``settings`` say (its index, header-reading processes, settling);
+    ``remote_source`` is how queries reach the datasets of other servers (None: listed, refused when used)."""
     import os
 
     processes = settings.catalog_build_processes or os.cpu_count() or 1
@@ -84,7 +86,7 @@ def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] =
                         direct_chunks=settings.direct_chunks, index=catalog_index_file(settings, root),
                         processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock,
                         decoded_chunk_cache_bytes=settings.decoded_chunk_cache_bytes,
-                        objects=object_files(settings, timer))
+                        objects=object_files(settings, timer), remote_source=remote_source)
 
 
 def object_files(settings: Settings, clock: Callable[[], float] = time.monotonic) -> ObjectFiles | None:
@@ -190,7 +192,13 @@ class DstpServer:
         self.tls = tls_material(s)
         try:
             if root is not None:
-                self.catalog = scan_catalog(s, root, clock=self.clock, timer=self.timer)
+                # Datasets of other dstp servers (<remote> descriptors, also ones published later) are reached
+                # with the dstp client.
+                from dstp.federation import ClientRemoteSource, load_remote_credentials
+
+                remote_source = ClientRemoteSource(load_remote_credentials(s.remote_credentials))
+                self._undo.append(remote_source.close)
+                self.catalog = scan_catalog(s, root, clock=self.clock, timer=self.timer, remote_source=remote_source)
             return self._start()
         except BaseException:
             self.stop(grace=0)
@@ -211,16 +219,17 @@ class DstpServer:
                                       rescan_s=s.catalog_rescan_s, clock=self.timer).start()
             self._undo.append(self.watch.stop)
         self.authenticator = Authenticator.from_settings(s, (ds.descriptor for ds in catalog), self.clock)
+        executor: Executor = LocalExecutor()
         if self.cluster or self.local_cluster:  # dask lives in dstp/cluster/ only
             from dstp.cluster.coordinator import Coordinator
 
             settings = s if s.catalog_root is not None else s.replace(catalog_root=catalog.root)
-            self.coordinator = Coordinator(settings, address=self.cluster, local_workers=self.local_cluster,
-                                           sealed=self.tls is not None, clock=self.clock).start()
+            self.coordinator = executor = Coordinator(settings, address=self.cluster, local_workers=self.local_cluster,
+                                                      sealed=self.tls is not None, clock=self.clock).start()
             self._undo.append(self.coordinator.stop)
+        # Every collaborator through the constructor: nothing is attached to the service afterwards.
         self.service = DstpService(catalog, s, clock=self.clock, revalidate=self.authenticator.revalidate,
-                                   # reductions: partial aggregates on the workers
-                                   rewrite=None if self.coordinator is None else self.coordinator.reduce_on_workers)
+                                   executor=executor)
         if s.webhook_urls:  # every change POSTed to the operator's URLs (dstp/webhooks.py)
             from dstp.webhooks import Webhooks
 
@@ -228,12 +237,6 @@ class DstpServer:
                                      retries=s.webhook_retries, retry_s=s.webhook_retry_s,
                                      timeout_s=s.webhook_timeout_s).start()
             self._undo.append(self.webhooks.stop)
-        if catalog.remotes:  # datasets of other dstp servers: queries reach them with the dstp client
-            from dstp.federation import ClientRemoteSource, load_remote_credentials
-
-            remote_source = ClientRemoteSource(load_remote_credentials(s.remote_credentials))
-            catalog.attach_remote_source(remote_source)
-            self._undo.append(remote_source.close)
         # Limits of the process (SECURITY.md): the audit log's own file, repeated errors rate-limited.
         self._undo.append(limit_repeated_logs())
         if s.audit_log:
@@ -255,10 +258,7 @@ class DstpServer:
             maximum_concurrent_rpcs=grpc_concurrent_rpcs(s),
             interceptors=[AuthInterceptor(self.authenticator, self._grpc_warden)],
         )
-        servicer = DstpServicer(self.service)
-        if self.coordinator is not None:
-            servicer = self.coordinator.servicer(self.service)
-        add_to_server(servicer, self._grpc)
+        add_to_server(DstpServicer(self.service), self._grpc)
         try:
             if self.tls is not None:
                 credentials = grpc.ssl_server_credentials([(self.tls.key_pem, self.tls.cert_pem)])

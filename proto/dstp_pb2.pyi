@@ -166,6 +166,20 @@ class DescribeRequest(_message.Message):
     id: str
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
+class AxisValuesRequest(_message.Message):
+    __slots__ = ("dataset", "dimension")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    dimension: str
+    def __init__(self, dataset: _Optional[str] = ..., dimension: _Optional[str] = ...) -> None: ...
+
+class AxisValuesResponse(_message.Message):
+    __slots__ = ("arrow_ipc",)
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    def __init__(self, arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class DstpStub:
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.DescribeRequest.SerializeToString,
                 response_deserializer=dstp_dot_proto_dot_dstp__pb2.DatasetDescription.FromString,
                 _registered_method=True)
+        self.AxisValues = channel.unary_unary(
+                '/dstp.v1.Dstp/AxisValues',
+                request_serializer=dstp_dot_proto_dot_dstp__pb2.AxisValuesRequest.SerializeToString,
+                response_deserializer=dstp_dot_proto_dot_dstp__pb2.AxisValuesResponse.FromString,
+                _registered_method=True)
         self.Query = channel.unary_unary(
                 '/dstp.v1.Dstp/Query',
                 request_serializer=dstp_dot_proto_dot_dstp__pb2.QueryRequest.SerializeToString,
@@ -107,6 +112,19 @@ class DstpServicer:
         """Returns everything known about one dataset: dimensions with ranges,
         coordinates, attributes with units and CF attributes, files, row counts,
         correlation keys and the descriptor itself. NOT_FOUND if the id is unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AxisValues(self, request, context):
+        """Returns the values of one dimension of a dataset, in index order, as the
+        server holds them in memory: no query runs, no file is read and no
+        admission slot is taken. The values equal what a query selecting the
+        dimension's coordinate returns (its index 0…n-1 when it has none).
+        NOT_FOUND for a dataset the caller may not read (as for one that does not
+        exist) and for a remote dataset (ask its own server); INVALID_ARGUMENT,
+        naming the dataset's dimensions, for a dimension it does not have.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -229,6 +247,11 @@ def add_DstpServicer_to_server(servicer, server):
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.DescribeRequest.FromString,
                     response_serializer=dstp_dot_proto_dot_dstp__pb2.DatasetDescription.SerializeToString,
             ),
+            'AxisValues': grpc.unary_unary_rpc_method_handler(
+                    servicer.AxisValues,
+                    request_deserializer=dstp_dot_proto_dot_dstp__pb2.AxisValuesRequest.FromString,
+                    response_serializer=dstp_dot_proto_dot_dstp__pb2.AxisValuesResponse.SerializeToString,
+            ),
             'Query': grpc.unary_unary_rpc_method_handler(
                     servicer.Query,
                     request_deserializer=dstp_dot_proto_dot_dstp__pb2.QueryRequest.FromString,
@@ -330,6 +353,33 @@ class Dstp:
             '/dstp.v1.Dstp/Describe',
             dstp_dot_proto_dot_dstp__pb2.DescribeRequest.SerializeToString,
             dstp_dot_proto_dot_dstp__pb2.DatasetDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AxisValues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dstp.v1.Dstp/AxisValues',
+            dstp_dot_proto_dot_dstp__pb2.AxisValuesRequest.SerializeToString,
+            dstp_dot_proto_dot_dstp__pb2.AxisValuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

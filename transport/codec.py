@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from dstp.errors import QueryError, TransportUnavailableError
+from dstp.errors import ProtocolError, QueryError, TransportUnavailableError
 from dstp.proto import dstp_pb2 as pb
 
 if TYPE_CHECKING:
@@ -232,6 +232,27 @@ def details_from_pb(m: pb.DatasetDescription) -> DatasetDetails:
             for g in m.grid_mappings
         ),
     )
+
+
+def axis_values_pb(dimension: str, values: pa.Array) -> pb.AxisValuesResponse:
+    """Return the AxisValuesResponse carrying ``values`` (one column named ``dimension``, Arrow IPC)."""
+    import pyarrow as pa
+
+    table = pa.table({dimension: values})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pb.AxisValuesResponse(arrow_ipc=sink.getvalue().to_pybytes())
+
+
+def axis_values_from_pb(m: pb.AxisValuesResponse) -> pa.Array:
+    """Return the values an AxisValuesResponse carries."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(m.arrow_ipc).read_all()
+    if table.num_columns != 1:
+        raise ProtocolError(f"an AxisValues answer holds one column, not {table.num_columns}")
+    return table.column(0).combine_chunks()
 
 
 # -------------------------------------------------------------------------------- offers and plans

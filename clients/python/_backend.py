@@ -5,8 +5,8 @@ so xarray finds it by the URL scheme or by ``engine="dstp"``. Only xarray
 imports this module: ``import dstp`` never loads xarray.
 
 What comes back is a lazy Dataset with the dataset's dimensions, dimension
-coordinates (read at open: the server holds them in memory, no file is
-touched), scalar and auxiliary coordinates (2-D ``lat``/``lon`` as
+coordinates (read at open, one ``AxisValues`` call each: the server holds them
+in memory, so no query runs and no file is touched), scalar and auxiliary coordinates (2-D ``lat``/``lon`` as
 coordinates), CF bounds rebuilt as ``<bounds variable>(…, bnds)``, the grid
 mapping as a scalar variable carrying its CF parameters and ``crs_wkt``, and
 every attribute as a variable. Times are handed to xarray *encoded* (numbers
@@ -82,6 +82,8 @@ class ReadLog:
 
     summaries: list[TransferSummary] = field(default_factory=list)
     sql: list[str] = field(default_factory=list)
+    #: The dimensions whose values were asked with AxisValues (served from the server's memory: no query runs).
+    axes: list[str] = field(default_factory=list)
 
     @property
     def queries(self) -> int:
@@ -132,6 +134,12 @@ def _report(sql: str, summary: TransferSummary | None) -> None:
             log.sql.append(sql)
 
 
+def _report_axis(dimension: str) -> None:
+    with _logs_lock:
+        for log in _logs:
+            log.axes.append(dimension)
+
+
 # -- one client per server, shared by every lazy array (and rebuilt after pickling) ---------------
 
 
@@ -178,13 +186,13 @@ _axes: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 _axes_lock = threading.Lock()
 
 
-def axis_values(target: Connection, dataset: str, details: DatasetDetails, transport: str = "auto") -> dict[str, Any]:
+def axis_values(target: Connection, dataset: str, details: DatasetDetails) -> dict[str, Any]:
     """Return each coordinated dimension's coordinate values (an Arrow column, in index order), by dimension.
 
     Kept per dataset version — the Describe answer's files and dimensions (names, sizes, ranges): a
     dataset whose files changed opens with fresh values, an unchanged one with no request at all. On
-    the first open the coordinates are read by one query each, all at once (the cheapest path the
-    service has; this function is where a catalog call that serves them from memory plugs in).
+    the first open each is asked with one ``AxisValues`` call, all at once: the server answers from the
+    values its catalog holds in memory (``DstpService.axis_values``), so no query runs and no file is read.
     """
     version = (target, dataset, details.files, details.dimensions)
     with _axes_lock:
@@ -195,16 +203,20 @@ def axis_values(target: Connection, dataset: str, details: DatasetDetails, trans
     coordinates = {c.name for c in details.coordinates}
     wanted = {dim.name: dim.coordinate for dim in details.dimensions if dim.coordinate in coordinates}
 
-    def read(column: str) -> Any:
-        return _run(target, f"select {quote_name(column)} from {quote_name(dataset)}", transport).column(0)
+    def read(dimension: str) -> Any:
+        client, slots = _client(target)
+        with slots:
+            found = client.axis_values(dataset, dimension)
+        _report_axis(dimension)
+        return found
 
     if len(wanted) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(len(wanted), CONCURRENT_QUERIES), thread_name_prefix="dstp-axes") as pool:
-            values = dict(zip(wanted, pool.map(read, wanted.values())))
+            values = dict(zip(wanted, pool.map(read, wanted)))
     else:
-        values = {dim: read(column) for dim, column in wanted.items()}
+        values = {dim: read(dim) for dim in wanted}
     with _axes_lock:
         _axes[version] = values
         while len(_axes) > AXES_CACHED:
@@ -436,7 +448,7 @@ class DstpDataStore(AbstractDataStore):
         coords_by_name = {c.name: c for c in d.coordinates}
         variables: dict[str, xr.Variable] = {}
         axes: dict[str, Axis] = {}
-        coordinate_values = axis_values(self.target, self.dataset, d, self.transport)
+        coordinate_values = axis_values(self.target, self.dataset, d)
         for dim in d.dimensions:
             info = coords_by_name.get(dim.coordinate)
             if info is None:

@@ -143,6 +143,16 @@ class Client:
         """Return dimensions, coordinates, attributes, files and keys of one dataset."""
         return self._rpc.describe(dataset_id)
 
+    def axis_values(self, dataset_id: str, dimension: str) -> pa.Array:
+        """Return the values of one dimension of a dataset, in index order, as the server holds them in memory.
+
+        They equal what ``query(f"select {coordinate} from {dataset_id}")`` returns for the dimension's
+        coordinate (its index 0…n-1 when it has none), but no query runs on the server. QueryError naming the
+        dataset's dimensions for one it does not have; DatasetNotFoundError for a dataset you may not read (as for
+        one that does not exist) and for a dataset this server publishes from another (ask that server).
+        """
+        return self._rpc.axis_values(dataset_id, dimension)
+
     def usage(self) -> dict[str, Any]:
         """Return what you run now and fetched today against your quotas (the JSON of HTTP ``/usage.json``):
         ``{"principal", "queries": {"running", "waiting", "limit"}, "bytes_today": {"used", "limit",

@@ -29,6 +29,8 @@ from dstp.transport.codec import QueryInfo
 from dstp.transport.tickets import fetch_proof
 
 if TYPE_CHECKING:  # built by codec when a listing or description arrives
+    import pyarrow as pa
+
     from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["Rpc", "rpc_error"]
@@ -162,6 +164,14 @@ class Rpc:
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return codec.details_from_pb(reply)
+
+    def axis_values(self, dataset_id: str, dimension: str) -> pa.Array:
+        try:
+            reply = self._stub.AxisValues(pb.AxisValuesRequest(dataset=dataset_id, dimension=dimension),
+                                          timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            raise self.error(exc) from None
+        return codec.axis_values_from_pb(reply)
 
     def usage(self) -> dict[str, Any]:
         """Return the caller's usage against its quotas, in the JSON shape of the HTTP ``/usage.json``."""

@@ -1,6 +1,8 @@
-"""The coordinator: a dstp server whose select-where queries run as partitions on Dask workers.
+"""The coordinator: the cluster executor (:class:`~dstp.service.executor.Executor`) of a dstp server whose
+select-where queries run as partitions on Dask workers.
 
-It keeps everything a single server's control plane does — gRPC, HTTP,
+The server assembly hands it to the service's constructor; every door reaches it through the service
+(``service.executor``), none subclasses anything for it. It keeps everything a single server's control plane does — gRPC, HTTP,
 tokens and access policy, admission, the audit log — and changes one answer:
 ``Query`` for a query that can be partitioned (:func:`~.partitions.why_not_partitioned`)
 and a client that accepts the striped channel. That query is planned and
@@ -36,9 +38,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import grpc
 import pyarrow as pa
 
 from dstp.auth import Principal
@@ -69,18 +70,15 @@ from dstp.cluster.worker import (
 )
 from dstp.catalog.netcdf4_ import ReadStats
 from dstp.errors import CancelledError, CatalogError, DstpError, NotFoundError, QueryTimeoutError, TransportError
-from dstp.grpc_app import DstpServicer, grpc_errors, principal_of
-from dstp.proto import dstp_pb2 as pb
 from dstp.query.execute import Combine, PreparedQuery
 from dstp.service import DstpService
 from dstp.service.files import FileHandle
-from dstp.service.queries import max_result_bytes, row_bytes
+from dstp.service.queries import row_bytes
 from dstp.settings import Settings
-from dstp.transport import codec
 from dstp.transport.codec import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
 from dstp.transport.files import split_ranges
 
-__all__ = ["ClusterQuery", "ClusterServicer", "Coordinator"]
+__all__ = ["ClusterQuery", "Coordinator"]
 
 #: Shares of a download from the workers are multiples of this many bytes (but the last).
 SHARE_ALIGN = 64 * 2**10
@@ -121,7 +119,10 @@ class ClusterQuery:
 
 
 class Coordinator:
-    """Connects to a Dask cluster (or starts a LocalCluster) and runs partitions there."""
+    """Connects to a Dask cluster (or starts a LocalCluster) and runs partitions there: the cluster executor."""
+
+    #: Queries may be answered as partitions fetched from the workers (dstp.service.executor.Executor).
+    partitioned = True
 
     def __init__(self, settings: Settings, *, address: str = "", local_workers: int = 0, sealed: bool = False,
                  clock: Any = time.time) -> None:
@@ -389,8 +390,8 @@ class Coordinator:
         raise TransportError(f"the cluster did not start {what} within {self.settings.query_time_limit_s:g} s "
                              f"({outstanding} of {len(labels)} partitions outstanding); is any worker alive?")
 
-    def plan(self, service: DstpService, sql: str, principal: Principal, compression: str,
-             streams: int = 0, kind: str = "striped") -> QueryInfo | None:
+    def partitions(self, service: DstpService, sql: str, principal: Principal, compression: str,
+                   streams: int = 0, kind: str = "striped") -> QueryInfo | None:
         """Run ``sql`` as partitions on the workers and return the answer listing them; None when the
         coordinator must answer it itself (not partitionable, no worker, or over a result limit).
 
@@ -467,8 +468,8 @@ class Coordinator:
                  len({r.worker for r in results}), ", streamed" if stream else f": {rows} rows")
         return _answer(prepared, query_id, [self._partition(prepared, r, cq) for r in results], stream)
 
-    def reduce_on_workers(self, prepared: PreparedQuery) -> PreparedQuery:
-        """Service hook on every prepared query: a reduction that splits (:mod:`.reduce`) gets a
+    def prepare(self, prepared: PreparedQuery) -> PreparedQuery:
+        """Return how ``prepared`` runs (the service asks for every prepared query): a reduction that splits (:mod:`.reduce`) gets a
         :class:`Combine` — its pieces reduced on the workers when it runs, combined here; anything else,
         or when no worker holds the coordinator's copy, is returned as it is."""
         if not prepared.query.aggregated:
@@ -741,10 +742,6 @@ class Coordinator:
                  wanted, len(parts))
         return parts
 
-    def servicer(self, service: DstpService) -> "ClusterServicer":
-        """Return the gRPC servicer that answers Query with partitions and implements Resolve."""
-        return ClusterServicer(service, self)
-
 
 def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionInfo], streamed: bool) -> QueryInfo:
     keys = order_keys(prepared) or ()
@@ -764,62 +761,3 @@ def _answer(prepared: PreparedQuery, query_id: str, partitions: list[PartitionIn
         max_bytes=most_bytes, partitions=tuple(partitions),
         order=tuple(OrderKeyInfo(k.column, k.descending, k.nulls_first) for k in keys),
     )
-
-
-def _partition_kind(request: pb.QueryRequest) -> str:
-    """Return the channel a partitioned answer to ``request`` uses: striped TCP (also when the request names
-    no channel: every channel), else UDT, else "" (the client takes neither: answered as a single server)."""
-    channels = [codec.channel_kind_name(k) for k in request.channels]
-    return "striped" if not channels or "striped" in channels else "udt" if "udt" in channels else ""
-
-
-class ClusterServicer(DstpServicer):
-    """The Dstp servicer of a coordinator: partitioned Query answers, and Resolve."""
-
-    def __init__(self, service: DstpService, coordinator: Coordinator) -> None:
-        super().__init__(service)
-        self.coordinator = coordinator
-
-    def Query(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> pb.QueryResponse:
-        kind = _partition_kind(request)
-        if kind:
-            with grpc_errors(context):
-                info = self.coordinator.plan(self.service, request.sql, principal_of(context),
-                                             codec.compression_name(request.compression), request.streams, kind)
-                if info is not None:
-                    return codec.query_response_pb(info)
-        return super().Query(request, context)
-
-    def Run(self, request: pb.QueryRequest, context: grpc.ServicerContext) -> Iterator[Any]:
-        # A client that lets the server choose (inline_max_bytes) gets the partitions, as from Query.
-        kind = _partition_kind(request)
-        info = None
-        if request.HasField("inline_max_bytes") and kind:
-            with grpc_errors(context):
-                most = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
-                if not 0 <= most < request.inline_max_bytes:  # else answered below, on this stream
-                    info = self.coordinator.plan(self.service, request.sql, principal_of(context),
-                                                 codec.compression_name(request.compression), request.streams, kind)
-        if info is not None:
-            yield pb.FetchResponse(plan=codec.query_response_pb(info))
-            return
-        yield from super().Run(request, context)
-
-    def OpenFile(self, request: pb.OpenFileRequest, context: grpc.ServicerContext) -> pb.OpenFileResponse:
-        channels = [codec.channel_kind_name(k) for k in request.channels]
-        if not request.accept_parts or (channels and "striped" not in channels):
-            return super().OpenFile(request, context)
-        with grpc_errors(context):
-            handle = self._open_file(request, context)
-            parts = self.coordinator.file_parts(self.service, handle, request.streams, request.congestion_control,
-                                                principal_of(context))
-            return self._file_response(handle, parts)
-        raise AssertionError("unreachable")
-
-    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Partition:
-        with grpc_errors(context):
-            found = self.coordinator.resolve(self.service, request.query_id, request.partition,
-                                             principal_of(context))
-            return codec.partition_pb(found)
-        raise AssertionError("unreachable")
-

@@ -259,13 +259,6 @@ class PartitionStore:
             held = self._held[label] = HeldPartition(label, schema, now + self.tickets.ttl_s, self._drop)
             return held
 
-    def hold(self, label: str, schema: pa.Schema, batches: list[pa.RecordBatch], summary: QuerySummary) -> None:
-        """Keep a computed partition until it has been sent or its tickets have expired."""
-        held = self.open(label, schema)
-        for batch in batches:
-            held.append(batch)
-        held.finish(summary)
-
     def _drop(self, label: str) -> None:
         with self._lock:
             held = self._held.pop(label, None)

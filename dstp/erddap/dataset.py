@@ -42,7 +42,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 from urllib.parse import unquote_plus
 
 import numpy as np
@@ -563,7 +563,3 @@ def _select_star(ds: ErddapDataset) -> set[str]:
              and set(c.dimensions) <= grid}
     names |= {a.name for a in ds.details.attributes if set(a.dimensions) == grid}
     return names
-
-
-def variable_list(names: Sequence[str]) -> str:
-    return ", ".join(names)

@@ -35,7 +35,6 @@ from dstp.query._clauses import (
     ORDER_ARGS,
     ORDERED_ARGS,
     SELECT_ARGS,
-    STAR_ARGS,
     TABLE_ARGS,
     UNION_ARGS,
     Sampling,
@@ -47,13 +46,15 @@ from dstp.query._clauses import (
 from dstp.query._expressions import AGGREGATES, Checker, meta_of
 from dstp.query._pushdown import conjuncts as _conjuncts
 from dstp.query._scope import ColumnMeta, DatasetRef, DatasetSource, DerivedSource, MatchupSource, Scope, Source
+from dstp.query._star import expand_star
+from dstp.query._star import output as _output
 from dstp.query._text import DIALECT, error_at, place, position, snippet
 from dstp.query.matchup import MatchupSpec, choose_keys, index_column, parse_options
 
 if TYPE_CHECKING:
     from dstp.catalog.registry import Catalog
 
-__all__ = ["Binder", "BoundQuery", "ROWID", "SAMPLE_KEY"]
+__all__ = ["Binder", "ROWID", "SAMPLE_KEY", "SelectInfo"]
 
 ROWID = "__dstp_rowid"
 SAMPLE_KEY = "__dstp_key"
@@ -83,24 +84,11 @@ class SelectInfo:
     aggregated: bool = False
 
 
-@dataclass
-class BoundQuery:
-    tree: exp.Expression
-    info: SelectInfo
-    references: list[DatasetRef]
-    matchups: list[MatchupSpec]
-
-
 def _unqualified(node: exp.Expression) -> exp.Expression:
     copy = node.copy()
     for column in copy.find_all(exp.Column):
         column.set("table", None)
     return copy
-
-
-def _output(node: exp.Expression, name: str) -> exp.Alias:
-    """Return ``node AS "name"``: one output column."""
-    return exp.Alias(this=node, alias=exp.to_identifier(name, quoted=True))
 
 
 class Binder:
@@ -116,9 +104,11 @@ class Binder:
 
     # -- queries ---------------------------------------------------------------------------
 
-    def bind(self, tree: exp.Expression) -> BoundQuery:
+    def bind(self, tree: exp.Expression) -> tuple[exp.Expression, SelectInfo]:
+        """Return the bound tree (what DuckDB runs) and what its outermost SELECT says; the datasets and
+        matchups it reads are then in ``refs`` and ``matchups``."""
         bound, _, info = self.query(tree, None, {})
-        return BoundQuery(bound, info, self.refs, self.matchups)
+        return bound, info
 
     def query(self, node: exp.Expression, parent: Scope | None,
               ctes: dict[str, _Cte]) -> tuple[exp.Expression, list[ColumnMeta], SelectInfo]:
@@ -507,11 +497,11 @@ class Binder:
             raise QuerySyntaxError("the query selects nothing; name columns after SELECT, or write select *")
         for item in node.expressions:
             if isinstance(item, exp.Star):
-                outputs += self._expand_star(item, checker, None)
+                outputs += expand_star(item, checker, None, self.sql, self.tokens)
             elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 refuse_unknown_args(item, {"this", "table"}, self.sql, self.tokens)
                 table = item.args.get("table")
-                outputs += self._expand_star(item.this, checker, table)
+                outputs += expand_star(item.this, checker, table, self.sql, self.tokens)
             elif isinstance(item, exp.Alias):
                 if not item.alias.strip():
                     raise error_at(QueryError, "an output column needs a name; write AS name", self.sql, item)
@@ -529,92 +519,6 @@ class Binder:
                 raise error_at(QueryError, f"column {out.alias!r} is selected twice; rename one with AS", self.sql,
                                out.this)
             seen.add(out.alias)
-        return outputs
-
-    def _expand_star(self, star: exp.Star, checker: Checker, table: exp.Expression | None) -> list[exp.Alias]:
-        """Return the outputs ``*`` stands for, with its EXCLUDE, REPLACE and RENAME lists applied."""
-        refuse_unknown_args(star, STAR_ARGS, self.sql, self.tokens)
-        sources = checker.scope.sources
-        if table is not None:
-            sources = [s for s in sources if table.name.lower() in s.qualifiers()]
-            if not sources:
-                raise error_at(UnknownColumnError, f"{table.name!r} is not a dataset or name of this query",
-                               self.sql, table)
-        items: list[tuple[str, Source, str]] = []  # output name, source, column
-        for source in sources:
-            if isinstance(source, MatchupSource):
-                left = [(c, source, f"l.{c}") for c in source.left.star()]
-                taken = {c for c, _, _ in left}
-                right = [(f"{source.right_name}_{c}" if c in taken else c, source, f"r.{c}")
-                         for c in source.right.star()]
-                items += [*left, *right]
-                continue
-            items += [(c, source, c) for c in source.star()]
-        names = [n for n, _, _ in items]
-        star_columns = ", ".join(names)
-
-        def member(node: exp.Expression, what: str) -> str:
-            if not isinstance(node, exp.Column):
-                raise error_at(QueryError, f"{what} lists columns of the dataset, e.g. {what} (lat, lon)",
-                               self.sql, node)
-            hits = [n for n in names if n == node.name] or [n for n in names if n.lower() == node.name.lower()]
-            if len(hits) != 1:
-                checker.resolve(node)  # an unknown column says so; a known one is not among *'s
-                raise error_at(UnknownColumnError, f"{what} names {node.name!r}, which is not one of the columns "
-                               f"* stands for ({star_columns})", self.sql, node)
-            return hits[0]
-
-        touched: dict[str, str] = {}
-
-        def claim(name: str, what: str, node: exp.Expression) -> None:
-            if name in touched:
-                raise error_at(QueryError, f"{name!r} is named in both {touched[name]} and {what}"
-                               if touched[name] != what else f"{name!r} is named twice in {what}", self.sql, node)
-            touched[name] = what
-
-        excluded: set[str] = set()
-        for node in star.args.get("except_") or []:
-            name = member(node, "EXCLUDE")
-            claim(name, "EXCLUDE", node)
-            excluded.add(name)
-        replaced: dict[str, exp.Expression] = {}
-        for node in star.args.get("replace") or []:
-            if not isinstance(node, exp.Alias) or not node.alias:
-                raise error_at(QueryError, "REPLACE takes expressions with the column they replace: "
-                               "* replace (temperature - 273.15 as temperature)", self.sql, node)
-            identifier = node.args["alias"]
-            target = exp.Column(this=identifier.copy())
-            target.this.meta.update(identifier.meta)
-            name = member(target, "REPLACE")
-            claim(name, "REPLACE", node)
-            replaced[name] = checker.check(node.this, "select")
-        renamed: dict[str, str] = {}
-        for node in star.args.get("rename") or []:
-            if not isinstance(node, exp.Alias) or not isinstance(node.this, exp.Column) or not node.alias.strip():
-                raise error_at(QueryError, "RENAME takes columns with their new names: * rename (temperature as t)",
-                               self.sql, node)
-            name = member(node.this, "RENAME")
-            claim(name, "RENAME", node)
-            renamed[name] = node.alias
-        outputs: list[exp.Alias] = []
-        for name, source, column in items:
-            if name in excluded:
-                continue
-            if name in replaced:
-                outputs.append(_output(replaced[name], name))
-                continue
-            if isinstance(source, MatchupSource):
-                side = source.left if column.startswith("l.") else source.right
-                side.use(column[2:])
-            else:
-                source.use(column)
-            alias, sql_name = source.sql_column(column, None)
-            bound = exp.Column(this=exp.Identifier(this=sql_name, quoted=True),
-                               table=exp.Identifier(this=alias, quoted=True))
-            bound.meta["dstp"] = source.meta(column)
-            outputs.append(_output(bound, renamed.get(name, name)))
-        if not outputs:
-            raise error_at(QueryError, "EXCLUDE leaves no column to select", self.sql, star)
         return outputs
 
     # -- GROUP BY, ORDER BY, sampling ------------------------------------------------------

@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqlglot.tokens import Token
 
 from dstp.errors import ForbiddenQueryError, QueryError
-from dstp.query._expressions import INT64_MAX
+from dstp.query._terms import INT64_MAX
 from dstp.query._text import error_at, snippet
 
 __all__ = ["MAX_ROW_COUNT", "MAX_SAMPLE_ROWS", "Sampling", "limit_clause", "number", "int_literal",

@@ -1,4 +1,4 @@
-"""Checking expressions: the whitelist of nodes and functions, column binding, time functions, size limits.
+"""Checking expressions: the whitelist of nodes and functions, column binding, time functions.
 
 :class:`Checker` walks each expression of one SELECT, binds its column names to
 the sources of that SELECT (:mod:`._scope`) and refuses any node not on the
@@ -11,11 +11,7 @@ whitelist, with a message naming it in SQL terms. It also
   of their own, with this SELECT's sources visible for correlated references;
 * checks comparisons between keys of two datasets (:mod:`._keys`).
 
-``check_integers``, ``rebalance`` and ``check_depth`` keep a tree within what
-planning and DuckDB can take: at most MAX_EXPRESSION_DEPTH levels deep and
-MAX_EXPRESSION_TERMS arithmetic operators and function calls in all (DuckDB takes
-about a millisecond to bind each: 16 queries of 990 ``+1`` terms kept a server busy
-for minutes).
+A tree's size (depth, terms, whole numbers) is checked before, in :mod:`._terms`.
 """
 
 from __future__ import annotations
@@ -30,18 +26,9 @@ from dstp.catalog.cf import time_literal
 from dstp.errors import ForbiddenQueryError, QueryError, UnknownColumnError
 from dstp.query import _calendar, _keys
 from dstp.query._scope import ColumnMeta, DatasetSource, MatchupSource, Scope, Source
-from dstp.query._text import DIALECT, error_at, snippet, type_token
+from dstp.query._text import DIALECT, error_at, operator_token, snippet, type_token
 
-__all__ = ["AGGREGATES", "ALLOWED_FUNCTIONS", "Checker", "INT64_MAX", "MAX_EXPRESSION_DEPTH", "MAX_EXPRESSION_TERMS",
-           "WINDOW_FUNCTIONS", "check_depth", "check_integers", "meta_of", "rebalance"]
-
-#: Deepest expression tree accepted, counted in sqlglot nodes.
-MAX_EXPRESSION_DEPTH = 100
-#: Most arithmetic operators, function calls, casts and CASEs in one query. Values (-1 too), names, comparisons,
-#: AND/OR/NOT and the query's clauses are free: long flat lists of conditions stay allowed (max_sql_length
-#: bounds them), while ``x+1+1+…`` packs one term into every two characters.
-MAX_EXPRESSION_TERMS = 500
-INT64_MAX = 2**63 - 1
+__all__ = ["AGGREGATES", "ALLOWED_FUNCTIONS", "Checker", "WINDOW_FUNCTIONS", "meta_of"]
 
 #: Scalar functions a query may call (sqlglot expression classes).
 ALLOWED_FUNCTIONS: dict[type[exp.Expression], str] = {
@@ -103,87 +90,6 @@ _CALENDAR_KEEPERS = (exp.Min, exp.Max, exp.First, exp.Last, exp.ArgMin, exp.ArgM
                      exp.LastValue, exp.NthValue, exp.Lag, exp.Lead)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 
-# -- the tree as a whole ---------------------------------------------------------------------
-
-
-def check_integers(tree: exp.Expression, sql: str) -> None:
-    """Refuse whole numbers beyond 64 bits (DuckDB would type them as 128-bit and fail later)."""
-    for literal in tree.find_all(exp.Literal):
-        text = literal.this.replace("_", "") if isinstance(literal.this, str) else ""
-        if literal.is_string or not text.isdigit():
-            continue
-        digits = text.lstrip("0") or "0"
-        # By length first: Python refuses int() of more than 4,300 digits, and the answer is plain anyway.
-        if len(digits) > len(str(INT64_MAX)) or int(digits) > INT64_MAX:
-            shown = text if len(text) <= 24 else text[:20] + "…"
-            exponent = f"{float(digits):.3g}".replace("e+", "e") if len(digits) < 300 else \
-                f"{digits[0]}.{digits[1:3]}".rstrip("0").rstrip(".") + f"e{len(digits) - 1}"
-            raise error_at(
-                QueryError,
-                f"the whole number {shown} is too large (at most {INT64_MAX}); "
-                f"for a real number write it with an exponent, e.g. {exponent}",
-                sql,
-                literal,
-            )
-
-
-def rebalance(tree: exp.Expression) -> None:
-    """Rebuild long AND/OR chains as balanced trees: same meaning, depth log2(n) instead of n."""
-    roots = [node for node in tree.find_all(exp.And, exp.Or) if type(node.parent) is not type(node)]
-    for root in roots:
-        operands: list[exp.Expr] = []
-        stack: list[exp.Expr] = [root]
-        while stack:  # left-to-right, without recursion
-            node = stack.pop()
-            if type(node) is type(root):
-                stack += [node.expression, node.this]
-            else:
-                operands.append(node)
-        if len(operands) < 8:
-            continue
-        kind = type(root)
-        while len(operands) > 1:
-            pairs = [kind(this=a, expression=b) for a, b in zip(operands[::2], operands[1::2])]
-            operands = pairs + (operands[-1:] if len(operands) % 2 else [])
-        root.replace(operands[0])
-
-
-# Nodes not counted as terms: values, names, grouping, conditions and connectives, the query's own clauses.
-_FREE_NODES = (exp.Literal, exp.Identifier, exp.Column, exp.Null, exp.Boolean, exp.Paren, exp.Alias, exp.Star,
-               exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In,
-               exp.Is, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Neg, exp.DataType, exp.DataTypeParam, exp.Var, exp.Tuple,
-               exp.Query, exp.Subquery, exp.Table, exp.TableAlias, exp.From, exp.Join, exp.Where, exp.Group,
-               exp.Having, exp.Order, exp.Ordered, exp.Limit, exp.Offset)
-
-
-def check_depth(tree: exp.Expression, sql: str) -> None:
-    """Refuse expression trees deeper than MAX_EXPRESSION_DEPTH (DuckDB refuses 1000) or with more than
-    MAX_EXPRESSION_TERMS arithmetic operators and calls, before anything is planned."""
-    stack: list[tuple[exp.Expression, int]] = [(tree, 0)]
-    terms = 0
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, _FREE_NODES):
-            terms += 1
-            if terms > MAX_EXPRESSION_TERMS:
-                raise error_at(
-                    QueryError,
-                    f"this query has more than {MAX_EXPRESSION_TERMS} arithmetic operators and function calls; "
-                    "simplify its expressions (compute the rest in your client), or use IN (…) for a list of values",
-                    sql,
-                    node,
-                )
-        if depth > MAX_EXPRESSION_DEPTH:
-            raise error_at(
-                QueryError,
-                f"this expression is nested more than {MAX_EXPRESSION_DEPTH} levels deep; "
-                "split it up, or use IN (…) for a list of values",
-                sql,
-                node,
-            )
-        stack.extend((child, depth + 1) for child in node.iter_expressions())
-
-
 def meta_of(node: exp.Expression | None) -> ColumnMeta | None:
     """Return what dstp knows of an expression's values: a bound column's meta, kept through
     calendar-preserving functions (min, max, first, date_trunc, time_bucket, …); else None."""
@@ -208,7 +114,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Interval: "INTERVAL arithmetic", exp.Any: "ANY (…)", exp.All: "ALL (…)",
     exp.Lambda: "a lambda function", exp.Array: "a list value",
     exp.Struct: "a struct value", exp.Bracket: "indexing with […]", exp.Dot: "field access with '.'",
-    exp.Collate: "COLLATE", exp.Unnest: "UNNEST",
+    exp.Collate: "COLLATE", exp.Unnest: "UNNEST", exp.DPipe: "string concatenation with ||",
 }
 #: Where aggregates and window functions may stand, by clause.
 _AGGREGATE_CLAUSES = {"select", "having", "order", "qualify"}
@@ -471,8 +377,6 @@ class Checker:
         would differ from run to run; a dataset's records have an order (the grid's
         C order), and pandas' and xarray's first/last skip missing values.
         """
-        from dstp.query._scope import DatasetSource
-
         word = "first" if isinstance(node, exp.First) else "last"
         columns = list(node.this.find_all(exp.Column)) if isinstance(node.this, exp.Expression) else []
         tables = {c.table.lower() for c in columns}
@@ -698,6 +602,10 @@ class Checker:
             allowed = ", ".join(sorted({*ALLOWED_FUNCTIONS.values(), "season"}))
             return error_at(ForbiddenQueryError, f"function {name}() is not allowed (allowed: {allowed}; "
                             "aggregates and window functions: see the query language)", self.sql, node)
+        if isinstance(node, exp.DPipe):  # at the operator, not at the first operand
+            at = operator_token(node, "||", self.sql)
+            return error_at(ForbiddenQueryError, f"{_NODE_NAMES[exp.DPipe]} is not supported in a dstp query",
+                            self.sql, at if at is not None else node)
         what = next((label for cls, label in _NODE_NAMES.items() if isinstance(node, cls)), None)
         if what is None:
             what = repr(snippet(node, sql=self.sql)) if isinstance(node, exp.Expression) else "this"
@@ -818,7 +726,3 @@ def _time_literal_node(node: exp.Expression) -> exp.Literal | None:
                                          exp.DataType.Type.DATE}:
             return node.this
     return None
-
-
-def is_dataset_source(source: Source) -> bool:
-    return isinstance(source, DatasetSource)

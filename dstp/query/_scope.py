@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from dstp.catalog.cf import LAT_UNITS, LON_UNITS, calendar_family
 
@@ -303,7 +302,3 @@ def value_range(values: np.ndarray | None) -> tuple[float, float] | None:
     if finite.size == 0:
         return None
     return float(finite.min()), float(finite.max())
-
-
-def arrow_is_time(arrow_type: pa.DataType) -> bool:
-    return pa.types.is_timestamp(arrow_type)

@@ -19,8 +19,8 @@ from sqlglot.tokens import Token, TokenType
 
 from dstp.errors import ForbiddenQueryError, QueryError, QuerySyntaxError
 
-__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "place", "position", "read_query", "read_select", "snippet",
-           "spell_types", "type_token"]
+__all__ = ["DIALECT", "MAX_NESTING", "TOO_DEEP", "error_at", "operator_token", "place", "position", "read_query",
+           "read_select", "snippet", "spell_types", "type_token"]
 
 DIALECT = "duckdb"
 #: Deepest nesting of parentheses accepted.
@@ -46,6 +46,20 @@ def error_at(cls: type[QueryError], message: str, sql: str, node: Any) -> QueryE
         return cls(message, sql=sql, line=node.line, column=node.col, token=node.text)
     line, col, token = place(node, sql)
     return cls(message, sql=sql, line=line, column=col, token=token)
+
+
+def operator_token(node: exp.Binary, operator: str, sql: str) -> Token | None:
+    """Return the token of a binary ``node``'s ``operator`` as the query wrote it (the first one after its left
+    operand's last token, so a caret sits under ``||`` and not under an operand); None if it cannot be found."""
+    ends = [sub.meta["end"] for sub in node.this.walk() if isinstance(sub.meta.get("end"), int)]
+    if not ends:
+        return None
+    at = sql.find(operator, max(ends) + 1)
+    if at < 0:
+        return None
+    line_start = sql.rfind("\n", 0, at) + 1
+    return Token(TokenType.DPIPE if operator == "||" else TokenType.VAR, operator, line=sql.count("\n", 0, at) + 1,
+                 col=at - line_start + len(operator), start=at, end=at + len(operator) - 1)
 
 
 def place(node: Any, sql: str) -> tuple[int | None, int | None, str | None]:

@@ -41,18 +41,17 @@ from sqlglot import exp
 from dstp.errors import QueryError
 from dstp.query._binder import Binder
 from dstp.query._clauses import MAX_ROW_COUNT, MAX_SAMPLE_ROWS, Sampling
-from dstp.query._expressions import (
-    AGGREGATES,
-    ALLOWED_FUNCTIONS,
+from dstp.query._expressions import AGGREGATES, ALLOWED_FUNCTIONS
+from dstp.query._scope import ColumnMeta, DatasetRef
+from dstp.query._text import DIALECT, MAX_NESTING, TOO_DEEP, read_query
+from dstp.query._terms import (
     INT64_MAX,
     MAX_EXPRESSION_DEPTH,
     check_depth,
     check_integers,
+    check_terms_before_parsing,
     rebalance,
 )
-from dstp.query._scope import ColumnMeta, DatasetRef
-from dstp.query._text import DIALECT, MAX_NESTING, TOO_DEEP, read_query
-from dstp.query._terms import check_terms_before_parsing
 from dstp.query.matchup import MatchupSpec
 
 if TYPE_CHECKING:
@@ -137,9 +136,9 @@ def _validate(tree: exp.Expression, tokens: Any, sql: str, catalog: Catalog) -> 
     check_integers(tree, sql)
     rebalance(tree)
     check_depth(tree, sql)
-    bound = Binder(sql, tokens, catalog).bind(tree)
-    info = bound.info
-    first = bound.references[0]
+    binder = Binder(sql, tokens, catalog)
+    bound, info = binder.bind(tree)
+    first = binder.refs[0]
     return ValidatedQuery(
         sql=sql,
         dataset=first.dataset,
@@ -151,16 +150,11 @@ def _validate(tree: exp.Expression, tokens: Any, sql: str, catalog: Catalog) -> 
         sampling=first.sampling,
         strides=first.strides,
         columns=first.columns(),
-        tree=bound.tree,
-        references=tuple(bound.references),
-        matchups=tuple(bound.matchups),
+        tree=bound,
+        references=tuple(binder.refs),
+        matchups=tuple(binder.matchups),
         output_metas=tuple(info.metas),
         group_keys=info.group_keys,
-        simple=info.simple and len(bound.references) == 1 and not bound.matchups,
+        simple=info.simple and len(binder.refs) == 1 and not binder.matchups,
         aggregated=info.aggregated,
     )
-
-
-def describe_literal(node: Any) -> str:
-    """Return a short text for a node, for messages."""
-    return node.sql(dialect=DIALECT) if isinstance(node, exp.Expression) else str(node)

@@ -118,10 +118,6 @@ class QueryPlan:
         return self.scans[0].hyperslab
 
     @property
-    def scan_columns(self) -> tuple[str, ...]:
-        return self.scans[0].columns
-
-    @property
     def matchups(self) -> tuple[MatchupSpec, ...]:
         return self.query.matchups
 

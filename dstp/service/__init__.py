@@ -8,14 +8,18 @@ limits, errors and tickets behave the same whichever way a request arrives.
     service.open_source(ticket, kind, cancel) -> (MessageSource, key): the one way a ticket becomes data
     service.run(sql, cancel)                 -> Execution, at once and without a ticket (HTTP, gRPC Run)
     service.run_or_offer(sql, channels, n)   -> Execution if the result is under n bytes, else QueryHandle
+    service.axis_values(dataset, dimension)  -> pa.Array: a dimension's values, from the catalog's memory
+    service.executor                         -> where queries run: LocalExecutor, or a cluster coordinator
 
 It is split along its seams: ``queries`` (plan, run, the Execution),
 ``files`` (checked, checksummed bulk requests), ``offers`` (channels and
-tickets) and ``admission`` (transfer slots and what is running).
+tickets), ``admission`` (transfer slots and what is running) and
+``executor`` (local or cluster, given to the constructor).
 """
 
 from dstp.service._service import DstpService
 from dstp.service.admission import Admission
+from dstp.service.executor import Executor, LocalExecutor
 from dstp.service.files import FileHandle, FileRequest, Files
 from dstp.service.offers import CHANNELS, ChannelInfo, Grant, Offer, Offers
 from dstp.service.queries import Execution, Queries, QueryHandle, row_bytes
@@ -26,10 +30,12 @@ __all__ = [
     "ChannelInfo",
     "DstpService",
     "Execution",
+    "Executor",
     "FileHandle",
     "FileRequest",
     "Files",
     "Grant",
+    "LocalExecutor",
     "Offer",
     "Offers",
     "Queries",

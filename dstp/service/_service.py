@@ -18,6 +18,7 @@ from dstp.query.scan import arrow_values
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
+from dstp.service.executor import Executor, LocalExecutor
 from dstp.service.feed import Feed, FeedPage
 from dstp.service.files import FileHandle, FileRequest, Files
 from dstp.service.offers import ChannelInfo, Offers
@@ -37,6 +38,10 @@ class DstpService:
     (a test advances it instead of sleeping out ``ticket_ttl_s``), and
     embargoes end by it.
 
+    Its collaborators arrive here and nowhere else: the catalog and settings, the ``clock``, ``revalidate``
+    (the authenticator's check that a ticket's credential still holds) and the ``executor`` (where queries
+    run: :class:`~dstp.service.executor.LocalExecutor` by default, a cluster coordinator when scaled out).
+
     Every call takes the :class:`~dstp.auth.Principal` the adapter
     authenticated (``ANONYMOUS`` when none is given) and answers only about
     the datasets it may read (:class:`~dstp.service.access.Access`, the one
@@ -44,8 +49,7 @@ class DstpService:
     """
 
     def __init__(self, catalog: Catalog, settings: Settings, *, clock: Callable[[], float] = time.time,
-                 revalidate: Callable[[Principal], None] | None = None,
-                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
+                 revalidate: Callable[[Principal], None] | None = None, executor: Executor | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.clock = clock
@@ -59,8 +63,11 @@ class DstpService:
         #: One line per query and download (dstp/service/audit.py; the ``audit_log`` setting).
         self.audit = AuditLog(clock)
         self.access = Access(catalog, clock)
-        #: ``rewrite`` is applied to every prepared query (a scale-out coordinator sends reductions to its workers).
-        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit, rewrite)
+        #: Where queries run: here (LocalExecutor) or partitioned over a cluster (dstp.cluster.Coordinator); every
+        #: prepared query passes through its ``prepare`` (a coordinator sends reductions to its workers).
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
+        self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit,
+                               self.executor.prepare)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
         #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
         self.feed = Feed(catalog, clock)

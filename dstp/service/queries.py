@@ -209,15 +209,15 @@ class Queries:
 
     def __init__(self, catalog: Catalog, settings: Settings, offers: Offers, admission: Admission,
                  access: Access | None = None, audit: AuditLog | None = None,
-                 rewrite: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
+                 prepare: Callable[[PreparedQuery], PreparedQuery] | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
         self.offers = offers
         self.admission = admission
         self.access = access or Access(catalog)
         self.audit = audit or AuditLog(admission.clock)
-        #: Applied to every prepared query (a scale-out coordinator sends reductions to its workers).
-        self.rewrite = rewrite
+        #: Applied to every prepared query: the executor's (a scale-out coordinator sends reductions to its workers).
+        self._prepare = prepare
 
     def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
                 cancel: threading.Event | None = None) -> PreparedQuery:
@@ -230,7 +230,7 @@ class Queries:
         prepared = prepare_query(sql, self.access.catalog_for(principal), self.settings, started=started,
                                  cancel=cancel)
         self.access.check_query(principal, prepared)
-        return prepared if self.rewrite is None else self.rewrite(prepared)
+        return prepared if self._prepare is None else self._prepare(prepared)
 
     def _admit(self, principal: Principal, query_id: str, sql: str, channel: str) -> Slot:
         """Return a slot for planning or running ``sql``, taken before anything is parsed; a refusal is audited."""

@@ -119,6 +119,7 @@ def test_grpc_and_data_channels(grpc_clients: dict[str, dstp.Client], at: Callab
     file = FILE[dataset]
     calls: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         "Describe": (lambda: c.describe(dataset), lambda: c.describe(ABSENT)),
+        "AxisValues": (lambda: c.axis_values(dataset, "lat"), lambda: c.axis_values(ABSENT, "lat")),
         "Query+Fetch": (lambda: c.query(sql, transport="auto"), lambda: c.query(absent_sql, transport="auto")),
         "Run": (lambda: c.query(sql), lambda: c.query(absent_sql)),
         "Query+striped": (lambda: c.query(sql, transport="striped", streams=2),
@@ -133,6 +134,7 @@ def test_grpc_and_data_channels(grpc_clients: dict[str, dstp.Client], at: Callab
     assert listed == {d for d in DATASETS if visible(principal, d, when)}
     if visible(principal, dataset, when):
         assert c.describe(dataset).summary.id == dataset
+        assert len(calls["AxisValues"][0]()) == next(d.size for d in c.describe(dataset).dimensions if d.name == "lat")
         for name in ("Query+Fetch", "Run", "Query+striped"):
             assert calls[name][0]().num_rows == 3, name
         original = (auth_catalog / dataset / file).read_bytes()

@@ -149,8 +149,9 @@ def dask_cluster(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -
 def running_coordinator(catalog_root: Path, cluster: DaskCluster, **settings: Any) -> Iterator[DstpServer]:
     """A coordinator (``dstp serve ROOT --cluster``) on loopback over ``cluster``; ``settings`` beyond the
     tests' usual ones (no HTTP, no UDT, 4,096-record batches)."""
-    server = DstpServer(Settings(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1,
-                                 batch_rows=4096, **settings), cluster=cluster.address)
+    base: dict[str, Any] = dict(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1,
+                                batch_rows=4096)
+    server = DstpServer(Settings(**(base | settings)), cluster=cluster.address)
     server.start()
     try:
         yield server

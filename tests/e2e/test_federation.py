@@ -156,9 +156,8 @@ def test_calendar_functions_on_a_remote_360_day_grid_equal_the_local_ones(client
 def _run(root: Path, sql: str) -> tuple[pa.Table, QueryExecution]:
     """Run ``sql`` in process over server A's catalog (B reached over loopback), keeping the execution's counters."""
     settings = Settings(batch_rows=2000)
-    catalog = Catalog.scan(root)
     source = ClientRemoteSource()
-    catalog.attach_remote_source(source)
+    catalog = Catalog.scan(root, remote_source=source)
     try:
         prepared = prepare_query(sql, catalog, settings)
         execution = QueryExecution(prepared, settings)
@@ -237,9 +236,8 @@ class _RefusingSource(ClientRemoteSource):
 
 def test_a_remote_refusal_reaches_the_user_in_the_other_servers_words(servers) -> None:
     _, _, root_a, _ = servers
-    catalog = Catalog.scan(root_a)
     source = _RefusingSource()
-    catalog.attach_remote_source(source)
+    catalog = Catalog.scan(root_a, remote_source=source)
     try:
         from dstp.errors import LimitExceededError
 
@@ -251,3 +249,32 @@ def test_a_remote_refusal_reaches_the_user_in_the_other_servers_words(servers) -
     finally:
         source.close()
         catalog.close()
+
+
+def test_a_remote_dataset_published_while_serving_is_reached(servers, tmp_path: Path) -> None:
+    """A ``<remote>`` descriptor added after start answers queries: the remote source is the catalog's from its
+    scan (before, the server attached one only if remotes existed at start, so this one was refused)."""
+    _, server_b, _, root_b = servers
+    assert server_b.endpoints is not None
+    root_c = tmp_path / "server_c"
+    root_c.mkdir()
+    now = [1_000.0]  # the scan's clock: a new descriptor settles when it is advanced, not by sleeping
+    server_c = DstpServer(_settings(root_c).replace(catalog_watch=False), timer=lambda: now[0])
+    server_c.start()
+    try:
+        assert server_c.catalog is not None and server_c.endpoints is not None
+        (root_c / "grid_far").mkdir()
+        (root_c / "grid_far" / "grid_far.dstp.xml").write_text(REMOTE_XML.format(server=server_b.endpoints.grpc))
+        now[0] += 3_600.0
+        server_c.catalog.refresh()
+        assert "grid_far" in server_c.catalog.remotes
+        sql = "select time, lat, lon, lev, ta from {} where lat > 0 and lev = 500"
+        with dstp.connect(server_c.endpoints.grpc) as c:
+            got = c.query(sql.format("grid_far"))
+        with xr.open_mfdataset(sorted((root_b / "grid_e").glob("*.nc")), combine="by_coords") as ds:
+            want = ds["ta"].sel(lev=500.0).where(ds.lat > 0, drop=True).to_dataframe().reset_index()
+        assert got.num_rows == len(want) > 0
+        assert np.allclose(np.sort(got["ta"].to_numpy(zero_copy_only=False)), np.sort(want["ta"].to_numpy()),
+                           equal_nan=True)
+    finally:
+        server_c.stop()

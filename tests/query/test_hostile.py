@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from dstp import errors
 from dstp.catalog.registry import Catalog
 from dstp.query.execute import QueryExecution, prepare_query
-from dstp.query._expressions import MAX_EXPRESSION_TERMS
+from dstp.query._terms import MAX_EXPRESSION_TERMS
 from dstp.query.parse import MAX_EXPRESSION_DEPTH, MAX_NESTING, validate_query
 from dstp.settings import Settings
 from query_cases import HOSTILE

@@ -98,6 +98,24 @@ def test_duckdb_s_messages_name_the_query_s_types(catalog, sql, word) -> None:
     assert not re.search(r"\b(INT16|INT32|SMALLINT|INTEGER)\b", head(info.value)), str(info.value)
 
 
+# -- an operator dstp does not run ------------------------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "select 'a' || 'b' as x from ccm3",
+    "select lat::hugeint || 1 as x from ccm3",
+    "select cast(lat as HUGEINT) || 'x' as x from ccm3",
+    "select lat from ccm3 where 'x||y' || lon = 'x'",
+    "select lat,\n       lon || lat as x\n  from ccm3",
+])
+def test_string_concatenation_is_refused_at_the_operator_in_the_query_s_words(catalog, sql) -> None:
+    with pytest.raises(errors.ForbiddenQueryError) as info:  # was: 'CAST(lat AS hugeint) || 1' is not supported
+        validate_query(sql, catalog)
+    err = info.value
+    assert head(err).startswith("string concatenation with || is not supported"), str(err)
+    assert under_caret(err) == "||", str(err)
+    assert "CAST(" not in head(err) and not foreign_renderings(head(err), sql), str(err)
+
+
 # -- text where a number belongs ---------------------------------------------------------------
 
 @pytest.mark.parametrize("sql, text, column, kind", [
