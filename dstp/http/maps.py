@@ -29,11 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dstp.auth import Principal
+from dstp.catalog.gridmapping import metres_per_unit
 from dstp.errors import BadRequestError, QueryError
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 from dstp.http.pages import CatalogView
 from dstp.http.quicklook import geographic_columns, map_selection, series_selection
-from dstp.render import COLORMAPS, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
+from dstp.render import COLORMAPS, Projection, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
 
 __all__ = ["Layer", "MapSlab", "MapSource", "Style", "TILE_CACHE_ENTRIES", "SLAB_CACHE_ENTRIES"]
 
@@ -100,6 +101,10 @@ class Layer:
     time: DimensionInfo | None
     level: DimensionInfo | None
     curvilinear: bool
+    #: The grid mapping's CRS (WKT) when the Y/X axes are its x/y (rotated pole, polar stereographic…), else "".
+    crs: str = ""
+    #: Metres per unit of a projected grid's axes (1000 for km); 1 for degrees.
+    scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +135,29 @@ def _geographic_axis(details: DatasetDetails, d: DimensionInfo, std: str, units:
     return standard == std or (not standard and d.units.strip().lower() in units)
 
 
-def mappable(details: DatasetDetails) -> list[Layer]:
-    """Return the attributes of a gridded dataset on latitude × longitude axes, or with 2-D latitude/longitude.
+def _grid_mapping(details: DatasetDetails, a: ColumnInfo) -> str:
+    """Return the WKT of ``a``'s grid mapping, "" without one pyproj understood."""
+    name = dict(a.cf).get("grid_mapping", "").split(":")[0].strip()
+    return next((m.wkt for m in details.grid_mappings if m.name == name and m.wkt and not m.problem), "")
 
-    A grid whose Y/X axes are neither (projected metres, a rotated grid's degrees) and that has no 2-D
-    latitude/longitude is left out: drawing its axes as degrees would put the data in the wrong place.
+
+def _scale(crs: str, y: DimensionInfo, x: DimensionInfo) -> float | None:
+    """Return metres per unit of a projected grid's axes (1 for a rotated pole's degrees), None if not lengths."""
+    import pyproj
+
+    if not pyproj.CRS.from_user_input(crs).is_projected:
+        return 1.0
+    fy, fx = metres_per_unit(y.units), metres_per_unit(x.units)
+    return fx if fx is not None and fx == fy else None
+
+
+def mappable(details: DatasetDetails) -> list[Layer]:
+    """Return the attributes of a gridded dataset on latitude × longitude axes, on a grid mapping's axes
+    (drawn through its CRS), or with 2-D latitude/longitude.
+
+    A grid whose Y/X axes are neither (projected metres, a rotated grid's degrees) with neither a grid mapping
+    pyproj understood nor 2-D latitude/longitude is left out: drawing its axes as degrees would put the data
+    in the wrong place.
     """
     if details.feature_type:
         return []
@@ -146,12 +169,20 @@ def mappable(details: DatasetDetails) -> list[Layer]:
         if y is None or x is None:
             continue
         curvilinear = geographic_columns(details, a.dimensions) is not None
-        if not curvilinear and not (_geographic_axis(details, y, "latitude", LATITUDE_UNITS)
-                                    and _geographic_axis(details, x, "longitude", LONGITUDE_UNITS)):
-            continue
+        crs, scale = "", 1.0
+        if not (_geographic_axis(details, y, "latitude", LATITUDE_UNITS)
+                and _geographic_axis(details, x, "longitude", LONGITUDE_UNITS)):
+            crs = _grid_mapping(details, a)
+            factor = _scale(crs, y, x) if crs else None
+            if factor is None:
+                crs = ""
+                if not curvilinear:
+                    continue
+            else:
+                scale = factor
         time = next((d for d in dims if d.axis == "T"), None)
         level = next((d for d in dims if d.axis == "Z"), None)
-        found.append(Layer(details.summary.id, a, time, level, curvilinear))
+        found.append(Layer(details.summary.id, a, time, level, curvilinear, crs, scale))
     return found
 
 
@@ -198,11 +229,16 @@ class MapSource:
         cols, ci = np.unique(_floats(table, x_name), return_inverse=True)
         values = np.full((len(rows), len(cols)), np.nan)
         values[ri, ci] = _floats(table, variable)
+        # on a grid mapping's axes cells are found in its x/y, and lat/lon (the file's, the catalog's derived
+        # ones, or pyproj's) only say where the centres are
+        projection = Projection(rows, cols, layer.crs, layer.scale) if layer.crs else None
         if s.geographic is not None:
             lat, lon = np.full(values.shape, np.nan), np.full(values.shape, np.nan)
             lat[ri, ci] = _floats(table, s.geographic[0])
             lon[ri, ci] = _floats(table, s.geographic[1])
-            slab = Slab(values, lat, lon)
+            slab = Slab(values, lat, lon, projection)
+        elif projection is not None:
+            slab = Slab(values, *projection.centres(), projection)
         else:
             slab = Slab(values, rows, cols)
         found = MapSlab(slab, rows, cols, (y_name, x_name), s.fixed, version)
