@@ -27,6 +27,7 @@ from dstp.service import DstpService
 from dstp.http.maps import MapSource, Style, mappable
 from dstp.http.pages import CatalogView, PageRenderer
 from dstp.render import COLORMAPS
+from dstp.render.points import DOT_RADIUS
 from dstp.render.raster import EARTH_RADIUS
 
 __all__ = ["map_router"]
@@ -70,10 +71,13 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
     async def series(request: Request, dataset: str, variable: str = Query(..., description="Attribute."),
                      lat: float = Query(..., description="Latitude, degrees north."),
                      lon: float = Query(..., description="Longitude, degrees east."),
-                     elevation: str = ELEVATION) -> dict[str, Any]:
+                     elevation: str = ELEVATION,
+                     within: float = Query(1.0, gt=0, le=180, description="On a station or mesh map: how far "
+                                           "(degrees of arc) the nearest station or node may be from lat, lon."),
+                     ) -> dict[str, Any]:
         principal = principal_of(request)
         answer: dict[str, Any] = await in_thread(
-            lambda: source.series(dataset, variable, lon, lat, {"elevation": elevation}, principal))
+            lambda: source.series(dataset, variable, lon, lat, {"elevation": elevation}, principal, within))
         return answer
 
     @router.get("/datasets/{dataset}/map", response_class=HTMLResponse, tags=["Maps"],
@@ -160,7 +164,10 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
         x = west + (i + 0.5) / width * (east - west)
         y = north - (j + 0.5) / height * (north - south)
         lon, lat = (x, y) if crs != "EPSG:3857" else _from_mercator(x, y)
-        answer = source.value_at(ds, variable, lon, lat, p.dimensions(), principal)
+        # a station answers where its dot is drawn: within its radius and a pixel of its place
+        degrees = (east - west) / width if crs != "EPSG:3857" else math.degrees((east - west) / width / EARTH_RADIUS)
+        answer = source.value_at(ds, variable, lon, lat, p.dimensions(), principal,
+                                 within=(DOT_RADIUS + 1) * degrees)
         if info_format == "application/json":
             return JSONResponse(answer)
         return PlainTextResponse(feature_info_text(answer))

@@ -2,7 +2,8 @@
 
 ``rot`` has 2-D lat/lon and its grid mapping; ``rotgm`` the same grid with only its grid mapping (the catalog
 derives lat/lon); ``rotonly`` neither; ``polar`` a polar stereographic grid in metres and ``polarkm`` the same
-in km (:mod:`map_archives`).
+in km; ``stations`` a CF timeSeries table of three stations and ``mesh`` a UGRID mesh's nodes
+(:mod:`map_archives`).
 
 alice has a token in ``polar``, bob one without groups; anonymous reading is on.
 The oracle helpers read the files with xarray (each file on its own) and colour
@@ -23,7 +24,7 @@ import pytest
 from PIL import Image
 
 from builders import rotated_pole
-from map_archives import write_polar
+from map_archives import write_mesh, write_polar, write_stations
 from dstp.auth import TokenStore
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
@@ -65,6 +66,8 @@ def serve(catalog_root: Path, root: Path) -> Iterator[tuple[DstpServer, dict[str
     publish([root / "rotgm" / "rotgm.nc"], "rotgm")
     write_polar(root / "polar")
     write_polar(root / "polarkm", km=True)
+    write_stations(root / "stations")
+    write_mesh(root / "mesh")
     store = root / "tokens.json"
     tokens = TokenStore(store)
     issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}

@@ -88,7 +88,9 @@
   }
   map.on("click", async (e) => {
     const at = e.latlng.wrap();
-    const params = new URLSearchParams({ variable: page.variable, lat: at.lat, lon: at.lng });
+    // a station or mesh node answers within 8 px of its place at this zoom (its dot is 5 px)
+    const within = Math.min(180, 8 * 360 / (256 * 2 ** map.getZoom()));
+    const params = new URLSearchParams({ variable: page.variable, lat: at.lat, lon: at.lng, within: within.toPrecision(4) });
     if ($("map-level")) params.set("elevation", $("map-level").value);
     const response = await fetch(`/datasets/${encodeURIComponent(page.id)}/series.json?` + params.toString());
     const body = await response.json();
