@@ -39,12 +39,10 @@ from dstp.http.quicklook import Selection, geographic_columns, map_selection, se
 from dstp.render import COLORMAPS, Projection, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
 from dstp.render.points import Points, bbox_to_pixel, dots, tile_to_pixel
 
-__all__ = ["Layer", "MapSlab", "MapSource", "Style", "TILE_CACHE_ENTRIES", "SLAB_CACHE_ENTRIES"]
+__all__ = ["Layer", "MapSlab", "MapSource", "Style", "CACHE_BYTES"]
 
-#: Rendered tiles kept (about 20 KB each).
-TILE_CACHE_ENTRIES = 2048
-#: Slabs kept (one per dataset version, variable, time and level asked for).
-SLAB_CACHE_ENTRIES = 32
+#: Memory for maps when none is given (the ``map_cache_bytes`` setting): half slabs, half PNGs.
+CACHE_BYTES = 256 * 2**20
 #: Places of a station or trajectory map drawn (the first in latitude, longitude order).
 MAX_PLACES = 20_000
 
@@ -53,26 +51,35 @@ V = TypeVar("V")
 
 
 class Lru(Generic[K, V]):
-    """A bounded, thread-safe least-recently-used map."""
+    """A thread-safe least-recently-used map bounded in bytes (``size`` of each value); a value larger than the
+    whole capacity is not kept."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, size: Callable[[V], int]) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self.size = size
+        self.held = 0
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
+            found = self._items.get(key)
+            if found is None:
+                return None
+            self._items.move_to_end(key)
+            return found[0]
 
     def put(self, key: K, value: V) -> None:
+        n = self.size(value)
+        if n > self.capacity:
+            return
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            old = self._items.pop(key, None)
+            self.held += n - (old[1] if old is not None else 0)
+            self._items[key] = (value, n)
+            while self.held > self.capacity:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.held -= dropped
 
     def __len__(self) -> int:
         with self._lock:
@@ -126,6 +133,12 @@ class MapSlab:
     free: tuple[str, ...]
     fixed: tuple[tuple[str, str], ...]
     version: int
+
+    def nbytes(self) -> int:
+        """Return the bytes its arrays hold (values, latitudes, longitudes, axes; not a KD-tree built later)."""
+        s = self.slab
+        keys = s.keys.nbytes if isinstance(s, Points) else 0
+        return s.values.nbytes + s.lat.nbytes + s.lon.nbytes + self.rows.nbytes + self.columns.nbytes + keys
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
@@ -251,10 +264,12 @@ def _time_coordinate(details: DatasetDetails, a: ColumnInfo) -> str | None:
 class MapSource:
     """Slabs, tiles and series of datasets, read through a :class:`CatalogView` with the caller's principal."""
 
-    def __init__(self, view: CatalogView) -> None:
+    def __init__(self, view: CatalogView, cache_bytes: int = CACHE_BYTES) -> None:
         self.view = view
-        self._slabs: Lru[tuple[Any, ...], MapSlab] = Lru(SLAB_CACHE_ENTRIES)
-        self._tiles: Lru[tuple[Any, ...], bytes] = Lru(TILE_CACHE_ENTRIES)
+        self._slabs: Lru[tuple[Any, ...], MapSlab] = Lru(cache_bytes // 2, MapSlab.nbytes)
+        self._tiles: Lru[tuple[Any, ...], bytes] = Lru(cache_bytes - cache_bytes // 2, len)
+        #: Called when a request waits for another's read of the same slab (tests observe the collapse).
+        self.on_wait: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._reading: dict[tuple[Any, ...], concurrent.futures.Future[MapSlab]] = {}
         #: Slabs read through the service (not from the cache nor another request's read), for tests.
@@ -304,6 +319,8 @@ class MapSource:
             if pending is None:
                 pending = self._reading[key] = concurrent.futures.Future()
         if not mine:
+            if self.on_wait is not None:
+                self.on_wait()
             return pending.result()
         try:
             found = self._read(layer, s, version, principal)
