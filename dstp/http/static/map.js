@@ -1,12 +1,53 @@
-// Map page: server-drawn tiles of one attribute (Leaflet), time and level controls, colour range, and a
-// click that fetches the grid cell's time series and draws it as an inline SVG line.
+// Map page: server-drawn tiles of one attribute (Leaflet), time and level controls, colour range, a
+// click that fetches the grid cell's (station's, node's) time series and draws it as an inline SVG line,
+// and the query builder's records (?sql=…) as dots. window.dstpMap, dstpTilesReady and dstpMoving are
+// there for the browser tests.
 "use strict";
 
 (function () {
   const page = JSON.parse(document.getElementById("map-data").textContent);
   const $ = (id) => document.getElementById(id);
   const map = L.map("map", { worldCopyJump: true });
+  window.dstpMap = map;
+  window.dstpMoving = false;
+  map.on("movestart zoomstart", () => { window.dstpMoving = true; });
+  map.on("moveend zoomend", () => { window.dstpMoving = false; });
   if (page.bounds) map.fitBounds(page.bounds); else map.setView([20, 0], 1);
+
+  // The query builder's records (/datasets/{id}/map?sql=…): each a dot at its latitude and longitude columns.
+  const MAX_RECORDS = 5000;
+  async function showRecords(sql) {
+    const r = await fetch("/query?" + new URLSearchParams({ sql, format: "json", limit: String(MAX_RECORDS) }));
+    if (!r.ok) {
+      let message = r.statusText;
+      try { message = (await r.json()).error.message; } catch (err) { /* not JSON */ }
+      $("map-records").textContent = "the query's records could not be read: " + message;
+      return;
+    }
+    const records = await r.json();
+    const keys = records.length ? Object.keys(records[0]) : [];
+    const latKey = keys.find((k) => /^(lat|latitude|nav_lat)$/i.test(k));
+    const lonKey = keys.find((k) => /^(lon|longitude|nav_lon)$/i.test(k));
+    if (records.length && (!latKey || !lonKey)) {
+      $("map-records").textContent = "the query's records have no latitude and longitude columns: select lat and lon too";
+      return;
+    }
+    const group = L.layerGroup().addTo(map);
+    let shown = 0;
+    for (const rec of records) {
+      const lat = rec[latKey], lon = rec[lonKey];
+      if (typeof lat !== "number" || typeof lon !== "number") continue;
+      const text = keys.map((k) => `${k} = ${rec[k]}`).join("<br>");
+      L.circleMarker([lat, ((lon + 540) % 360) - 180], { radius: 3, color: "#c2410c", weight: 1, fillOpacity: 0.8 })
+        .bindTooltip(text).addTo(group);
+      shown += 1;
+    }
+    document.body.dataset.records = String(shown);
+    $("map-records").textContent = `${shown.toLocaleString()} record${shown === 1 ? "" : "s"} of the query on the map` +
+      (records.length >= MAX_RECORDS ? ` (the first ${MAX_RECORDS.toLocaleString()})` : "") + `: ${sql}`;
+  }
+  if (page.sql) showRecords(page.sql);
+  if (!page.variable) return;
 
   function choice() {
     const c = { colormap: $("map-colormap").value, vmin: $("map-vmin").value, vmax: $("map-vmax").value };
@@ -29,6 +70,9 @@
     return "/wms?" + params.toString();
   }
   const layer = L.tileLayer(tileUrl(), { maxZoom: 10, opacity: 0.9, attribution: page.id });
+  window.dstpTilesReady = false;
+  layer.on("loading", () => { window.dstpTilesReady = false; });
+  layer.on("load", () => { window.dstpTilesReady = true; });
   layer.on("tileerror", () => { $("map-error").textContent = "a tile could not be drawn"; $("map-error").hidden = false; });
   layer.addTo(map);
   $("map-legend").src = legendUrl();
