@@ -2,7 +2,7 @@
 
 ``rot`` has 2-D lat/lon and its grid mapping; ``rotgm`` the same grid with only its grid mapping (the catalog
 derives lat/lon); ``rotonly`` neither; ``polar`` a polar stereographic grid in metres and ``polarkm`` the same
-in km; ``stations`` a CF timeSeries table of three stations and ``mesh`` a UGRID mesh's nodes
+in km; ``rect`` a 360_day rectilinear grid with two levels, ``stations`` a CF timeSeries table of three stations and ``mesh`` a UGRID mesh's nodes
 (:mod:`map_archives`).
 
 alice has a token in ``polar``, bob one without groups; anonymous reading is on.
@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 
 from builders import rotated_pole
-from map_archives import write_mesh, write_polar, write_stations
+from map_archives import write_mesh, write_polar, write_rect, write_stations
 from dstp.auth import TokenStore
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
@@ -67,6 +67,7 @@ def serve(catalog_root: Path, root: Path) -> Iterator[tuple[DstpServer, dict[str
     write_polar(root / "polar")
     write_polar(root / "polarkm", km=True)
     write_stations(root / "stations")
+    write_rect(root / "rect")
     write_mesh(root / "mesh")
     store = root / "tokens.json"
     tokens = TokenStore(store)

@@ -7,7 +7,7 @@
 (function () {
   const page = JSON.parse(document.getElementById("map-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const map = L.map("map", { worldCopyJump: true });
+  const map = L.map("map", { worldCopyJump: true, fadeAnimation: false });
   window.dstpMap = map;
   window.dstpMoving = false;
   map.on("movestart zoomstart", () => { window.dstpMoving = true; });
@@ -69,15 +69,25 @@
     if (c.elevation) params.set("ELEVATION", c.elevation);
     return "/wms?" + params.toString();
   }
-  const layer = L.tileLayer(tileUrl(), { maxZoom: 10, opacity: 0.9, attribution: page.id });
+  // opaque and without fade, so a drawn pixel has the colour bar's colour
+  const layer = L.tileLayer(tileUrl(), { maxZoom: 10, opacity: 1, attribution: page.id });
   window.dstpTilesReady = false;
+  window.dstpLoads = 0;
   layer.on("loading", () => { window.dstpTilesReady = false; });
-  layer.on("load", () => { window.dstpTilesReady = true; });
+  layer.on("load", () => { window.dstpTilesReady = true; window.dstpLoads += 1; });
   layer.on("tileerror", () => { $("map-error").textContent = "a tile could not be drawn"; $("map-error").hidden = false; });
   layer.addTo(map);
   $("map-legend").src = legendUrl();
 
   function redraw() {
+    const low = Number($("map-vmin").value), high = Number($("map-vmax").value);
+    if ($("map-vmin").value !== "" && $("map-vmax").value !== "" && !(low < high)) {
+      // a range being typed (min raised past the old max): wait for a range that draws
+      $("map-error").textContent = `min ${low} must be below max ${high}`;
+      $("map-error").hidden = false;
+      return;
+    }
+    $("map-error").hidden = true;
     if ($("map-time")) $("map-time-label").textContent = page.times[Number($("map-time").value)];
     layer.setUrl(tileUrl());
     $("map-legend").src = legendUrl();
@@ -101,7 +111,8 @@
     const box = $("series");
     box.replaceChildren();
     const W = 760, H = 220, left = 60, right = 10, top = 24, bottom = 30;
-    const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "series-svg", role: "img" });
+    const chart = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: "series-svg", role: "img",
+      "data-times": JSON.stringify(s.time), "data-values": JSON.stringify(s.values) });
     const finite = s.values.filter((v) => v !== null);
     const title = `${s.variable} at lat ${s.cell.lat.toFixed(3)}, lon ${s.cell.lon.toFixed(3)}` +
       (Object.keys(s.fixed).length ? ` (${Object.entries(s.fixed).map(([k, v]) => `${k} = ${v}`).join(", ")})` : "");
