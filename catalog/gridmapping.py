@@ -19,7 +19,7 @@ import numpy as np
 
 from dstp.catalog.netcdf4_ import resolve_in_group
 
-__all__ = ["GridMapping", "cell_areas", "geographic", "grid_mapping_names", "grid_mappings"]
+__all__ = ["GridMapping", "cell_areas", "geographic", "grid_mapping_names", "grid_mappings", "metres_per_unit"]
 
 _LENGTH_TO_METRES = {"m": 1.0, "metre": 1.0, "meter": 1.0, "metres": 1.0, "meters": 1.0,
                      "km": 1000.0, "kilometre": 1000.0, "kilometer": 1000.0, "kilometres": 1000.0,
@@ -107,7 +107,7 @@ def grid_mappings(variables: Mapping[str, Any], used_by: list[tuple[str, Mapping
     return out
 
 
-def _metres(units: str | None) -> float | None:
+def metres_per_unit(units: str | None) -> float | None:
     """Return the factor from ``units`` to metres, or None when they are not a length (degrees)."""
     return _LENGTH_TO_METRES.get((units or "m").strip().lower())
 
@@ -123,7 +123,7 @@ def geographic(
         raise ValueError(mapping.problem or f"grid mapping {mapping.name!r} has no CRS")
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if crs.is_projected:
-        fx, fy = _metres(x_units), _metres(y_units)
+        fx, fy = metres_per_unit(x_units), metres_per_unit(y_units)
         if fx is None or fy is None:
             raise ValueError(f"projection axes in {x_units!r}/{y_units!r}, not a length")
         xs, ys = xs * fx, ys * fy
@@ -155,7 +155,7 @@ def cell_areas(
         return weights, "1", "cos(rotated latitude), proportional to the area of a rotated-pole cell"
     if not crs.is_projected:
         raise ValueError(f"grid mapping {mapping.grid_mapping_name!r} is neither rotated nor projected")
-    fx, fy = _metres(x_units), _metres(y_units)
+    fx, fy = metres_per_unit(x_units), metres_per_unit(y_units)
     if fx is None or fy is None:
         raise ValueError(f"projection axes in {x_units!r}/{y_units!r}, not a length")
     xs, ys = xs * fx, ys * fy

@@ -227,6 +227,11 @@ class Settings:
         64 * 2**20, "Largest result (Arrow bytes) format=nc assembles in memory; larger ones are refused with a "
         "hint to use Parquet or Arrow."
     )
+    map_cache_bytes: int = _setting(
+        256 * 2**20, "Memory for maps (tiles, WMS, the map page): half for slices read (values and their "
+        "latitudes/longitudes), half for PNGs drawn, each keyed by the dataset's version and dropped least "
+        "recently used first (docs/maps.md)."
+    )
     audit_log: str = _setting(
         "", "File the audit log (one JSON line per query and download) is appended to; empty: the dstp.audit "
         "logger only, which goes to the server log."

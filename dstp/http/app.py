@@ -150,7 +150,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     app.include_router(feed_router(service, current_principal))  # /changes, /changes/stream
     app.include_router(zarr_router(service, current_principal))  # /zarr/<dataset>/… (Zarr v3)
     app.include_router(edr_router(service, current_principal))  # /edr (OGC API - EDR)
-    app.include_router(map_router(service, current_principal))  # /tiles, /wms, /datasets/{id}/map
+    app.include_router(map_router(service, current_principal, cache_bytes=settings.map_cache_bytes))  # /tiles, /wms, /datasets/{id}/map
     app.include_router(opendap_router(service, current_principal))  # /opendap
     return app
 

@@ -5,8 +5,9 @@ route only translates: :class:`~dstp.http.maps.MapSource` reads through the
 service with the caller's principal, :mod:`dstp.render` draws.
 
     GET /tiles/{dataset}/{variable}/{z}/{x}/{y}.png?time=&elevation=&colormap=&vmin=&vmax=
-    GET /datasets/{dataset}/series.json?variable=&lat=&lon=&elevation=
-    GET /datasets/{dataset}/map?variable=
+    GET /tiles/{dataset}/{variable}/tileset.json   (OGC API – Tiles, WebMercatorQuad)
+    GET /datasets/{dataset}/series.json?variable=&lat=&lon=&elevation=&within=
+    GET /datasets/{dataset}/map?variable=&sql=   (sql: the query builder's records as dots)
     GET /wms?SERVICE=WMS&REQUEST=…, GET /erddap/wms/{dataset}/request?…   (WMS 1.3.0, :mod:`dstp.http.wms`)
 """
 
@@ -24,10 +25,11 @@ from dstp.errors import BadRequestError, DstpError, NotFoundError
 from dstp.http.error_responses import incident
 from dstp.http.wms import Coded, CapabilityLayer, WmsParams, capabilities_xml, exception_xml, feature_info_text
 from dstp.service import DstpService
-from dstp.http.maps import MapSource, Style, mappable
+from dstp.http.maps import CACHE_BYTES, MapSource, Style, mappable
 from dstp.http.pages import CatalogView, PageRenderer
 from dstp.render import COLORMAPS
-from dstp.render.raster import EARTH_RADIUS
+from dstp.render.points import DOT_RADIUS
+from dstp.render.raster import EARTH_RADIUS, MAX_ZOOM
 
 __all__ = ["map_router"]
 
@@ -44,10 +46,11 @@ def image(body: bytes, principal: Principal, media_type: str = "image/png") -> R
     return Response(body, media_type=media_type, headers={"Cache-Control": cache, "Vary": "Authorization, Cookie"})
 
 
-def map_router(service: DstpService, principal_of: Callable[[Request], Principal]) -> APIRouter:
-    """Return the router of the tiles, series, map page and WMS endpoints."""
+def map_router(service: DstpService, principal_of: Callable[[Request], Principal], *,
+               cache_bytes: int = CACHE_BYTES) -> APIRouter:
+    """Return the router of the tiles, series, map page and WMS endpoints (``cache_bytes``: map_cache_bytes)."""
     view = CatalogView(service)
-    source = MapSource(view)
+    source = MapSource(view, cache_bytes)
     renderer = PageRenderer()
     router = APIRouter()
 
@@ -65,20 +68,60 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
                                                    principal))
         return image(body, principal)
 
+    @router.get("/tiles/{dataset}/{variable}/tileset.json", tags=["Maps"],
+                summary="OGC API – Tiles: the tileset of an attribute (WebMercatorQuad, PNG)")
+    async def tileset(request: Request, dataset: str, variable: str) -> JSONResponse:
+        principal = principal_of(request)
+
+        def body() -> dict[str, Any]:
+            layer = source.layer(dataset, variable, principal)  # not found for who may not read the dataset
+            base = str(request.base_url).rstrip("/")
+            half = math.pi * EARTH_RADIUS
+            dims = {"time": [_iso(v) for v in view.values(dataset, layer.time.name, principal)] if layer.time else [],
+                    "elevation": [_text(v) for v in view.values(dataset, layer.level.name, principal)]
+                    if layer.level else []}
+            a = layer.attribute
+            return {
+                "title": f"{dataset}/{a.name}: {a.description or a.name}",
+                "dataType": "map",
+                "crs": "http://www.opengis.net/def/crs/EPSG/0/3857",
+                "tileMatrixSetURI": "http://www.opengis.net/def/tilematrixset/OGC/1.0/WebMercatorQuad",
+                "links": [
+                    {"rel": "item", "type": "image/png", "templated": True,
+                     "href": f"{base}/tiles/{dataset}/{a.name}/{{tileMatrix}}/{{tileCol}}/{{tileRow}}.png"},
+                    {"rel": "http://www.opengis.net/def/rel/ogc/1.0/tiling-scheme", "type": "application/json",
+                     "href": "http://www.opengis.net/def/tilematrixset/OGC/1.0/WebMercatorQuad"},
+                ],
+                "tileMatrixSetLimits": [{"tileMatrix": str(z), "minTileRow": 0, "maxTileRow": 2**z - 1,
+                                         "minTileCol": 0, "maxTileCol": 2**z - 1} for z in range(MAX_ZOOM + 1)],
+                "boundingBox": {"lowerLeft": [-half, -half], "upperRight": [half, half],
+                                "crs": "http://www.opengis.net/def/crs/EPSG/0/3857"},
+                "tileSize": 256,
+                "dimensions": {k: v for k, v in dims.items() if v},
+            }
+
+        return JSONResponse(await in_thread(body))
+
     @router.get("/datasets/{dataset}/series.json", tags=["Maps"],
                 summary="Time series of the grid cell under a point")
     async def series(request: Request, dataset: str, variable: str = Query(..., description="Attribute."),
                      lat: float = Query(..., description="Latitude, degrees north."),
                      lon: float = Query(..., description="Longitude, degrees east."),
-                     elevation: str = ELEVATION) -> dict[str, Any]:
+                     elevation: str = ELEVATION,
+                     within: float = Query(1.0, gt=0, le=180, description="On a station or mesh map: how far "
+                                           "(degrees of arc) the nearest station or node may be from lat, lon."),
+                     ) -> dict[str, Any]:
         principal = principal_of(request)
         answer: dict[str, Any] = await in_thread(
-            lambda: source.series(dataset, variable, lon, lat, {"elevation": elevation}, principal))
+            lambda: source.series(dataset, variable, lon, lat, {"elevation": elevation}, principal, within))
         return answer
 
     @router.get("/datasets/{dataset}/map", response_class=HTMLResponse, tags=["Maps"],
                 summary="Interactive map page")
-    async def map_page(request: Request, dataset: str, variable: str = Query("", description="Attribute")) -> Response:
+    async def map_page(request: Request, dataset: str, variable: str = Query("", description="Attribute"),
+                       sql: str = Query("", description="A query whose records (their lat/lon columns) are drawn "
+                                        "as dots, as the query builder's 'See these records on the map' asks"),
+                       ) -> Response:
         principal = principal_of(request)
 
         def model() -> dict[str, Any]:
@@ -86,7 +129,7 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
             layers = mappable(details)
             chosen = next((x for x in layers if x.attribute.name == variable), layers[0] if layers else None)
             info: dict[str, Any] = {"id": dataset, "title": details.summary.title, "layers": [
-                x.attribute.name for x in layers], "variable": "", "colormaps": list(COLORMAPS)}
+                x.attribute.name for x in layers], "variable": "", "colormaps": list(COLORMAPS), "sql": sql}
             if chosen is None:
                 return info
             s = details.summary
@@ -160,7 +203,10 @@ def map_router(service: DstpService, principal_of: Callable[[Request], Principal
         x = west + (i + 0.5) / width * (east - west)
         y = north - (j + 0.5) / height * (north - south)
         lon, lat = (x, y) if crs != "EPSG:3857" else _from_mercator(x, y)
-        answer = source.value_at(ds, variable, lon, lat, p.dimensions(), principal)
+        # a station answers where its dot is drawn: within its radius and a pixel of its place
+        degrees = (east - west) / width if crs != "EPSG:3857" else math.degrees((east - west) / width / EARTH_RADIUS)
+        answer = source.value_at(ds, variable, lon, lat, p.dimensions(), principal,
+                                 within=(DOT_RADIUS + 1) * degrees)
         if info_format == "application/json":
             return JSONResponse(answer)
         return PlainTextResponse(feature_info_text(answer))

@@ -9,6 +9,7 @@ its closed form), :func:`sample` (nearest cell, or NaN outside the data) and
 
 from dstp.render.raster import (
     COLORMAPS,
+    Projection,
     Slab,
     bbox_lonlat,
     colour,
@@ -18,4 +19,4 @@ from dstp.render.raster import (
     tile_lonlat,
 )
 
-__all__ = ["COLORMAPS", "Slab", "bbox_lonlat", "colour", "legend_png", "png", "sample", "tile_lonlat"]
+__all__ = ["COLORMAPS", "Projection", "Slab", "bbox_lonlat", "colour", "legend_png", "png", "sample", "tile_lonlat"]

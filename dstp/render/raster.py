@@ -9,7 +9,12 @@ Each output pixel takes the value of the grid cell its centre falls in, or none
   cross the antimeridian: they are put on one unwrapped ascending run that starts
   after the largest gap of the circle, so a global grid wraps and a regional one
   stops at its own edges;
-* curvilinear grids (2-D latitude and longitude, e.g. rotated pole): the nearest
+* grids on a grid mapping's axes (rotated pole, polar stereographic, Lambert…:
+  :class:`Projection`): each pixel's lon/lat is carried into the grid's own x/y by
+  pyproj (EPSG:4326 → the catalog's CRS WKT), then the same binary search per axis —
+  so a pixel takes the cell whose x and y it lies between, the cell the file means,
+  and nothing beyond half a cell past the outermost centres;
+* curvilinear grids without a grid mapping (2-D latitude and longitude): the nearest
   cell centre by a KD-tree (scipy's ``cKDTree``) on points of the unit sphere,
   no further than three quarters of the typical spacing of neighbouring centres
   (a cell's half-diagonal is ~0.71 of it), so pixels beyond the grid's edge stay
@@ -30,13 +35,14 @@ from __future__ import annotations
 import io
 import math
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dstp.errors import BadRequestError
 
-__all__ = ["COLORMAPS", "Slab", "bbox_lonlat", "colour", "legend_png", "png", "sample", "tile_lonlat"]
+__all__ = ["COLORMAPS", "Projection", "Slab", "bbox_lonlat", "colour", "legend_png", "png", "sample", "tile_lonlat"]
 
 #: Colour maps a request may name (matplotlib's); the first is the default.
 COLORMAPS = ("viridis", "plasma", "inferno", "magma", "cividis", "turbo", "coolwarm", "RdBu_r", "Blues",
@@ -49,17 +55,43 @@ MAX_ZOOM = 30
 MAX_PIXELS = 4096
 
 _CMAP_LOCK = threading.Lock()
+_LOCAL = threading.local()  # pyproj Transformers are not thread-safe: one per thread and CRS
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Projection:
+    """A grid on a grid mapping's axes: its y and x coordinate values, the CRS (WKT), metres per axis unit.
+
+    ``scale`` converts the axes' units to the CRS's (1000 for km); 1 for a rotated pole's degrees.
+    """
+
+    y: np.ndarray
+    x: np.ndarray
+    crs: str
+    scale: float = 1.0
+
+    def centres(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the latitude and longitude (EPSG:4326) of each cell centre, 2-D (y, x)."""
+        import pyproj
+
+        gx, gy = np.meshgrid(np.asarray(self.x, dtype=np.float64) * self.scale,
+                             np.asarray(self.y, dtype=np.float64) * self.scale)
+        lon, lat = pyproj.Transformer.from_crs(pyproj.CRS.from_user_input(self.crs), "EPSG:4326",
+                                               always_xy=True).transform(gx, gy)
+        return np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
 
 
 class Slab:
     """One 2-D field with its latitudes and longitudes: 1-D of (ny,) and (nx,), or 2-D like ``values``.
 
-    The sampling index (cell edges or a KD-tree) is built on first use and kept.
+    With a ``projection`` (2-D latitude/longitude, the cell centres' places) cells are found on the grid
+    mapping's own axes. The sampling index (cell edges or a KD-tree) is built on first use and kept.
     """
 
-    __slots__ = ("values", "lat", "lon", "_index", "_lock")
+    __slots__ = ("values", "lat", "lon", "projection", "_index", "_lock")
 
-    def __init__(self, values: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray, lat: np.ndarray, lon: np.ndarray,
+                 projection: Projection | None = None) -> None:
         self.values = np.asarray(values, dtype=np.float64)
         self.lat = np.asarray(lat, dtype=np.float64)
         self.lon = np.asarray(lon, dtype=np.float64)
@@ -70,6 +102,10 @@ class Slab:
                 raise ValueError("2-D latitude and longitude must have the values' shape")
         elif self.lat.shape != (self.values.shape[0],) or self.lon.shape != (self.values.shape[1],):
             raise ValueError("1-D latitude and longitude must match the values' rows and columns")
+        if projection is not None and (projection.y.shape, projection.x.shape) != (
+                (self.values.shape[0],), (self.values.shape[1],)):
+            raise ValueError("a projection's y and x must match the values' rows and columns")
+        self.projection = projection
         self._index: Any = None
         self._lock = threading.Lock()
 
@@ -87,7 +123,8 @@ class Slab:
         """Return the flat index into ``values`` of the cell under each (lon, lat), −1 outside the data."""
         with self._lock:
             if self._index is None:
-                self._index = _KdIndex(self.lat, self.lon) if self.curvilinear else _EdgeIndex(self.lat, self.lon)
+                self._index = _ProjectedIndex(self.projection) if self.projection is not None else \
+                    _KdIndex(self.lat, self.lon) if self.curvilinear else _EdgeIndex(self.lat, self.lon)
             index = self._index
         return index.locate(np.asarray(lon, dtype=np.float64), np.asarray(lat, dtype=np.float64),
                             self.values.shape)
@@ -103,33 +140,88 @@ def _edges(ascending: np.ndarray, whole: float) -> np.ndarray:
     return np.concatenate([[first], mids, [last]])
 
 
+class _Axis:
+    """Cell finder along one axis: binary search over the edges of its centres (any order).
+
+    A ``period`` axis (longitudes, a rotated pole's x) is put on one unwrapped ascending run that starts after
+    the largest gap of the circle, and a wanted value is brought onto that run.
+    """
+
+    def __init__(self, centres: np.ndarray, period: float | None) -> None:
+        self.period = period
+        if period is None:
+            self.order = np.argsort(centres, kind="stable")
+            self.edges = _edges(centres[self.order], 0.0)
+            return
+        wrapped = (centres + period / 2) % period - period / 2
+        order = np.argsort(wrapped, kind="stable")
+        circle = wrapped[order]
+        if len(circle) > 1:
+            gaps = np.diff(np.concatenate([circle, [circle[0] + period]]))
+            start = (int(np.argmax(gaps)) + 1) % len(circle)
+            order = np.roll(order, -start)
+            circle = np.roll(circle, -start)
+            circle[len(circle) - start:] += period if start else 0.0
+        self.order = order
+        self.edges = _edges(circle, period)
+
+    def locate(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return (index into the centres, inside) of each wanted coordinate."""
+        if self.period is not None:
+            start = self.edges[0]
+            wanted = start + np.mod(wanted - start, self.period)
+        k = np.searchsorted(self.edges, wanted, side="right") - 1
+        ok = (k >= 0) & (k < len(self.order)) & np.isfinite(wanted)
+        return self.order[np.clip(k, 0, len(self.order) - 1)], ok
+
+
 class _EdgeIndex:
     """Cell finder of a rectilinear grid: a binary search per axis."""
 
     def __init__(self, lat: np.ndarray, lon: np.ndarray) -> None:
-        self.lat_order = np.argsort(lat, kind="stable")
-        self.lat_edges = _edges(lat[self.lat_order], 180.0)
-        wrapped = (lon + 180.0) % 360.0 - 180.0
-        order = np.argsort(wrapped, kind="stable")
-        circle = wrapped[order]
-        if len(circle) > 1:
-            gaps = np.diff(np.concatenate([circle, [circle[0] + 360.0]]))
-            start = (int(np.argmax(gaps)) + 1) % len(circle)
-            order = np.roll(order, -start)
-            circle = np.roll(circle, -start)
-            circle[len(circle) - start:] += 360.0 if start else 0.0
-        self.lon_order = order
-        self.lon_edges = _edges(circle, 360.0)
+        self.lat = _Axis(lat, None)
+        self.lat.edges = _edges(lat[self.lat.order], 180.0)  # one latitude: a band of 180°
+        self.lon = _Axis(lon, 360.0)
 
     def locate(self, lon: np.ndarray, lat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        i = np.searchsorted(self.lat_edges, lat, side="right") - 1
-        i_ok = (i >= 0) & (i < len(self.lat_order)) & np.isfinite(lat)
-        start = self.lon_edges[0]
-        shifted = start + np.mod(lon - start, 360.0)
-        j = np.searchsorted(self.lon_edges, shifted, side="right") - 1
-        j_ok = (j >= 0) & (j < len(self.lon_order)) & np.isfinite(lon)
-        rows = self.lat_order[np.clip(i, 0, len(self.lat_order) - 1)]
-        cols = self.lon_order[np.clip(j, 0, len(self.lon_order) - 1)]
+        rows, i_ok = self.lat.locate(lat)
+        cols, j_ok = self.lon.locate(lon)
+        return np.where(i_ok & j_ok, rows * shape[1] + cols, -1)
+
+
+def _transformer(crs: str) -> Any:
+    """Return this thread's pyproj Transformer from EPSG:4326 (x = longitude) to ``crs``."""
+    import pyproj
+
+    cache: dict[str, Any] | None = getattr(_LOCAL, "transformers", None)
+    if cache is None:
+        cache = _LOCAL.transformers = {}
+    found = cache.get(crs)
+    if found is None:
+        found = cache[crs] = pyproj.Transformer.from_crs("EPSG:4326", pyproj.CRS.from_user_input(crs),
+                                                         always_xy=True)
+    return found
+
+
+class _ProjectedIndex:
+    """Cell finder of a grid on a grid mapping's axes: lon/lat into the CRS's x/y (pyproj), then per axis."""
+
+    def __init__(self, p: Projection) -> None:
+        import pyproj
+
+        geographic = not pyproj.CRS.from_user_input(p.crs).is_projected  # a rotated pole: x/y in degrees
+        self.crs, self.scale = p.crs, p.scale
+        self.y = _Axis(np.asarray(p.y, dtype=np.float64), None)
+        self.x = _Axis(np.asarray(p.x, dtype=np.float64), 360.0 if geographic else None)
+
+    def locate(self, lon: np.ndarray, lat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            gx, gy = _transformer(self.crs).transform(np.ascontiguousarray(lon), np.ascontiguousarray(lat),
+                                                      errcheck=False)
+            gx, gy = np.asarray(gx, dtype=np.float64) / self.scale, np.asarray(gy, dtype=np.float64) / self.scale
+            gx[~np.isfinite(gx)], gy[~np.isfinite(gy)] = np.nan, np.nan
+        rows, i_ok = self.y.locate(gy)
+        cols, j_ok = self.x.locate(gx)
         return np.where(i_ok & j_ok, rows * shape[1] + cols, -1)
 
 

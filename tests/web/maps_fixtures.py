@@ -1,4 +1,9 @@
-"""A server for the map tests: ccm3, ocean restricted to the group ``polar``, and a rotated-pole grid.
+"""A server for the map tests: ccm3, ocean restricted to the group ``polar``, rotated-pole and projected grids.
+
+``rot`` has 2-D lat/lon and its grid mapping; ``rotgm`` the same grid with only its grid mapping (the catalog
+derives lat/lon); ``rotonly`` neither; ``polar`` a polar stereographic grid in metres and ``polarkm`` the same
+in km; ``rect`` a 360_day rectilinear grid with two levels, ``stations`` a CF timeSeries table of three stations and ``mesh`` a UGRID mesh's nodes
+(:mod:`map_archives`).
 
 alice has a token in ``polar``, bob one without groups; anonymous reading is on.
 The oracle helpers read the files with xarray (each file on its own) and colour
@@ -19,6 +24,7 @@ import pytest
 from PIL import Image
 
 from builders import rotated_pole
+from map_archives import write_mesh, write_polar, write_rect, write_stations
 from dstp.auth import TokenStore
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
@@ -47,6 +53,22 @@ def serve(catalog_root: Path, root: Path) -> Iterator[tuple[DstpServer, dict[str
             out.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k not in ("coordinates", "grid_mapping")})
             out[:] = v[:]
     publish([root / "rotonly" / "rotonly.nc"], "rotonly")
+    # the same grid with its grid mapping but without 2-D latitude/longitude
+    (root / "rotgm").mkdir()
+    with netCDF4.Dataset(root / "rot" / "rot.nc") as src, netCDF4.Dataset(root / "rotgm" / "rotgm.nc", "w") as nc:
+        for name in ("time", "rlat", "rlon"):
+            nc.createDimension(name, None if name == "time" else len(src.dimensions[name]))
+        for name in ("time", "rlat", "rlon", "rotated_pole", "tas"):
+            v = src[name]
+            out = nc.createVariable(name, v.dtype, v.dimensions)
+            out.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k != "coordinates"})
+            out[:] = v[:]
+    publish([root / "rotgm" / "rotgm.nc"], "rotgm")
+    write_polar(root / "polar")
+    write_polar(root / "polarkm", km=True)
+    write_stations(root / "stations")
+    write_rect(root / "rect")
+    write_mesh(root / "mesh")
     store = root / "tokens.json"
     tokens = TokenStore(store)
     issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}

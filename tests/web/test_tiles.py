@@ -183,3 +183,50 @@ def test_the_series_under_a_point_of_a_rotated_grid_is_its_cells(maps_server) ->
                                                             "lon": lon - 0.01}).json()
     assert got["cell"] == {"lat": lat, "lon": lon}
     assert got["values"] == expected and len(got["time"]) == 2
+
+
+#: Grids on a grid mapping's axes: dataset, variable, file, y axis, x axis, grid mapping variable.
+PROJECTED = [
+    ("polar", "sic", "polar/polar.nc", "y", "x", "crs"),  # polar stereographic, metres, derived lat/lon
+    ("polarkm", "sic", "polarkm/polar.nc", "y", "x", "crs"),  # the same grid with x/y in km
+    ("rot", "tas", "rot/rot.nc", "rlat", "rlon", "rotated_pole"),  # rotated pole with the file's 2-D lat/lon
+    ("rotgm", "tas", "rotgm/rotgm.nc", "rlat", "rlon", "rotated_pole"),  # rotated pole, grid mapping only
+]
+
+
+@pytest.mark.parametrize("dataset, variable, path, y_name, x_name, mapping", PROJECTED)
+@pytest.mark.parametrize("z, x, y", [(1, 0, 0), (1, 1, 0), (2, 1, 0), (3, 3, 2), (3, 4, 2), (4, 8, 5)])
+def test_a_tile_of_a_grid_mapping_grid_has_the_colour_of_the_cell_on_the_files_own_axes(
+        maps_server, dataset, variable, path, y_name, x_name, mapping, z, x, y) -> None:
+    """Oracle: pyproj carries each pixel centre into the CRS of the file's grid mapping (CRS.from_cf of its
+    attributes), and the cell is the nearest x and the nearest y of the file's own axes (brute force)."""
+    import pyproj
+
+    srv, _ = maps_server
+    with xr.open_dataset(srv.settings.catalog_root / path, decode_times=False) as ds:
+        field = ds[variable].isel(time=0).values.astype(np.float64)
+        ys, xs = ds[y_name].values.astype(np.float64), ds[x_name].values.astype(np.float64)
+        crs = pyproj.CRS.from_cf(ds[mapping].attrs)
+        unit = 1000.0 if ds[x_name].attrs.get("units") == "km" else 1.0
+    vmin, vmax = float(np.nanmin(field)), float(np.nanmax(field))
+    with client(srv) as http:
+        answer = http.get(f"/tiles/{dataset}/{variable}/{z}/{x}/{y}.png",
+                          params={"vmin": vmin, "vmax": vmax, "colormap": "turbo"})
+    assert answer.status_code == 200, answer.text
+    image = rgba(answer.content)
+    lon, lat = _pixels(z, x, y)
+    gx, gy = pyproj.Transformer.from_crs("EPSG:4326", crs, always_xy=True).transform(lon, lat)
+    gx, gy = np.asarray(gx) / unit, np.asarray(gy) / unit
+    dy = np.abs(gy[..., None] - ys)
+    dx = np.abs(gx[..., None] - xs) if crs.is_projected else np.abs((gx[..., None] - xs + 180) % 360 - 180)
+    i, j = dy.argmin(-1), dx.argmin(-1)
+    near_y, near_x = np.take_along_axis(dy, i[..., None], -1)[..., 0], np.take_along_axis(dx, j[..., None], -1)[..., 0]
+    step_y, step_x = np.abs(np.diff(ys)).min(), np.abs(np.diff(xs)).min()
+    clear = (near_y < 0.45 * step_y) & (near_x < 0.45 * step_x)  # no tie with a neighbouring cell
+    outside = (near_y > 0.55 * step_y) | (near_x > 0.55 * step_x)  # beyond half a cell past the grid
+    want = oracle_colour(field[i, j], "turbo", vmin, vmax)
+    assert (image[clear] == want[clear]).all(), int((image[clear] != want[clear]).any(-1).sum())
+    assert (image[outside][:, 3] == 0).all()
+    assert clear.sum() + outside.sum() > 0.8 * 256 * 256
+    if (z, x, y) == ((1, 0, 0) if dataset.startswith("polar") else (3, 4, 2)):
+        assert clear.sum() > 1000, "the tile shows the grid"

@@ -71,6 +71,8 @@ function render(page) {
   for (const lang of ["python", "r", "curl"]) {
     document.getElementById("snippet-" + lang).textContent = page.snippets[lang];
   }
+  const onMap = document.getElementById("records-map");
+  if (onMap) onMap.href = "/datasets/" + encodeURIComponent(dataset) + "/map?" + new URLSearchParams({ sql: sqlBox.value });
   const list = document.getElementById("downloads");
   list.replaceChildren(...page.downloads.map((d) => {
     const item = document.createElement("li");
