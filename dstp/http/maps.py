@@ -35,7 +35,7 @@ from dstp.errors import BadRequestError, QueryError
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 from dstp.http.pages import CatalogView
 from dstp.http.builder import sql_identifier
-from dstp.http.quicklook import Selection, geographic_columns, map_selection, series_selection
+from dstp.http.quicklook import Selection, geographic_columns, grid_axes, map_selection, series_selection
 from dstp.render import COLORMAPS, Projection, Slab, bbox_lonlat, colour, legend_png, png, sample, tile_lonlat
 from dstp.render.points import Points, bbox_to_pixel, dots, tile_to_pixel
 
@@ -183,7 +183,7 @@ def mappable(details: DatasetDetails) -> list[Layer]:
     """
     found = []
     for a in details.attributes:
-        dims = [d for d in details.dimensions if d.name in a.dimensions]
+        dims = grid_axes(details, a.dimensions, [d for d in details.dimensions if d.name in a.dimensions])
         y = next((d for d in dims if d.axis == "Y"), None)
         x = next((d for d in dims if d.axis == "X"), None)
         if len(dims) == 1 and geographic_columns(details, a.dimensions) is not None:  # observations

@@ -24,7 +24,7 @@ import math
 import io
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -76,6 +76,21 @@ def geographic_columns(details: DatasetDetails, dims: Sequence[str]) -> tuple[st
                 and set(c.dimensions) <= set(dims) and std not in found:
             found[std] = c.name
     return (found["latitude"], found["longitude"]) if len(found) == 2 else None
+
+
+def grid_axes(details: DatasetDetails, attribute_dims: Sequence[str], dims: list[DimensionInfo]) -> list[DimensionInfo]:
+    """Return ``dims`` with axes Y and X given to the dimensions of a 2-D latitude (its first and its second)
+    when they have none of their own: an ocean model's curvilinear grid on index dimensions (NEMO's
+    ``nav_lat(y, x)``), whose rows and columns are then drawn where their latitude and longitude put them."""
+    if any(d.axis == "Y" for d in dims) and any(d.axis == "X" for d in dims):
+        return dims
+    geo = geographic_columns(details, attribute_dims)
+    lat = next((c for c in details.coordinates if geo is not None and c.name == geo[0]), None)
+    if lat is None or len(lat.dimensions) != 2:
+        return dims
+    row, column = lat.dimensions
+    return [replace(d, axis="Y") if d.name == row else replace(d, axis="X") if d.name == column else d
+            for d in dims]
 
 
 def _column(d: DimensionInfo) -> str:
@@ -160,7 +175,7 @@ def _select(
     details: DatasetDetails, attribute: str, free_axes: tuple[str, ...], params: Mapping[str, str], values_of: ValuesOf
 ) -> Selection:
     a = _attribute(details, attribute)
-    dims = [d for d in details.dimensions if d.name in a.dimensions]
+    dims = grid_axes(details, a.dimensions, [d for d in details.dimensions if d.name in a.dimensions])
     free = [next((d for d in dims if d.axis == axis), None) for axis in free_axes]
     if any(f is None for f in free):
         wanted = " and ".join({"Y": "latitude", "X": "longitude", "T": "time"}[x] for x in free_axes)

@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 
 from builders import rotated_pole
-from map_archives import write_mesh, write_polar, write_rect, write_stations
+from map_archives import write_curv, write_mesh, write_polar, write_rect, write_stations
 from dstp.auth import TokenStore
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
@@ -69,6 +69,7 @@ def serve(catalog_root: Path, root: Path) -> Iterator[tuple[DstpServer, dict[str
     write_stations(root / "stations")
     write_rect(root / "rect")
     write_mesh(root / "mesh")
+    write_curv(root / "curv")
     store = root / "tokens.json"
     tokens = TokenStore(store)
     issued = {"alice": tokens.create("alice", ["polar"]).secret, "bob": tokens.create("bob").secret}

@@ -115,6 +115,53 @@ def test_rotated_pole_tiles_draw_each_cell_where_it_lies_and_nothing_beyond(maps
     assert checked > 200 and outside > 200
 
 
+def _haversine(lat: np.ndarray, lon: np.ndarray, glat: np.ndarray, glon: np.ndarray) -> np.ndarray:
+    """Return the great-circle distance (radians) from every point to every cell centre."""
+    px, cells = np.radians(np.stack([lat, lon], -1)), np.radians(np.stack([glat, glon], -1))
+    d = np.sin((px[:, None, 0] - cells[None, :, 0]) / 2) ** 2 + np.cos(px[:, None, 0]) * \
+        np.cos(cells[None, :, 0]) * np.sin((px[:, None, 1] - cells[None, :, 1]) / 2) ** 2
+    return np.asarray(2 * np.arcsin(np.sqrt(d)))
+
+
+@pytest.mark.parametrize("x, y", [(11, 7), (11, 8), (12, 8)])  # zoom 4: the grid spans 60…134°E, 32°S…27°N
+def test_a_curvilinear_grid_on_index_dimensions_is_drawn_where_its_latitudes_and_longitudes_lie(maps_server,
+                                                                                                x, y) -> None:
+    """NEMO-like: nav_lat(y, x)/nav_lon(y, x) on dimensions with no axis of their own (was refused: 'no
+    attribute 'sst' on a latitude/longitude grid to map')."""
+    srv, _ = maps_server
+    with xr.open_dataset(srv.settings.catalog_root / "curv" / "curv.nc", decode_times=False) as ds:
+        field = ds["sst"].isel(time_counter=1).values.astype(np.float64)
+        glat, glon = ds["nav_lat"].values.ravel(), ds["nav_lon"].values.ravel()
+    vmin, vmax = float(field.min()), float(field.max())
+    with client(srv) as http:
+        answer = http.get(f"/tiles/curv/sst/4/{x}/{y}.png", params={"time": "1990-02-01", "vmin": str(vmin),
+                                                                     "vmax": str(vmax)})
+    assert answer.status_code == 200, answer.text
+    sub = rgba(answer.content)[::4, ::4].reshape(-1, 4)
+    lon, lat = (a[::4, ::4].ravel() for a in _pixels(4, x, y))
+    dist = _haversine(lat, lon, glat, glon)
+    order = np.sort(dist, axis=1)
+    spacing = np.radians(1.2 * 0.9)  # the smallest step between neighbouring centres is about 1.2°
+    inside = (order[:, 0] < 0.3 * spacing) & (order[:, 1] > 1.3 * order[:, 0])
+    want = oracle_colour(field.ravel()[dist.argmin(1)], "viridis", vmin, vmax)
+    assert inside.sum() > 50
+    assert (sub[inside] == want[inside]).all()
+    far = order[:, 0] > 2 * spacing
+    assert (sub[far][:, 3] == 0).all()
+
+
+def test_the_series_under_a_point_of_a_curvilinear_grid_on_index_dimensions_is_its_cells(maps_server) -> None:
+    srv, _ = maps_server
+    with xr.open_dataset(srv.settings.catalog_root / "curv" / "curv.nc", decode_times=False) as ds:
+        lat, lon = float(ds["nav_lat"].values[12, 20]), float(ds["nav_lon"].values[12, 20])
+        expected = [float(v) for v in ds["sst"].values[:, 12, 20]]
+    with client(srv) as http:
+        got = http.get("/datasets/curv/series.json", params={"variable": "sst", "lat": lat + 0.01,
+                                                             "lon": lon - 0.01}).json()
+    assert got["cell"] == {"lat": lat, "lon": lon}
+    assert got["values"] == expected and len(got["time"]) == 2
+
+
 @pytest.mark.parametrize("who, status", [("alice", 200), ("bob", 404), ("", 404)])
 def test_a_restricted_datasets_tiles_are_not_found_for_others(maps_server, who, status) -> None:
     srv, tokens = maps_server
