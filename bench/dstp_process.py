@@ -56,7 +56,9 @@ class AgentProcess:
 @contextlib.contextmanager
 def agent(sock: Path, *, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Iterator[AgentProcess]:
     """Run ``dstp agent --socket sock`` (optionally under ``prefix``) until the block ends."""
-    cmd = [*prefix, sys.executable, "-m", "dstp.cli", "agent", "--socket", str(sock)]
+    # --foreground: this process is the agent, so stopping it stops the agent (a background agent forks away and
+    # outlived every benchmark and test that started one)
+    cmd = [*prefix, sys.executable, "-m", "dstp.cli", "agent", "--foreground", "--socket", str(sock)]
     errors = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True,
                             env={**os.environ, **(env or {})})
