@@ -229,6 +229,38 @@ class _Lister:
                 raise _ListingFailed(str(exc)) from exc
         return listing  # type: ignore[no-any-return]
 
+    def image(self, size: int, block: int, read: Callable[[list[tuple[int, int]]], list[bytes]],
+              max_chunks: int = MAX_LISTED_CHUNKS) -> dict[str, Any]:
+        """Return the helper's :func:`~dstp._chunk_index.object_image` of an object of ``size`` bytes whose ranges
+        ``read`` fetches (in this process: the store's client, credentials and ``If-Match`` stay here). An error
+        of ``read`` is raised here; a helper that died or hung raises _ListingFailed."""
+        with self._lock:
+            helper = self._running()
+            assert helper.stdin is not None and helper.stdout is not None
+            try:
+                pickle.dump(("image", size, block, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
+                helper.stdin.flush()
+                failure: BaseException | None = None
+                while True:
+                    if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                        raise TimeoutError(f"no answer about an object in {self.wait_s:g} s")
+                    kind, value = pickle.load(helper.stdout)
+                    if kind == "done":
+                        break
+                    try:
+                        reply: tuple[str, Any] = ("bytes", read(value))
+                    except Exception as exc:  # noqa: BLE001 - the store's own error, raised once the helper is done
+                        failure, reply = exc, ("error", type(exc).__name__)
+                    pickle.dump(reply, helper.stdin, pickle.HIGHEST_PROTOCOL)
+                    helper.stdin.flush()
+            except (OSError, EOFError, pickle.UnpicklingError) as exc:
+                _discard(helper)
+                self._helper = None
+                raise _ListingFailed(str(exc)) from exc
+        if failure is not None:
+            raise failure
+        return value  # type: ignore[no-any-return]
+
     def close(self) -> None:
         with self._lock:
             helper, self._helper = self._helper, None
@@ -379,7 +411,13 @@ class ChunkReader:
                 if known:
                     return layout_of(listing)
             assert self.objects is not None
-            listed_path = self.objects.copy(path, version)  # listed by h5py from the whole copy, once per version
+            known, listing = self.objects.listing(path, version, variable)  # listed as its header was read by ranges
+            if known:
+                self.listed += 1
+                if self.layouts is not None:
+                    self.layouts.keep_chunk_listing(path, stamp, variable, listing)
+                return layout_of(listing)
+            listed_path = self.objects.copy(path, version)  # netCDF-3 or unreadable by ranges: the whole copy
             st = os.stat(listed_path)
         else:
             fd = self._open_fd(path, version)
