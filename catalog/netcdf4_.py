@@ -316,9 +316,10 @@ class FileHandles:
 
         Opened through its real path with O_NOFOLLOW; the real path, device, inode, size and times must be
         those of ``version`` (default: the published version, else the first open's). Raises DataFileError
-        otherwise. The caller closes it.
+        otherwise. The caller closes it. An object of a store: its whole local copy (fetched once), never the
+        image netCDF-C opens for its header (whose other bytes are zeros) — ``dstp get`` streams these bytes.
         """
-        return self._open_checked(path, version, current=False)[0]
+        return self._open_checked(path, version, current=False, whole=True)[0]
 
     def is_object(self, path: Path) -> bool:
         """Return whether ``path`` is an object of a store (:mod:`.objects`), not a local file."""

@@ -141,3 +141,23 @@ def test_variables_the_image_does_not_hold_are_read_from_a_whole_copy(s3: S3Serv
     finally:
         catalog.close()
         objects.close()
+
+
+def test_a_raw_open_of_a_netcdf4_object_gives_its_bytes_not_the_header_image(samples: Path, s3: S3Server,
+                                                                            tmp_path: Path) -> None:
+    """What ``dstp get`` streams (``open_raw``) is the object's whole content, even once only its header image was
+    read: never the image's zeros."""
+    import os
+
+    catalog = store_catalog(samples, tmp_path / "root", [s3_store(s3)], datasets=("ccm3",))
+    try:
+        objects = catalog.handles.objects
+        assert objects is not None and objects.imaged > 0 and objects.fetched == 0
+        paths = sorted(f.path for f in catalog.get("ccm3").files if "@models" in str(f.path))
+        assert paths
+        for path in paths:
+            fd = catalog.handles.open_raw(path)
+            with os.fdopen(fd, "rb") as f:
+                assert f.read() == (samples / "ccm3" / path.name).read_bytes(), path.name
+    finally:
+        catalog.close()
