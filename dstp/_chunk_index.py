@@ -180,13 +180,14 @@ def object_image(fetch: Callable[[list[tuple[int, int]]], list[bytes]], size: in
                     obj.attrs[key]  # noqa: B018 - read: its bytes (and global heap) enter the image
                 if not isinstance(obj, h5py.Dataset):
                     return
-                spans[name] = _extents(obj, max_chunks)
+                # variable-length data lives in global heaps its extents do not name: unknown unless read here
+                spans[name] = None if obj.dtype.hasobject else _extents(obj, max_chunks)
                 listings[name] = chunk_listing(f, name, max_chunks)
                 if h5py.h5ds.is_scale(obj.id) or name.startswith("HDFEOS INFORMATION/") or \
                         (obj.dtype.kind in "OSU" and obj.size * obj.dtype.itemsize <= 2**20):
                     obj[()]  # noqa: B018 - coordinate values, EOS metadata and small strings netCDF-C reads at open
-                    if obj.dtype.kind == "O":
-                        spans[name] = []  # read whole here: its heaps are in the image
+                    if obj.dtype.hasobject:
+                        spans[name] = _extents(obj, max_chunks)  # read whole here: its heaps are in the image
 
             look("", f)
             f.visititems(look)

@@ -161,3 +161,37 @@ def test_a_raw_open_of_a_netcdf4_object_gives_its_bytes_not_the_header_image(sam
                 assert f.read() == (samples / "ccm3" / path.name).read_bytes(), path.name
     finally:
         catalog.close()
+
+
+_IMAGE_OF = """
+import json, os, sys
+from dstp._chunk_index import object_image
+path = sys.argv[1]
+
+def fetch(spans):
+    with open(path, "rb") as f:
+        return [os.pread(f.fileno(), e - s, s) for s, e in spans]
+
+answer = object_image(fetch, os.path.getsize(path), 64 * 1024)
+print(json.dumps(answer["covered"]))
+"""
+
+
+def test_the_image_names_as_held_only_data_it_holds(tmp_path: Path) -> None:
+    """Variable-length strings live in global heaps their extents do not name: a big string variable (not read at the
+    look) is not held by the image, a small one (read at the look, heaps and all) is; a contiguous variable is held
+    only when its bytes lie in the blocks read."""
+    import netCDF4
+
+    path = tmp_path / "strings.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("n", 200_000)
+        nc.createDimension("m", 4)
+        nc.createVariable("names", str, ("n",))[:] = np.array([f"station {i}" for i in range(200_000)], dtype=object)
+        nc.createVariable("few", str, ("m",))[:] = np.array(["a", "bb", "ccc", "dddd"], dtype=object)
+        nc.createVariable("big", "f8", ("n",))[:] = np.arange(200_000.0)
+        nc.createVariable("tiny", "f8", ("m",))[:] = [1.0, 2.0, 3.0, 4.0]
+    out = subprocess.run([sys.executable, "-c", _IMAGE_OF, str(path)], check=True, capture_output=True)
+    covered = json.loads(out.stdout)
+    assert covered["names"] is False and covered["big"] is False
+    assert covered["few"] is True and covered["tiny"] is True
