@@ -472,24 +472,42 @@ class ChunkReader:
                        offsets: set[tuple[int, ...]]) -> None:
         """Fetch and decode, in one batch of ranged GETs, the chunks of a read of an object that are not cached."""
         assert self.objects is not None
+        futures: dict[tuple[int, ...], Future[np.ndarray]] = {}
         with self._lock:
             missing = sorted(o for o in offsets if (path, version, variable, o) not in self._chunks
                              and (path, version, variable, o) not in self._window
                              and (path, version, variable, o) not in self._pending)
+            for o in missing:  # a read of another block needing these chunks meanwhile waits for them (_chunk)
+                futures[o] = self._pending[(path, version, variable, o)] = Future()
         if not missing:
             return
-        ranges = [(layout.index[o][0], layout.index[o][0] + layout.index[o][1]) for o in missing]
-        raws = self.objects.read_ranges(path, version, ranges)
-        for offset, raw in zip(missing, raws):
-            _, size, mask = layout.index[offset]
-            if len(raw) != size:
-                raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} bytes)")
-            chunk = decode_chunk(raw, layout, mask)
-            with self._lock:
-                self.inflated += 1
+        done: set[tuple[int, ...]] = set()
+        try:
+            ranges = [(layout.index[o][0], layout.index[o][0] + layout.index[o][1]) for o in missing]
+            raws = self.objects.read_ranges(path, version, ranges)
+            for offset, raw in zip(missing, raws):
+                _, size, mask = layout.index[offset]
+                if len(raw) != size:
+                    raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} "
+                                  "bytes)")
+                chunk = decode_chunk(raw, layout, mask)
                 key = (path, version, variable, offset)
-                if key not in self._chunks and key not in self._window:
-                    self._admit(key, chunk)  # a chunk the cache does not keep is fetched alone by _chunk
+                with self._lock:
+                    self.inflated += 1
+                    del self._pending[key]
+                    if key not in self._chunks and key not in self._window:
+                        self._admit(key, chunk)  # a chunk the cache does not keep is fetched alone by _chunk
+                futures[offset].set_result(chunk)
+                done.add(offset)
+        except BaseException as exc:
+            with self._lock:
+                for offset in missing:
+                    if offset not in done:
+                        self._pending.pop((path, version, variable, offset), None)
+            for offset in missing:
+                if offset not in done:
+                    futures[offset].set_exception(exc)
+            raise
 
     def _chunk(self, path: Path, version: Any, variable: str, layout: ChunkLayout,
                offset: tuple[int, ...]) -> np.ndarray:

@@ -195,3 +195,37 @@ def test_the_image_names_as_held_only_data_it_holds(tmp_path: Path) -> None:
     covered = json.loads(out.stdout)
     assert covered["names"] is False and covered["big"] is False
     assert covered["few"] is True and covered["tiny"] is True
+
+
+_VARIABLE_CHUNK_BYTES = """
+import h5py, json, sys
+total = 0
+for path in sys.argv[2:]:
+    with h5py.File(path, "r") as f:
+        total += f[sys.argv[1]].id.get_storage_size()
+print(json.dumps(total))
+"""
+
+
+def test_blocks_read_ahead_on_threads_fetch_each_chunk_once(samples: Path, s3: S3Server, tmp_path: Path) -> None:
+    """Blocks of one scan read ahead on threads share chunks (small blocks: many per chunk): a chunk one block is
+    fetching is waited for by the others, not fetched again — bytes fetched equal the chunks' bytes."""
+    files = sorted((samples / "ccm3").glob("*.nc"))
+    out = subprocess.run([sys.executable, "-c", _VARIABLE_CHUNK_BYTES, "T", *map(str, files)], check=True,
+                         capture_output=True)
+    needed = int(json.loads(out.stdout))
+    catalog = store_catalog(samples, tmp_path / "root", [s3_store(s3)], datasets=("ccm3",))
+    try:
+        objects = catalog.handles.objects
+        assert objects is not None
+        store = objects.stores["models"]
+        before = store.stats.bytes
+        sql = "select count(*) as n, sum(temperature) as total from ccm3"
+        got = answer_table(catalog, sql, Settings(batch_rows=512, scan_threads=4))
+        want = run_sql(frame(samples, "ccm3", ["temperature"]), sql, "ccm3")
+        assert got.column("n").to_pylist() == want.column("n").to_pylist()
+        total = want.column("total")[0].as_py()
+        assert abs(got.column("total")[0].as_py() - total) <= 1e-9 * abs(total)
+        assert store.stats.bytes - before == needed, (store.stats.bytes - before, needed)
+    finally:
+        catalog.close()
