@@ -7,9 +7,9 @@ else), published three ways: files beside the descriptor, ``<files store="s3" �
 
 Per backend:
 
-* **cold open** — ``Catalog.scan`` with a new catalog index: list the store, fetch each object whole once to read
-  its header, coordinates and chunk index (netCDF-C and h5py read local files only), keep them in the index;
-  the whole copies are then dropped (as an evicted cache), so the queries below read chunks in place;
+* **cold open** — ``Catalog.scan`` with a new catalog index: list the store, read each object's header,
+  coordinates and chunk index by ranged GETs (an image of 64 KiB blocks), keep them in the index; the local
+  images are then dropped (as an evicted cache), so the queries below read chunks in place;
 * **queries** — a slab (one month, a lat/lon box, one variable) and a full scan (``count``/``avg`` over all of
   ``temperature``), each run twice: *cold* (no decoded chunk in memory) and *warm* (the chunk reader's LRU);
   the time, GET requests the server answered, and bytes fetched;

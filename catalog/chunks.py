@@ -229,6 +229,38 @@ class _Lister:
                 raise _ListingFailed(str(exc)) from exc
         return listing  # type: ignore[no-any-return]
 
+    def image(self, size: int, block: int, read: Callable[[list[tuple[int, int]]], list[bytes]],
+              max_chunks: int = MAX_LISTED_CHUNKS) -> dict[str, Any]:
+        """Return the helper's :func:`~dstp._chunk_index.object_image` of an object of ``size`` bytes whose ranges
+        ``read`` fetches (in this process: the store's client, credentials and ``If-Match`` stay here). An error
+        of ``read`` is raised here; a helper that died or hung raises _ListingFailed."""
+        with self._lock:
+            helper = self._running()
+            assert helper.stdin is not None and helper.stdout is not None
+            try:
+                pickle.dump(("image", size, block, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
+                helper.stdin.flush()
+                failure: BaseException | None = None
+                while True:
+                    if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                        raise TimeoutError(f"no answer about an object in {self.wait_s:g} s")
+                    kind, value = pickle.load(helper.stdout)
+                    if kind == "done":
+                        break
+                    try:
+                        reply: tuple[str, Any] = ("bytes", read(value))
+                    except Exception as exc:  # noqa: BLE001 - the store's own error, raised once the helper is done
+                        failure, reply = exc, ("error", type(exc).__name__)
+                    pickle.dump(reply, helper.stdin, pickle.HIGHEST_PROTOCOL)
+                    helper.stdin.flush()
+            except (OSError, EOFError, pickle.UnpicklingError) as exc:
+                _discard(helper)
+                self._helper = None
+                raise _ListingFailed(str(exc)) from exc
+        if failure is not None:
+            raise failure
+        return value  # type: ignore[no-any-return]
+
     def close(self) -> None:
         with self._lock:
             helper, self._helper = self._helper, None
@@ -379,7 +411,13 @@ class ChunkReader:
                 if known:
                     return layout_of(listing)
             assert self.objects is not None
-            listed_path = self.objects.copy(path, version)  # listed by h5py from the whole copy, once per version
+            known, listing = self.objects.listing(path, version, variable)  # listed as its header was read by ranges
+            if known:
+                self.listed += 1
+                if self.layouts is not None:
+                    self.layouts.keep_chunk_listing(path, stamp, variable, listing)
+                return layout_of(listing)
+            listed_path = self.objects.copy(path, version)  # netCDF-3 or unreadable by ranges: the whole copy
             st = os.stat(listed_path)
         else:
             fd = self._open_fd(path, version)
@@ -434,24 +472,42 @@ class ChunkReader:
                        offsets: set[tuple[int, ...]]) -> None:
         """Fetch and decode, in one batch of ranged GETs, the chunks of a read of an object that are not cached."""
         assert self.objects is not None
+        futures: dict[tuple[int, ...], Future[np.ndarray]] = {}
         with self._lock:
             missing = sorted(o for o in offsets if (path, version, variable, o) not in self._chunks
                              and (path, version, variable, o) not in self._window
                              and (path, version, variable, o) not in self._pending)
+            for o in missing:  # a read of another block needing these chunks meanwhile waits for them (_chunk)
+                futures[o] = self._pending[(path, version, variable, o)] = Future()
         if not missing:
             return
-        ranges = [(layout.index[o][0], layout.index[o][0] + layout.index[o][1]) for o in missing]
-        raws = self.objects.read_ranges(path, version, ranges)
-        for offset, raw in zip(missing, raws):
-            _, size, mask = layout.index[offset]
-            if len(raw) != size:
-                raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} bytes)")
-            chunk = decode_chunk(raw, layout, mask)
-            with self._lock:
-                self.inflated += 1
+        done: set[tuple[int, ...]] = set()
+        try:
+            ranges = [(layout.index[o][0], layout.index[o][0] + layout.index[o][1]) for o in missing]
+            raws = self.objects.read_ranges(path, version, ranges)
+            for offset, raw in zip(missing, raws):
+                _, size, mask = layout.index[offset]
+                if len(raw) != size:
+                    raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(raw)} of {size} "
+                                  "bytes)")
+                chunk = decode_chunk(raw, layout, mask)
                 key = (path, version, variable, offset)
-                if key not in self._chunks and key not in self._window:
-                    self._admit(key, chunk)  # a chunk the cache does not keep is fetched alone by _chunk
+                with self._lock:
+                    self.inflated += 1
+                    del self._pending[key]
+                    if key not in self._chunks and key not in self._window:
+                        self._admit(key, chunk)  # a chunk the cache does not keep is fetched alone by _chunk
+                futures[offset].set_result(chunk)
+                done.add(offset)
+        except BaseException as exc:
+            with self._lock:
+                for offset in missing:
+                    if offset not in done:
+                        self._pending.pop((path, version, variable, offset), None)
+            for offset in missing:
+                if offset not in done:
+                    futures[offset].set_exception(exc)
+            raise
 
     def _chunk(self, path: Path, version: Any, variable: str, layout: ChunkLayout,
                offset: tuple[int, ...]) -> np.ndarray:

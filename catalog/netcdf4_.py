@@ -19,6 +19,7 @@ netCDF-C then opens ``/proc/self/fd/N``, the very file checked.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
@@ -47,6 +48,8 @@ from dstp.errors import DataFileError
 
 if TYPE_CHECKING:
     from dstp.catalog.objects import ObjectFiles
+
+log = logging.getLogger("dstp.catalog")
 
 __all__ = [
     "NETCDF_LOCK",
@@ -214,6 +217,9 @@ class FileHandles:
         self.objects = objects
         #: The local copy each open store-backed file was opened from.
         self._local: dict[Path, Path] = {}
+        #: Store-backed files open from an image (header and chunk indexes only, :meth:`ObjectFiles.local`): a
+        #: variable's data is read through netCDF-C there only if the image holds all of it.
+        self._imaged: set[Path] = set()
         #: Reads compressed netCDF-4 chunks outside NETCDF_LOCK where it can (dstp.catalog.chunks); None: off.
         #: Its decoded chunks are kept up to ``decoded_chunk_cache_bytes`` (None or -1: sized from memory).
         self.chunks: ChunkReader | None = \
@@ -247,16 +253,19 @@ class FileHandles:
 
         Opened through its real path with O_NOFOLLOW; the real path, device, inode, size and times must be
         those of ``version`` (default: the published version, else the first open's). Raises DataFileError
-        otherwise. The caller closes it.
+        otherwise. The caller closes it. An object of a store: its whole local copy (fetched once), never the
+        image netCDF-C opens for its header (whose other bytes are zeros) — ``dstp get`` streams these bytes.
         """
-        return self._open_checked(path, version, current=False)[0]
+        return self._open_checked(path, version, current=False, whole=True)[0]
 
     def is_object(self, path: Path) -> bool:
         """Return whether ``path`` is an object of a store (:mod:`.objects`), not a local file."""
         return self.objects is not None and self.objects.owns(path)
 
-    def _open_object(self, path: Path, version: FileIdentity | None, current: bool) -> tuple[int, FileIdentity]:
-        """Return (descriptor of its local whole copy, version) of a store-backed ``path``."""
+    def _open_object(self, path: Path, version: FileIdentity | None, current: bool,
+                     whole: bool = False) -> tuple[int, FileIdentity]:
+        """Return (descriptor of its local image or whole copy — ``whole``: the copy —, version) of a store-backed
+        ``path`` (:meth:`ObjectFiles.local`)."""
         assert self.objects is not None
         with self._identity_lock:
             expected = version if version is not None else None if current else self._identity.get(path)
@@ -266,7 +275,10 @@ class FileHandles:
             if not current:
                 with self._identity_lock:
                     expected = self._identity.setdefault(path, expected)
-        local = self.objects.copy(path, expected)
+        if whole:
+            local, image = self.objects.copy(path, expected), False
+        else:
+            local, image = self.objects.local(path, expected)
         try:
             fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
@@ -274,12 +286,18 @@ class FileHandles:
         with self._identity_lock:
             self.opened += 1
             self._local[path] = local
+            if image:
+                self._imaged.add(path)
+            else:
+                self._imaged.discard(path)
         return fd, expected
 
-    def _open_checked(self, path: Path, version: FileIdentity | None, current: bool) -> tuple[int, FileIdentity]:
-        """Return (descriptor, version seen) of ``path``; ``current``: whatever version is on disk now."""
+    def _open_checked(self, path: Path, version: FileIdentity | None, current: bool,
+                      whole: bool = False) -> tuple[int, FileIdentity]:
+        """Return (descriptor, version seen) of ``path``; ``current``: whatever version is on disk now; ``whole``:
+        an object's whole copy, never its image."""
         if self.objects is not None and self.objects.owns(path):
-            return self._open_object(path, version, current)
+            return self._open_object(path, version, current, whole)
         try:
             real = os.path.realpath(path)
             fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
@@ -334,17 +352,28 @@ class FileHandles:
             for key in [k for k in self._computed if k[0] == path and k[1] != keep]:
                 del self._computed[key]
 
-    def _get(self, path: Path, version: FileIdentity | None = None, current: bool = False) -> netCDF4.Dataset:
+    def _get(self, path: Path, version: FileIdentity | None = None, current: bool = False,
+             whole: bool = False) -> netCDF4.Dataset:
         """Return the open file ``path`` (the caller holds NETCDF_LOCK): as ``version`` if given, as it is on
-        disk now if ``current``, else as it was opened."""
+        disk now if ``current``, else as it was opened; ``whole``: an object from its whole copy, not its image."""
         ds = self._open.get(path)
         if ds is not None:
-            if not current and (version is None or self._opened_as.get(path) == version):
+            if not current and (version is None or self._opened_as.get(path) == version) and \
+                    not (whole and path in self._imaged):
                 self._open.move_to_end(path)
                 return ds
             self._drop(path)
         _close_orphans()
-        fd, seen = self._open_checked(path, version, current)
+        try:
+            return self._opened(path, version, current, whole)
+        except DataFileError:
+            if whole or path not in self._imaged:
+                raise
+            log.warning("%s: netCDF-C cannot open the image of its header; it is fetched whole", path.name)
+            return self._opened(path, version, current, True)
+
+    def _opened(self, path: Path, version: FileIdentity | None, current: bool, whole: bool) -> netCDF4.Dataset:
+        fd, seen = self._open_checked(path, version, current, whole)
         opened = _descriptor_path(fd, path)
         try:
             previous = netCDF4.get_chunk_cache()
@@ -401,6 +430,8 @@ class FileHandles:
                 return array
         with NETCDF_LOCK:
             ds = self._get(path, version)
+            if path in self._imaged and not self._in_image(path, variable):
+                ds = self._get(path, version, whole=True)  # its data is not all in the image: the whole copy
             self._check_unchanged(path, version)
             try:
                 var = ds[variable] if "/" in variable else ds.variables[variable]
@@ -437,8 +468,22 @@ class FileHandles:
             try:
                 return read_header(ds, path, self._local.get(path))
             except DataFileError:
+                if path not in self._imaged:
+                    self._drop(path)
+                    raise
+            log.warning("%s: its header cannot be read from the image fetched by ranges; it is fetched whole",
+                        path.name)
+            ds = self._get(path, whole=True)
+            try:
+                return read_header(ds, path, self._local.get(path))
+            except DataFileError:
                 self._drop(path)
                 raise
+
+    def _in_image(self, path: Path, variable: str) -> bool:
+        """Return whether the image ``path`` is open from holds all of ``variable``'s data."""
+        assert self.objects is not None
+        return self.objects.covers(path, self._opened_as[path], variable.lstrip("/"))
 
     def inspect_current(self, path: Path) -> tuple[FileMeta, FileIdentity]:
         """Return the metadata of the version of ``path`` on disk now, and that version (not yet published)."""
@@ -448,6 +493,13 @@ class FileHandles:
             return self._zarr_meta(path, current)
         with NETCDF_LOCK:
             ds = self._get(path, current=True)
+            try:
+                return read_header(ds, path, self._local.get(path)), self._opened_as[path]
+            except DataFileError:
+                if path not in self._imaged:
+                    self._drop(path)
+                    raise
+            ds = self._get(path, self._opened_as[path], whole=True)
             try:
                 return read_header(ds, path, self._local.get(path)), self._opened_as[path]
             except DataFileError:
@@ -504,6 +556,7 @@ class FileHandles:
         with NETCDF_LOCK:
             ds = self._open.pop(path, None)
             self._opened_as.pop(path, None)
+            self._imaged.discard(path)
             if ds is not None:
                 try:
                     ds.close()

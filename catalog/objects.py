@@ -12,13 +12,17 @@ What is read, and when (docs/stores.md):
 
 * the store is **listed** at each look of the catalog, at most every ``list_s`` seconds per descriptor (there
   is no change notification; ``dstp catalog reload`` lists at once);
-* a file's header and coordinates are read once per version by netCDF-C from a **whole copy** fetched to a
-  bounded local cache (``store_cache_bytes``; netCDF-C reads only local files here), then kept in the catalog
-  index — a restart with the index makes no GET;
-* chunk listings (the direct chunk reader's) are made from that copy, once per version, and kept in the index;
+* a netCDF-4/HDF5 file's header, coordinates and chunk indexes are read once per version **by ranges**: h5py, in
+  the listing helper process, reads them through a file-like object whose reads are ranged GETs made here
+  (:meth:`ObjectFiles._image`); the blocks it read become a sparse local *image* that netCDF-C opens for the
+  header. What netCDF-C reads is kept in the catalog index — a restart with the index makes no GET. A netCDF-3
+  file (or one h5py cannot read) is fetched as a **whole copy** to a bounded local cache (``store_cache_bytes``);
+* chunk listings (the direct chunk reader's) come from that same look, once per version, and are kept in the
+  index;
 * data of deflate/shuffle chunked variables is read **in place**: the chunks a hyperslab needs, as ranged GETs
   of exactly their bytes, adjacent ranges coalesced, ``concurrency`` in flight, each checked against the
-  version (``If-Match``). Other variables (netCDF-3, other filters) are read from the whole copy.
+  version (``If-Match``). Other variables (netCDF-3, other filters, contiguous) are read by netCDF-C from the
+  image when it holds all their data (the helper says which), else from the whole copy, fetched then.
 """
 
 from __future__ import annotations
@@ -58,6 +62,31 @@ class _Located:
     zarr: bool = False
 
 
+#: Blocks in which the header of an HDF5 object is read by ranges (:meth:`ObjectFiles._image`): netCDF-C keeps
+#: the metadata of a netCDF-4 file in its first 64 KiB (the ccm3 samples of 0.5, 6 and 127 MB: 1, 1 and 2
+#: requests of 64 KiB, where 16 KiB blocks took 4-5 requests and 256 KiB blocks 4x the bytes); each further
+#: block h5py needs costs one request, made one after another.
+IMAGE_BLOCK = 64 * 2**10
+
+
+@dataclass(frozen=True, slots=True)
+class _Image:
+    """A sparse local image of an HDF5 object (what netCDF-C's open reads), its chunk listings and, by variable,
+    whether all its data lies in the image."""
+
+    local: Path
+    listings: dict[str, Any]
+    covered: dict[str, bool]
+    #: The blocks (of IMAGE_BLOCK bytes) it holds.
+    blocks: frozenset[int]
+
+    def holds(self, start: int, end: int) -> bool:
+        return all(k in self.blocks for k in range(start // IMAGE_BLOCK, (end - 1) // IMAGE_BLOCK + 1))
+
+
+_UNKNOWN: Any = object()
+
+
 class ObjectFiles:
     """The store-backed files of one catalog: listings, versions, whole copies, ranged reads."""
 
@@ -77,6 +106,10 @@ class ObjectFiles:
         self._fetching: dict[Path, threading.Lock] = {}
         #: Whole copies fetched (the tests and benchmarks check a warm start fetched none).
         self.fetched = 0
+        #: Images made (:meth:`_image`): headers and chunk indexes read by ranges.
+        self.imaged = 0
+        #: (store, version token) -> its image; None: read from a whole copy (netCDF-3, unreadable by h5py).
+        self._images: dict[tuple[str, int], _Image | None] = {}
         self._zarr = ZarrFiles()
 
     @staticmethod
@@ -174,14 +207,106 @@ class ObjectFiles:
     def read_ranges(self, path: Path, identity: object, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Return the bytes of each [start, end) of that version of ``path``, by ranged GETs."""
         where = self._where[path]
-        return self.stores[where.store].read_ranges(self.version(path, identity), ranges)
+        version = self.version(path, identity)
+        with self._lock:
+            image = self._images.get((where.store, version.token()))
+        if image is not None and all(image.holds(s, e) for s, e in ranges if e > s):
+            try:  # fetched with the header (coordinates): no request
+                with open(image.local, "rb") as f:
+                    return [os.pread(f.fileno(), e - s, s) if e > s else b"" for s, e in ranges]
+            except OSError:
+                pass  # evicted meanwhile: from the store
+        return self.stores[where.store].read_ranges(version, ranges)
+
+    def _cached(self, where: _Located, version: ObjectVersion, suffix: str) -> Path:
+        name = hashlib.sha256(f"{where.store}\0{where.key}".encode()).hexdigest()[:24]
+        return self.cache_dir / where.store / f"{name}-{version.token():016x}{suffix}"
+
+    def local(self, path: Path, identity: object) -> tuple[Path, bool]:
+        """Return (the local file netCDF-C opens for that version of ``path``, whether it is an image).
+
+        An HDF5 object gets an *image* (:meth:`_image`): a sparse file of the object's size holding only what
+        netCDF-C's open and the catalog's look read, fetched by ranges; its variables' data netCDF-C may read
+        from it only where :meth:`covers` says so. A netCDF-3 object, one h5py cannot read, or one whose whole
+        copy is cached already: the whole copy."""
+        version = self.version(path, identity)
+        where = self._where[path]
+        whole = self._cached(where, version, Path(where.key).suffix)
+        if not whole.exists():
+            image = self._image(path, version)
+            if image is not None:
+                return image.local, True
+        return self.copy(path, identity), False
+
+    def covers(self, path: Path, identity: object, variable: str) -> bool:
+        """Return whether all the data of ``variable`` lies in the image of that version of ``path``."""
+        version = self.version(path, identity)
+        with self._lock:
+            image = self._images.get((self._where[path].store, version.token()))
+        return image is not None and image.covered.get(variable, False)
+
+    def listing(self, path: Path, identity: object, variable: str) -> tuple[bool, Any]:
+        """Return (known, chunk listing) of ``variable`` in that version of ``path``, from its image's look (no
+        request when it was made); known is False for objects without an image (netCDF-3, unreadable by h5py)."""
+        image = self._image(path, self.version(path, identity))
+        if image is None:
+            return False, None
+        return True, image.listings.get(variable)
+
+    def _image(self, path: Path, version: ObjectVersion) -> _Image | None:
+        """Return the image of that version of ``path`` (made once; None: the object is read from a whole copy)."""
+        from dstp.catalog.chunks import LISTER, _ListingFailed
+
+        where = self._where[path]
+        key = (where.store, version.token())
+        local = self._cached(where, version, ".image")
+        with self._lock:
+            gate = self._fetching.setdefault(local, threading.Lock())
+        with gate:
+            with self._lock:
+                known = self._images.get(key, _UNKNOWN)
+            if known is None or (isinstance(known, _Image) and known.local.exists()):
+                if isinstance(known, _Image):
+                    os.utime(known.local)  # recently used: evicted last
+                return known
+            store = self.stores[where.store]
+            try:
+                answer = LISTER.image(version.size, IMAGE_BLOCK, lambda spans: store.read_ranges(version, spans))
+            except _ListingFailed as exc:
+                log.warning("%s: %s: the h5py helper failed reading its header by ranges (%s); fetched whole",
+                            store.config.where(), where.key, exc)
+                return None  # not kept: tried again at the next open
+            image: _Image | None = None
+            if "blocks" in answer:
+                self.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                local.parent.mkdir(exist_ok=True, mode=0o700)
+                partial = local.with_name(local.name + ".part")
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+                try:
+                    os.ftruncate(fd, version.size)  # sparse: what was not fetched takes no disk
+                    for k, data in answer["blocks"].items():
+                        os.pwrite(fd, data, k * IMAGE_BLOCK)
+                finally:
+                    os.close(fd)
+                os.replace(partial, local)
+                image = _Image(local, answer["listings"], answer["covered"], frozenset(answer["blocks"]))
+                self.imaged += 1
+                log.info("%s: read the header and chunk indexes of %s by ranges (%.2f of %.1f MiB)",
+                         store.config.where(), where.key,
+                         sum(len(b) for b in answer["blocks"].values()) / 2**20, version.size / 2**20)
+            elif "failed" in answer:
+                log.warning("%s: h5py cannot read %s by ranges (%s); it is fetched whole", store.config.where(),
+                            where.key, answer["failed"])
+            with self._lock:
+                self._images[key] = image
+        self._evict(keep=local)
+        return image
 
     def copy(self, path: Path, identity: object) -> Path:
         """Return a local whole copy of that version of ``path``, fetched once into the cache."""
         version = self.version(path, identity)
         where = self._where[path]
-        name = hashlib.sha256(f"{where.store}\0{where.key}".encode()).hexdigest()[:24]
-        local = self.cache_dir / where.store / f"{name}-{version.token():016x}{Path(where.key).suffix}"
+        local = self._cached(where, version, Path(where.key).suffix)
         with self._lock:
             gate = self._fetching.setdefault(local, threading.Lock())
         with gate:

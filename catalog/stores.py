@@ -224,14 +224,29 @@ def zarr_versions(objects: Iterable[ObjectVersion], pattern: str) -> list[Object
     return out
 
 
-def coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    """Return ``ranges`` merged where they touch or lie less than ``gap`` bytes apart, in order."""
+def coalesce(ranges: Sequence[tuple[int, int]], gap: int, at_most: int | None = None) -> list[tuple[int, int]]:
+    """Return ``ranges`` merged where they touch or lie less than ``gap`` bytes apart, in order.
+
+    With ``at_most`` (the requests one read may have in flight), ranges that touch or overlap are merged, and
+    ranges apart only while there are more than ``at_most``, the closest first and never across more than
+    ``gap``: fewer ranges than requests in flight are fetched as they are (a gap's bytes would only cost
+    transfer, where the requests run side by side)."""
     merged: list[list[int]] = []
     for start, end in sorted(ranges):
-        if merged and start - merged[-1][1] <= gap:
+        if merged and start - merged[-1][1] <= (gap if at_most is None else 0):
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
+    if at_most is not None and len(merged) > at_most:
+        gaps = sorted((merged[i + 1][0] - merged[i][1], i) for i in range(len(merged) - 1))
+        join = {i for g, i in gaps[:len(merged) - max(1, at_most)] if g <= gap}
+        out: list[list[int]] = []
+        for i, span in enumerate(merged):
+            if i > 0 and i - 1 in join:
+                out[-1][1] = max(out[-1][1], span[1])
+            else:
+                out.append(list(span))
+        merged = out
     return [(s, e) for s, e in merged]
 
 
@@ -472,7 +487,8 @@ class ObjectStore:
         return data
 
     def read_ranges(self, version: ObjectVersion, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        spans = coalesce([r for r in ranges if r[1] > r[0]], self.config.coalesce_bytes)  # an empty range: no request
+        spans = coalesce([r for r in ranges if r[1] > r[0]], self.config.coalesce_bytes,  # an empty range: no request
+                         at_most=self.config.concurrency)
         fetched = dict(zip(spans, self._pool.map(lambda s: self._get(version.key, version, s), spans)))
         out = []
         for start, end in ranges:

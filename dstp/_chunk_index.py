@@ -1,6 +1,7 @@
 """Listing a netCDF-4 variable's chunks with h5py, in the helper process of :mod:`dstp.catalog.chunks`.
 
-The helper (``python -m dstp._chunk_index``) imports this module and h5py, nothing of the catalog: the HDF5
+The helper (``python -m dstp._chunk_index``) imports this module and h5py, nothing of the catalog (objects of a
+store it reads through ranges its parent fetches, :func:`object_image`): the HDF5
 library h5py's wheel bundles must never share a process with the one netCDF4's wheel bundles (different
 versions; upstream reports failures at open and close when both are loaded). It answers requests read
 from its standard input (:func:`serve`) with plain tuples (:data:`Listing`) and ends when that input
@@ -12,11 +13,12 @@ A plain child process, not a ``multiprocessing`` one: Dask's workers are daemoni
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
 import sys
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 __all__ = ["DEFLATE", "MAX_LISTED_CHUNKS", "SHUFFLE", "Listing", "chunk_listing", "file_identity", "list_chunks",
            "serve"]
@@ -85,17 +87,157 @@ def chunk_listing(h5file: Any, name: str, max_chunks: int = MAX_LISTED_CHUNKS) -
     return tuple(dset.shape), tuple(dset.chunks), np.dtype(dtype).str, filters, index
 
 
+class _Ranged(io.RawIOBase):
+    """One version of one object as a read-only file h5py opens: every read is served from blocks of ``block``
+    bytes, each fetched once through ``fetch`` (the parent's ranged GETs, ``If-Match`` its ETag: two versions
+    never mix); the blocks a read lacks are asked for together."""
+
+    def __init__(self, fetch: Callable[[list[tuple[int, int]]], list[bytes]], size: int, block: int) -> None:
+        super().__init__()
+        self.fetch, self.size, self.block = fetch, size, block
+        self.blocks: dict[int, bytes] = {}
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.position = {0: 0, 1: self.position, 2: self.size}[whence] + offset
+        return self.position
+
+    def read_span(self, start: int, end: int) -> bytes:
+        end = min(end, self.size)
+        if end <= start:
+            return b""
+        first, last = start // self.block, (end - 1) // self.block
+        missing = [k for k in range(first, last + 1) if k not in self.blocks]
+        if missing:
+            spans = [(k * self.block, min((k + 1) * self.block, self.size)) for k in missing]
+            for k, (s, e), data in zip(missing, spans, self.fetch(spans)):
+                if len(data) != e - s:
+                    raise OSError(f"bytes {s}-{e} came short ({len(data)})")
+                self.blocks[k] = data
+        joined = b"".join(self.blocks[k] for k in range(first, last + 1))
+        return joined[start - first * self.block:end - first * self.block]
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read_span(self.position, self.position + len(buffer))
+        memoryview(buffer).cast("B")[:len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def _extents(dset: Any, max_chunks: int) -> list[tuple[int, int]] | None:
+    """Return the byte ranges holding ``dset``'s data ([]: none, in its header, or never written); None when
+    they cannot be named (external or virtual storage, too many chunks)."""
+    import h5py
+
+    plist = dset.id.get_create_plist()
+    if plist.get_external_count() > 0:
+        return None
+    layout = plist.get_layout()
+    if layout == h5py.h5d.COMPACT:
+        return []
+    if layout == h5py.h5d.CONTIGUOUS:
+        offset = dset.id.get_offset()
+        return [] if offset is None else [(offset, offset + dset.id.get_storage_size())]
+    if layout != h5py.h5d.CHUNKED or dset.id.get_num_chunks() > max_chunks:
+        return None
+    spans: list[tuple[int, int]] = []
+    dset.id.chunk_iter(lambda info: spans.append((info.byte_offset, info.byte_offset + info.size)))
+    return spans
+
+
+def object_image(fetch: Callable[[list[tuple[int, int]]], list[bytes]], size: int, block: int,
+                 max_chunks: int = MAX_LISTED_CHUNKS) -> dict[str, Any]:
+    """Read what netCDF-C needs to open one HDF5 object of a store, by ranges, and list its chunks.
+
+    h5py opens the object through :class:`_Ranged` and reads what netCDF-C's open and the catalog's look read:
+    every object header, link, attribute (with its global heap) and chunk index, and the values of every
+    dimension scale, of the HDF-EOS metadata and of small string variables. The answer: ``blocks`` (block number
+    -> bytes: the parent writes them into a sparse local image that netCDF-C opens), ``listings`` (each
+    variable's :func:`chunk_listing`) and ``covered`` (whether all of a variable's data lies in those blocks, so
+    that netCDF-C may read it from the image); ``{"classic": True}`` for a netCDF-3 object; ``{"failed":
+    reason}`` when h5py cannot read it (the parent then fetches it whole)."""
+    import h5py
+
+    ranged = _Ranged(fetch, size, block)
+    if ranged.read_span(0, 4)[:3] == b"CDF":
+        return {"classic": True}
+    listings: dict[str, Listing | None] = {}
+    spans: dict[str, list[tuple[int, int]] | None] = {}
+    try:
+        with h5py.File(ranged, "r", locking=False) as f:
+
+            def look(name: str, obj: Any) -> None:
+                for key in obj.attrs:
+                    obj.attrs[key]  # noqa: B018 - read: its bytes (and global heap) enter the image
+                if not isinstance(obj, h5py.Dataset):
+                    return
+                # variable-length data lives in global heaps its extents do not name: unknown unless read here
+                spans[name] = None if obj.dtype.hasobject else _extents(obj, max_chunks)
+                listings[name] = chunk_listing(f, name, max_chunks)
+                if h5py.h5ds.is_scale(obj.id) or name.startswith("HDFEOS INFORMATION/") or \
+                        (obj.dtype.kind in "OSU" and obj.size * obj.dtype.itemsize <= 2**20):
+                    obj[()]  # noqa: B018 - coordinate values, EOS metadata and small strings netCDF-C reads at open
+                    if obj.dtype.hasobject:
+                        spans[name] = _extents(obj, max_chunks)  # read whole here: its heaps are in the image
+
+            look("", f)
+            f.visititems(look)
+    except _ParentFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - h5py raises its own tree; the parent fetches the object whole
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    have = set(ranged.blocks)
+
+    def inside(ranges: list[tuple[int, int]] | None) -> bool:
+        return ranges is not None and all(k in have for s, e in ranges if e > s
+                                          for k in range(s // block, (e - 1) // block + 1))
+
+    return {"blocks": ranged.blocks, "listings": listings, "covered": {n: inside(r) for n, r in spans.items()}}
+
+
+class _ParentFailed(Exception):
+    """The parent could not read the ranges asked for (it raises its own error)."""
+
+
 def serve(requests: BinaryIO, answers: BinaryIO) -> None:
-    """Answer pickled ``(path, identity, variable, max_chunks)`` requests with pickled listings until the
-    requests end (the parent closed the pipe, or ended)."""
+    """Answer pickled requests until they end (the parent closed the pipe, or ended): ``(path, identity,
+    variable, max_chunks)`` with a listing; ``("image", size, block, max_chunks)`` by asking the parent for
+    byte ranges (``("read", [(start, end), …])``, answered ``("bytes", […])`` or ``("error", text)``) and then
+    ``("done", answer)`` (:func:`object_image`)."""
     import h5py  # noqa: F401 - imported before the first request, so that one waits for no import
 
     while True:
         try:
-            path, identity, variable, max_chunks = pickle.load(requests)
+            request = pickle.load(requests)
         except EOFError:
             return
-        pickle.dump(list_chunks(path, identity, variable, max_chunks), answers, pickle.HIGHEST_PROTOCOL)
+        if request[0] == "image":
+
+            def fetch(spans: list[tuple[int, int]]) -> list[bytes]:
+                pickle.dump(("read", spans), answers, pickle.HIGHEST_PROTOCOL)
+                answers.flush()
+                kind, value = pickle.load(requests)
+                if kind != "bytes":
+                    raise _ParentFailed(value)
+                return value  # type: ignore[no-any-return]
+
+            try:
+                answer: Any = ("done", object_image(fetch, *request[1:]))
+            except _ParentFailed as exc:
+                answer = ("done", {"failed": str(exc)})
+        else:
+            path, identity, variable, max_chunks = request
+            answer = list_chunks(path, identity, variable, max_chunks)
+        pickle.dump(answer, answers, pickle.HIGHEST_PROTOCOL)
         answers.flush()
 
 

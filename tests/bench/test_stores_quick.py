@@ -25,5 +25,6 @@ def test_quick_run_answers_alike_everywhere_and_restarts_without_data_gets() -> 
     s3 = result["rows"][1]
     assert s3["restart_requests"] == {"LIST": 1}
     assert "HEAD" not in s3["cold_open_requests"]  # the listing says each object's version: no HEAD per object
-    assert s3["cold_open_requests"]["GET"] == 3  # the three files, each fetched whole once
+    assert s3["cold_open_requests"]["GET"] == 3  # the three files' headers, one 64 KiB ranged GET each
+    assert s3["cold_open_bytes"] <= 3 * 64 * 2**10
     assert "| obstore |" in stores.markdown(result)

@@ -95,3 +95,15 @@ def test_queries_answer_and_nothing_shows_the_store_s_secret(served: DstpServer,
     assert s3.secret_key not in text and s3.access_key not in text
     assert s3.endpoint not in text and f"127.0.0.1:{s3.port}" not in text
     assert any("store 'vault' (s3://vault/x) cannot be reached" in str(p) for p in served.catalog.problems)
+
+
+def test_get_of_a_store_file_streams_the_object_s_bytes(served: DstpServer, samples: Path, tmp_path: Path) -> None:
+    """``dstp get`` of a file that lives in a store (netCDF-4: its header was read by ranges into an image) delivers
+    the object's bytes, whole and as a range, checked by CRC-32C — never the image's zeros."""
+    assert served.endpoints is not None
+    want = (samples / "ccm3" / "ccm3_1990-05.nc").read_bytes()
+    with dstp.connect(served.endpoints.grpc) as client:
+        client.get("era5", "ccm3_1990-05.nc", tmp_path / "whole.nc")
+        assert (tmp_path / "whole.nc").read_bytes() == want
+        client.get("era5", "ccm3_1990-05.nc", tmp_path / "part.nc", offset=70_000, length=100_000)
+        assert (tmp_path / "part.nc").read_bytes() == want[70_000:170_000]

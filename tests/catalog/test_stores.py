@@ -101,6 +101,16 @@ def test_coalesce_merges_near_ranges() -> None:
     assert coalesce([(0, 10), (5, 8)], 0) == [(0, 10)]
 
 
+def test_ranges_apart_are_merged_only_beyond_the_requests_in_flight() -> None:
+    """A point series reads one chunk in four: with no more ranges than requests in flight each is fetched alone
+    (the gaps' bytes are not fetched); beyond, the closest are merged first, never across more than the gap."""
+    ranges = [(0, 10), (100, 110), (130, 140), (1000, 1010), (1010, 1020)]
+    assert coalesce(ranges, 1 << 20, at_most=4) == [(0, 10), (100, 110), (130, 140), (1000, 1020)]
+    assert coalesce(ranges, 1 << 20, at_most=3) == [(0, 10), (100, 140), (1000, 1020)]
+    assert coalesce(ranges, 1 << 20, at_most=1) == [(0, 1020)]
+    assert coalesce(ranges, 50, at_most=1) == [(0, 10), (100, 140), (1000, 1020)]  # gaps over 50 stay
+
+
 def test_a_replaced_s3_object_is_refused_not_mixed(s3: S3Server, tree: Path) -> None:
     store = open_store(s3_config(s3))
     before = store.head("b/four.txt")
