@@ -28,10 +28,11 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from dstp.catalog.appending import extend
 from dstp.catalog.changes import ADDED, CHANGED, REMOVED, Change, describe_change, ends_of, render
 from dstp.catalog.dataset import GriddedDataset
 from dstp.catalog.descriptor import DESCRIPTOR_SUFFIX, Descriptor, parse_descriptor
@@ -214,6 +215,8 @@ class _Plan:
     held: list[HeldBack] = field(default_factory=list)
     stored: StoredEntry | None = None
     old: Entry | None = None
+    #: The new files, when the only change is files added to a served dataset (tried as an append first).
+    appending: list[tuple[str, FileIdentity]] | None = None
 
     def content(self, root: Path) -> bytes:
         return content_digest(self.sha, tuple(self.files), root)
@@ -242,7 +245,7 @@ class Rescanner:
         looked = [self._plan(p, old, stored.get(p)) for p in sorted(self.root.rglob("*" + DESCRIPTOR_SUFFIX))]
         plans = [p for p in looked if p is not None]
         headers = Headers()
-        facts = self._facts(plans, old is None, headers)
+        facts = self._facts(plans, old, headers)
         datasets: dict[str, GriddedDataset] = {}
         remotes: dict[str, RemoteDataset] = {}
         problems: list[Problem] = []
@@ -408,12 +411,46 @@ class Rescanner:
             return False
         return self._descriptor_of(plan) is not None
 
-    def _facts(self, plans: list[_Plan], first_look: bool, headers: Headers) -> dict[str, FileFacts]:
+    def _facts(self, plans: list[_Plan], old: CatalogState | None, headers: Headers) -> dict[str, FileFacts]:
         """Return the facts of the files of every dataset to rebuild (by path): kept ones from the index, the
-        others gathered (by helper processes when there are many)."""
+        others gathered (by helper processes when there are many). A dataset that only gained files gets the
+        facts of those and of its last file (an append, :mod:`.appending`); the others' if that fails."""
         facts: dict[str, FileFacts] = {}
-        self._complete_facts([p for p in plans if self._needs_build(p, first_look)], facts, headers)
+        building = [p for p in plans if self._needs_build(p, old is None)]
+        whole = []
+        for plan in building:
+            if not self._appending(plan, old, facts, headers):
+                whole.append(plan)
+        self._complete_facts(whole, facts, headers)
         return facts
+
+    def _appending(self, plan: _Plan, old: CatalogState | None, facts: dict[str, FileFacts],
+                   headers: Headers) -> bool:
+        """Set ``plan.appending`` and gather the facts an append needs when files were only added to the dataset
+        it served; return whether it is one."""
+        previous = _dataset_of(old, plan.old)
+        if previous is None or plan.old is None or plan.old.sha != plan.sha or not previous.files \
+                or previous.files[-1].identity is None:
+            return False
+        before = dict(plan.old.files)
+        new = [(p, i) for p, i in plan.files if p not in before]
+        if not new or len(plan.files) - len(new) != len(before) \
+                or any(before[p] != i for p, i in plan.files if p in before):
+            return False
+        last = previous.files[-1]
+        sub = _Plan(plan.path, plan.stamp, plan.sha, plan.descriptor, plan.glob,
+                    files=[(str(last.path), last.identity), *new], fresh={p for p, _ in new} & plan.fresh,
+                    old=plan.old)
+        self._complete_facts([sub], facts, headers)
+        found = dict(sub.files)
+        if found.get(str(last.path)) != last.identity:
+            return False  # the last file is no longer what was served: rebuilt whole
+        plan.held += sub.held
+        plan.fresh |= sub.fresh
+        plan.files = [(p, found[p]) if p not in before else (p, i) for p, i in plan.files
+                      if p in before or p in found]
+        plan.appending = [(p, found[p]) for p, _ in new if p in found]
+        return True
 
     def _complete_facts(self, building: list[_Plan], facts: dict[str, FileFacts], headers: Headers) -> None:
         """Add to ``facts`` those of the files of ``building`` it lacks; hold back the files that cannot be read."""
@@ -496,6 +533,10 @@ class Rescanner:
             return Problem(plan.path, plan.problem)
         if old is None and previous is None and plan.stored is not None and plan.stored.has_snapshot:
             previous = self.index.load_dataset(plan.path, self.handles)  # what the index served: to say what changed
+        if plan.appending and previous is not None:
+            appended = self._append(plan, entry, descriptor, previous, facts, headers, changes)
+            if appended is not None:
+                return appended
         if any(p not in facts for p, _ in entry.files):  # decided as kept, but what was kept could not be read
             self._complete_facts([plan], facts, headers)
             files = tuple(plan.files)
@@ -526,6 +567,34 @@ class Rescanner:
                 changes.append(self._change(previous.id, None, previous, plan, REMOVED))
                 previous = None
             changes.append(self._change(ds.id, ds, previous, plan, CHANGED if previous is not None else ADDED))
+        return ds, _with_id(entry, ds.id), ""
+
+    def _append(self, plan: _Plan, entry: Entry, descriptor: Descriptor, previous: GriddedDataset,
+                facts: dict[str, FileFacts], headers: Headers,
+                changes: list[Change]) -> tuple[GriddedDataset, Entry, str] | None:
+        """Return the dataset ``previous`` grown by the files of ``plan.appending`` without a rebuild, or None when
+        they are not an append (:func:`~dstp.catalog.appending.extend`)."""
+        assert plan.appending is not None
+        paths = [str(previous.files[-1].path), *(p for p, _ in plan.appending)]
+        if any(p not in facts for p in paths):
+            return None
+        reader = FactsReader(self.handles, {facts[p].path: facts[p] for p in paths})
+        try:
+            grown = extend(previous, descriptor, [(facts[p].path, facts[p].identity) for p in paths[1:]], reader,
+                           self.handles)
+        except Exception:  # noqa: BLE001 - the full build is the reference: it serves or says what is wrong
+            log.exception("appending to %s failed; it is rebuilt whole", previous.id)
+            return None
+        if grown is None:
+            return None
+        ds, delta = grown
+        kept = [facts[p] for p in paths if p in plan.fresh or facts[p].path in reader.opened]
+        self.index.keep_facts([_keeping(f, reader.used.get(f.path, ())) for f in kept], headers, _spans(ds, kept))
+        version, bumped = self.index.next_version(ds.id, entry.content)
+        ds.version = version
+        self.index.keep_append(plan.path, plan.sha, entry.content, ds, replace(delta, version=version), plan.glob)
+        if bumped:
+            changes.append(self._change(ds.id, ds, previous, plan, CHANGED))
         return ds, _with_id(entry, ds.id), ""
 
     def _failed(self, plan: _Plan, previous: GriddedDataset | None, message: str) -> Problem | tuple[
