@@ -25,6 +25,7 @@ from clock import Clock
 from oracle import assert_same_records
 from oracle import daily_records as oracle
 
+from dstp.catalog.changes import describe_change
 from dstp.catalog.dataset import GriddedDataset
 from dstp.catalog.descriptor import read_descriptor
 from dstp.catalog.publish import publish
@@ -145,13 +146,17 @@ def test_a_day_appended_is_kept_as_an_append_not_a_new_snapshot(served) -> None:
     root, folder, index, catalog, clock = served
     counts = catalog._index.counts  # type: ignore[union-attr]
     kept = counts.get("datasets kept", 0)
-    version = catalog.get("daily").version
+    before = catalog.get("daily")
+    version = before.version
     write_day(folder / name(3), 3)
     settle(catalog, clock)
     assert counts.get("appends kept") == 1 and counts.get("datasets kept", 0) == kept
     assert catalog.get("daily").version == version + 1
     change = catalog.changes(0).changes[-1]
     assert change.files_added == (f"daily/{name(3)}",) and change.first.startswith("2000-01-04")
+    # what the change says is what comparing every file of both versions says
+    assert {k: getattr(change, k) for k in describe_change(before, before, root, False)} == \
+        describe_change(before, catalog.get("daily"), root.resolve(), False)
     check(root, folder, catalog)
     catalog.close()
     again = Catalog.scan(root, index=index, settle_s=SETTLE_S, clock=clock)
