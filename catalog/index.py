@@ -5,7 +5,10 @@ comes back as the object it served (its *snapshot*), once the versions of its
 descriptor and files (path, device, inode, size, mtime, ctime) are those the
 snapshot was built from. A changed dataset is rebuilt from the files' kept
 *facts* (:mod:`.facts`: header, coordinate values), so only new or changed
-files are opened. The index also keeps each dataset's version, the change log
+files are opened. A dataset grown by files appended at its end
+(:mod:`.appending`) is kept as its snapshot and the appends since (table
+``appends``), applied in order when it is loaded; every :data:`APPENDS_KEPT`
+appends the snapshot is written whole again. The index also keeps each dataset's version, the change log
 (:mod:`.changes`) and the chunk listings of the direct reader (:mod:`.chunks`).
 
 Why SQLite (the standard library's ``sqlite3``): one file, transactional (a
