@@ -220,3 +220,25 @@ def test_any_sequence_of_changes_serves_what_a_cold_build_does(tmp_path_factory,
         check(root, folder, catalog)
     finally:
         catalog.close()
+
+
+def test_every_few_appends_the_snapshot_is_written_whole_and_a_restart_reads_it_back(served, monkeypatch) -> None:
+    from dstp.catalog import index as index_module
+
+    monkeypatch.setattr(index_module, "APPENDS_KEPT", 2)
+    root, folder, index, catalog, clock = served
+    counts = catalog._index.counts  # type: ignore[union-attr]
+    kept = counts.get("datasets kept", 0)
+    for day in (3, 4, 5, 6):
+        write_day(folder / name(day), day)
+        settle(catalog, clock)
+        check(root, folder, catalog)
+    # appends 1 and 2 kept beside the snapshot; the 3rd wrote the snapshot whole; the 4th is beside it
+    assert counts.get("datasets kept", 0) == kept + 1 and counts.get("appends kept") == 3
+    catalog.close()
+    again = Catalog.scan(root, index=index, settle_s=SETTLE_S, clock=clock)
+    try:
+        assert again._index.counts.get("appends applied") == 1  # type: ignore[union-attr]
+        check(root, folder, again)
+    finally:
+        again.close()
