@@ -5,7 +5,10 @@ comes back as the object it served (its *snapshot*), once the versions of its
 descriptor and files (path, device, inode, size, mtime, ctime) are those the
 snapshot was built from. A changed dataset is rebuilt from the files' kept
 *facts* (:mod:`.facts`: header, coordinate values), so only new or changed
-files are opened. The index also keeps each dataset's version, the change log
+files are opened. A dataset grown by files appended at its end
+(:mod:`.appending`) is kept as its snapshot and the appends since (table
+``appends``), applied in order when it is loaded; every :data:`APPENDS_KEPT`
+appends the snapshot is written whole again. The index also keeps each dataset's version, the change log
 (:mod:`.changes`) and the chunk listings of the direct reader (:mod:`.chunks`).
 
 Why SQLite (the standard library's ``sqlite3``): one file, transactional (a
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from dstp.catalog._stored import blob_key, decode_values, dumps, encode_values, loads, pack, stored_key, unpack
+from dstp.catalog.appending import Appended, apply
 from dstp.catalog.changes import Change, ChangeFeed
 from dstp.catalog.chunks import FileStamp
 from dstp.catalog.dataset import GriddedDataset
@@ -54,7 +58,9 @@ __all__ = ["INDEX_FORMAT", "CatalogIndex", "StoredEntry", "code_fingerprint", "i
 log = logging.getLogger("dstp.catalog")
 
 #: The layout of the index's tables; an index of another format is rebuilt.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
+#: Appends kept beside a dataset's snapshot; at this many more, the next one writes the snapshot whole instead.
+APPENDS_KEPT = 64
 #: Change records kept; older ones are dropped (a reader asking for them is told to list again).
 CHANGES_KEPT = 100_000
 
@@ -70,6 +76,8 @@ CREATE TABLE chunk_listings (
 CREATE TABLE entries (
     descriptor TEXT PRIMARY KEY, sha BLOB NOT NULL, glob TEXT, content BLOB NOT NULL, dataset TEXT,
     snapshot BLOB, problem TEXT);
+CREATE TABLE appends (descriptor TEXT NOT NULL, seq INTEGER NOT NULL, delta BLOB NOT NULL,
+    PRIMARY KEY (descriptor, seq));
 CREATE TABLE versions (dataset TEXT PRIMARY KEY, version INTEGER NOT NULL, content BLOB NOT NULL);
 CREATE TABLE changes (seq INTEGER PRIMARY KEY, record TEXT NOT NULL);
 """
@@ -391,10 +399,15 @@ class CatalogIndex:
             if not isinstance(ds, GriddedDataset):
                 raise TypeError(f"a {type(ds).__name__}, not a dataset")
             ds.attach(handles)
+            for (delta,) in self._rows("SELECT delta FROM appends WHERE descriptor = ? ORDER BY seq",
+                                       (str(descriptor),)):
+                ds = apply(ds, Appended.from_state(loads(unpack(delta))), handles)
+                self._count("appends applied")
         except Exception as exc:  # noqa: BLE001 - whatever a damaged or foreign snapshot raises, rebuild it
             log.warning("catalog index: the dataset kept for %s cannot be read (%s: %s); it is rebuilt from its "
                         "files", descriptor, type(exc).__name__, exc)
             self._write("UPDATE entries SET snapshot = NULL WHERE descriptor = ?", [(str(descriptor),)])
+            self._write("DELETE FROM appends WHERE descriptor = ?", [(str(descriptor),)])
             return None
         self._count("datasets loaded")
         return ds
@@ -410,13 +423,33 @@ class CatalogIndex:
                         [(str(descriptor), sha, content, problem, problem)])
             return
         snapshot = pack(dumps(dataset))
+        self._write("DELETE FROM appends WHERE descriptor = ?", [(str(descriptor),)])
         self._write("INSERT OR REPLACE INTO entries (descriptor, sha, glob, content, dataset, snapshot, problem) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)", [(str(descriptor), sha, glob, content, dataset.id, snapshot,
                                                       problem)])
         self._count("datasets kept")
 
+    def keep_append(self, descriptor: Path, sha: bytes, content: bytes, dataset: GriddedDataset, delta: Appended,
+                    glob: str | None) -> None:
+        """Keep ``dataset``, its kept snapshot grown by ``delta`` (:mod:`.appending`): the delta is written beside
+        the snapshot, not the whole dataset again (every :data:`APPENDS_KEPT` appends, the snapshot is)."""
+        if not self.writable:
+            return
+        rows = self._rows("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM appends WHERE descriptor = ?",
+                          (str(descriptor),))
+        held = self._rows("SELECT snapshot IS NOT NULL FROM entries WHERE descriptor = ?", (str(descriptor),))
+        if not rows or not held or not held[0][0] or rows[0][0] >= APPENDS_KEPT:
+            self.keep_entry(descriptor, sha, content, dataset, None, glob)
+            return
+        self._write("INSERT INTO appends (descriptor, seq, delta) VALUES (?, ?, ?)",
+                    [(str(descriptor), rows[0][1] + 1, pack(dumps(delta.to_state())))])
+        self._write("UPDATE entries SET sha = ?, glob = ?, content = ?, dataset = ?, problem = NULL "
+                    "WHERE descriptor = ?", [(sha, glob, content, dataset.id, str(descriptor))])
+        self._count("appends kept")
+
     def forget_entry(self, descriptor: Path) -> None:
         self._write("DELETE FROM entries WHERE descriptor = ?", [(str(descriptor),)])
+        self._write("DELETE FROM appends WHERE descriptor = ?", [(str(descriptor),)])
 
     # -- versions and changes ---------------------------------------------------------------------------------
 
