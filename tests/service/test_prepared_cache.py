@@ -61,7 +61,12 @@ def test_a_file_published_between_two_equal_queries_is_in_the_second_answer(tmp_
         oracle.assert_same_records(second, _expected(files, sql))
         assert second.num_rows > first.num_rows
 
-        files[0].unlink()  # and a file withdrawn
+        files[0].unlink()  # a file withdrawn
+        catalog.refresh()
+        catalog.refresh()
+        oracle.assert_same_records(_records(service, sql), _expected(files[1:], sql))
+
+        daily(files[1], 9, steps=3)  # and one rewritten in place: other times, more of them, other values
         catalog.refresh()
         catalog.refresh()
         oracle.assert_same_records(_records(service, sql), _expected(files[1:], sql))
