@@ -60,6 +60,7 @@ from dstp.errors import (
     ServerError,
 )
 from dstp.query._calendar import install_macros
+from dstp.query._watch import WATCHDOG, Watched
 from dstp.query._deadline import Watchdog, planning_timeout
 from dstp.query._pushdown import Hyperslab
 from dstp.query._expressions import sql_string
@@ -301,6 +302,26 @@ def _empty(schema: pa.Schema) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, iter([]))
 
 
+_PLAIN: collections.OrderedDict[int, tuple[QueryPlan, pa.Schema, tuple[tuple[str, ...], int | None] | None]] = \
+    collections.OrderedDict()
+_PLAIN_LOCK = threading.Lock()
+
+
+def _plain_projection_of(plan: QueryPlan, schema: pa.Schema) -> tuple[tuple[str, ...], int | None] | None:
+    """Return :func:`plain_projection` of ``plan``, once per plan object: a plan reused for an equal query
+    (dstp/service/prepared.py) is not parsed again at each run (~0.9 ms). Kept by identity, with the plan."""
+    with _PLAIN_LOCK:
+        kept = _PLAIN.get(id(plan))
+    if kept is not None and kept[0] is plan and kept[1] is schema:
+        return kept[2]
+    found = plain_projection(plan, schema)
+    with _PLAIN_LOCK:
+        _PLAIN[id(plan)] = (plan, schema, found)
+        while len(_PLAIN) > SCHEMA_CACHE_SIZE:
+            _PLAIN.popitem(last=False)
+    return found
+
+
 def plain_projection(plan: QueryPlan, schema: pa.Schema) -> tuple[tuple[str, ...], int | None] | None:
     """Return (the scan column of each result column, the LIMIT) when the SQL only picks scan columns.
 
@@ -531,7 +552,7 @@ class QueryExecution:
         #: When the time limit started counting (``time.monotonic()``): at planning for a query run at once
         #: (its planning counts too), else when the execution starts.
         self.started = started
-        self._timed_out = False
+        self._watched: Watched | None = None
         self._sources: list[ReplayableScan | RemoteScan] = []
         self._remote = RemoteCounter()
 
@@ -607,27 +628,11 @@ class QueryExecution:
         plan, settings, summary = self.prepared.plan, self.settings, self.summary
         started = time.monotonic() if self.started is None else self.started
         con = _connect(settings)
-        stop = threading.Event()
-
-        def watchdog() -> None:
-            deadline = started + settings.query_time_limit_s
-            while not stop.is_set():
-                if self.cancel.is_set():
-                    con.interrupt()
-                    return
-                if time.monotonic() > deadline:
-                    self._timed_out = True
-                    self.cancel.set()
-                    con.interrupt()
-                    return
-                stop.wait(0.05)
-
-        guard = threading.Thread(target=watchdog, name="dstp-query-watchdog", daemon=True)
-        guard.start()
+        self._watched = WATCHDOG.watch(con, started + settings.query_time_limit_s, self.cancel)
         try:
             schema = self.prepared.schema
             combine = self.prepared.combine
-            plain = plain_projection(plan, schema) if settings.plain_projections and combine is None else None
+            plain = _plain_projection_of(plan, schema) if settings.plain_projections and combine is None else None
             if combine is not None:
                 partials = combine.partials(self.cancel, started + settings.query_time_limit_s, summary.stats)
                 con.register(PARTIALS, partials)
@@ -666,8 +671,7 @@ class QueryExecution:
         except DstpError:
             raise
         finally:
-            stop.set()
-            guard.join()  # alive at exit, it would keep its cursor past DuckDB's teardown (nanobind: leaked)
+            WATCHDOG.release(self._watched)  # after it, never an interrupt on the closed cursor (nanobind: leaked)
             summary.seconds = time.monotonic() - started
             summary.remote_bytes, summary.remote_rows = self._remote.bytes, self._remote.rows
             try:
@@ -707,7 +711,7 @@ class QueryExecution:
         error = next((s.error for s in self._sources if s.error is not None), None)
         if error is not None and isinstance(error, DstpError) and not isinstance(error, CancelledError):
             return error
-        if self._timed_out:
+        if self._watched is not None and self._watched.timed_out:
             return QueryTimeoutError(
                 f"the query ran longer than {self.settings.query_time_limit_s:g} s and was stopped; "
                 "narrow it with WHERE on coordinates, stride() or tablesample"

@@ -38,6 +38,7 @@ from dstp.query.plan import QueryPlan
 from dstp.service.access import Access
 from dstp.service.admission import Admission, Slot
 from dstp.service.audit import AuditLog
+from dstp.service.prepared import PreparedQueries
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
 from dstp.transport.sources import QuerySource
@@ -218,6 +219,8 @@ class Queries:
         self.audit = audit or AuditLog(admission.clock)
         #: Applied to every prepared query: the executor's (a scale-out coordinator sends reductions to its workers).
         self._prepare = prepare
+        #: Prepared queries by exact text, reused while their datasets and the caller's view are unchanged.
+        self.prepared = PreparedQueries()
 
     def prepare(self, sql: str, principal: Principal = ANONYMOUS, *, started: float | None = None,
                 cancel: threading.Event | None = None) -> PreparedQuery:
@@ -227,8 +230,12 @@ class Queries:
         checked again: a dataset it may not read is DatasetNotFoundError, as if it did not exist.
         Planning counts against the time limit from ``started`` (``time.monotonic()``; default now).
         """
-        prepared = prepare_query(sql, self.access.catalog_for(principal), self.settings, started=started,
-                                 cancel=cancel)
+        view = self.access.catalog_for(principal)
+        key = self.prepared.key(sql, view)
+        prepared = self.prepared.get(key, view, self.settings)
+        if prepared is None:
+            prepared = prepare_query(sql, view, self.settings, started=started, cancel=cancel)
+            self.prepared.put(key, view, self.settings, prepared)
         self.access.check_query(principal, prepared)
         return prepared if self._prepare is None else self._prepare(prepared)
 
