@@ -18,6 +18,7 @@ from dstp.query.scan import arrow_values
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
+from dstp.service.chunks import StoredChunks
 from dstp.service.feed import Feed, FeedPage
 from dstp.service.files import FileHandle, FileRequest, Files
 from dstp.service.offers import ChannelInfo, Offers
@@ -62,6 +63,8 @@ class DstpService:
         #: ``rewrite`` is applied to every prepared query (a scale-out coordinator sends reductions to its workers).
         self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit, rewrite)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: Variables as their files store them, chunk by chunk (the Zarr door passes them through unchanged).
+        self.chunks = StoredChunks(catalog, self.access, self.admission, self.audit)
         #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
         self.feed = Feed(catalog, clock)
         #: Checks that the credential a principal was verified from still holds (revoked, expired): the server
