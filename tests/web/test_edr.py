@@ -217,3 +217,70 @@ def test_trajectory_is_each_vertex_nearest_cell_in_order(served, root: Path) -> 
                            for lon, lat in path])
     np.testing.assert_array_equal(_values(cov, "tas"), want.astype("f8"))
     assert len(cov["domain"]["axes"]["composite"]["values"]) == len(path) * times.size
+
+
+@pytest.mark.parametrize("dataset, box, z", [
+    ("ccm3", (-30.0, 20.0, 15.0, 50.0), "500/1000"),   # across 0° on 0…360 storage
+    ("model", (10.0, -25.0, 80.0, 35.0), None),         # 360_day, latitudes north to south, packed int16
+])
+def test_a_netcdf_cube_opens_in_xarray_equal_to_the_files(served, root: Path, tmp_path: Path, dataset: str,
+                                                           box: tuple[float, ...], z: str | None) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    w, s, e, n = box
+    lon = ((ds.lon + 180.0) % 360.0) - 180.0
+    want = ds[name].where((lon >= w) & (lon <= e), drop=True).where((ds.lat >= s) & (ds.lat <= n), drop=True)
+    params = {"bbox": ",".join(map(str, box)), "parameter-name": name, "f": "netCDF"}
+    if z:
+        params["z"] = z
+        lo, hi = map(float, z.split("/"))
+        want = want.where((ds.lev >= lo) & (ds.lev <= hi), drop=True)
+    answer = http.get(f"/edr/collections/{dataset}/cube", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/x-netcdf"
+    (tmp_path / "cube.nc").write_bytes(answer.content)
+    with xr.open_dataset(tmp_path / "cube.nc", decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as got:
+        got_v = got[name].load()
+    assert got.attrs["Conventions"].startswith("CF-")
+    assert got_v.dims == want.dims
+    # the same cells in the files' order (north to south stays north to south), times on the files' calendar
+    for d in want.dims:
+        np.testing.assert_array_equal(got_v[d].values, want[d].values)
+    np.testing.assert_array_equal(got_v.values, want.values.astype("f8"))
+    assert got_v.attrs.get("units") == want.attrs.get("units")
+
+
+def test_area_as_geojson_and_radius_as_parquet_hold_the_csv_records(served, root: Path) -> None:
+    import pyarrow.parquet as pq
+    from shapely import Polygon, contains_xy, intersects_xy
+
+    http, _ = served
+    ds = local(root, "model")
+    lon2, lat2 = np.meshgrid(((ds.lon.values + 180) % 360) - 180, ds.lat.values)
+    poly = Polygon([(0, -20), (60, -20), (0, 40)])
+    inside = contains_xy(poly, lon2, lat2) | intersects_xy(poly, lon2, lat2)
+    gj = http.get("/edr/collections/model/area", params={"coords": poly.wkt, "parameter-name": "tas",
+                                                        "f": "GeoJSON"})
+    assert gj.status_code == 200 and gj.headers["content-type"] == "application/geo+json", gj.text
+    features = gj.json()["features"]
+    assert len(features) == int(inside.sum()) * ds.sizes["time"]
+    assert {tuple(f["geometry"]["coordinates"][::-1]) for f in features} == \
+        set(zip(lat2[inside].tolist(), lon2[inside].tolist()))
+    # each feature's value is the file's at that cell and time (the oracle: xarray, each file on its own)
+    tas = ds["tas"]
+    times = {t.isoformat()[:19]: i for i, t in enumerate(ds.time.values)}
+    lat_i = {v: i for i, v in enumerate(ds.lat.values.tolist())}
+    lon_i = {((v + 180) % 360) - 180: i for i, v in enumerate(ds.lon.values.tolist())}
+    got = np.array([np.nan if f["properties"]["tas"] is None else f["properties"]["tas"] for f in features])
+    want = np.array([tas.values[times[f["properties"]["time"][:19]], lat_i[f["geometry"]["coordinates"][1]],
+                                lon_i[f["geometry"]["coordinates"][0]]] for f in features], "f8")
+    np.testing.assert_array_equal(got, want)
+    params = {"coords": "POINT(20 10)", "within": "2000", "within-units": "km", "parameter-name": "tas"}
+    table = pq.read_table(io.BytesIO(http.get("/edr/collections/model/radius",
+                                              params={**params, "f": "Parquet"}).content))
+    rows = list(csv.DictReader(io.StringIO(http.get("/edr/collections/model/radius",
+                                                    params={**params, "f": "CSV"}).text)))
+    assert table.num_rows == len(rows) > 0
+    np.testing.assert_array_equal(table.column("tas").to_numpy(zero_copy_only=False).astype("f8"),
+                                  [float(r["tas"]) if r["tas"] else np.nan for r in rows])
