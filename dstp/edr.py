@@ -33,7 +33,7 @@ import json
 import math
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ FORMATS = ("CoverageJSON", "CSV", "NetCDF", "GeoJSON", "Parquet")
 @dataclass(frozen=True, slots=True)
 class EdrQuery:
     kind: str
-    #: position: (lon, lat); area: the polygon's exterior ring; cube: west, south, east, north
+    #: position: (lon, lat), or a list of them (MULTIPOINT); area: the polygon's exterior ring; cube: west, south, east, north
     geometry: Any
     start: str | None
     end: str | None
@@ -132,6 +132,8 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
         except (ShapelyError, ValueError, TypeError):
             raise QueryError(f"coords {text!r} is not well-known text (WKT), e.g. POINT(-20 40)") from None
         want = {"position": "Point", "radius": "Point", "area": "Polygon", "trajectory": "LineString"}[kind]
+        if kind == "position" and shape.geom_type == "MultiPoint" and not shape.is_empty:
+            want = "MultiPoint"
         if shape.geom_type != want:
             raise QueryError(f"a {kind} query takes a {want.upper()}; coords is a {shape.geom_type.upper()}")
         if kind == "trajectory":
@@ -139,6 +141,10 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
                 raise QueryError("a trajectory with heights (LINESTRINGZ) is not answered yet; send LINESTRING(lon lat, …)"
                                  " and z=")
             geometry = [(float(x), float(y)) for x, y in shape.coords]
+        elif want == "MultiPoint":  # several positions: a list of (lon, lat), answered point by point
+            geometry = [(float(p.x), float(p.y)) for p in shape.geoms]
+            if not all(-180 <= lon <= 360 and -90 <= lat <= 90 for lon, lat in geometry):
+                raise QueryError(f"coords {text!r} is not lon lat in degrees")
         elif kind in ("position", "radius"):
             geometry = (float(shape.x), float(shape.y))
             if not (-180 <= geometry[0] <= 360 and -90 <= geometry[1] <= 90):
@@ -156,15 +162,23 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
     z_list = False
     if params.get("z"):
         text = params["z"]
+        repeat = re.fullmatch(r"R(\d+)/([^/]+)/([^/]+)", text.strip())
         try:
-            if "/" in text:
+            if repeat:  # Rn/first/step: n levels from first, step apart (each answered by its nearest level)
+                n, first, step = int(repeat[1]), float(repeat[2]), float(repeat[3])
+                if not 1 <= n <= 10_000:
+                    raise QueryError(f"z {text!r} asks for {n} levels; Rn/first/step takes 1 to 10,000")
+                z = tuple(first + i * step for i in range(n))
+                z_list = True
+            elif "/" in text:
                 lo, _, hi = text.partition("/")
                 z = (float(lo), float(hi))
             else:
                 z = tuple(float(v) for v in text.split(","))
                 z_list = True
         except ValueError:
-            raise QueryError(f"z {text!r} is not a level, a list of levels a,b or an interval a/b") from None
+            raise QueryError(f"z {text!r} is not a level, a list of levels a,b, an interval a/b or Rn/first/step "
+                             "(n levels from first, step apart)") from None
     names = [c.name for c in details.attributes]
     parameters = tuple(p.strip() for p in params.get("parameter-name", "").split(",") if p.strip()) or tuple(names)
     unknown = [p for p in parameters if p not in names]
@@ -202,6 +216,11 @@ def _nearest(values: np.ndarray, target: float) -> Any:
     return values[int(np.argmin(distance))]
 
 
+def points(q: EdrQuery) -> bool:
+    """Return whether ``q`` is a position query at several points (``MULTIPOINT``)."""
+    return q.kind == "position" and isinstance(q.geometry, list)
+
+
 def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tuple[str, int]:
     """Return the SQL answering ``q`` and the number of values it returns (records × parameters), known before
     it runs from the axes; raise ResultTooLargeError (413) past MAX_VALUES."""
@@ -214,7 +233,7 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
     assert xs is not None and ys is not None
     where: list[str] = []
     counts: dict[str, int] = {}
-    if q.kind == "trajectory":
+    if q.kind == "trajectory" or points(q):
         cells = sorted({(_nearest(xs, _dataset_lon(lon, xs)), _nearest(ys, lat)) for lon, lat in q.geometry})
         where.append("(" + " or ".join(f"({quote_name(x.coordinate)} = {sql_literal(cx)} and "
                                        f"{quote_name(y.coordinate)} = {sql_literal(cy)})" for cx, cy in cells) + ")")
@@ -361,6 +380,14 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
     """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory)."""
     if q.kind == "trajectory":
         return _trajectory_json(q, details, table)
+    if points(q):  # MULTIPOINT: one PointSeries per point, in the order asked
+        coverages = []
+        for lon, lat in q.geometry:
+            one = replace(q, geometry=(lon, lat))
+            rows = trajectory_rows(replace(q, geometry=[(lon, lat)]), details, table)
+            coverages.append(coverage_json(one, details, table.take(pa.array(rows, pa.int64()))))
+        return {"type": "CoverageCollection", "coverages": coverages,
+                "parameters": {p: _parameter(c) for c in details.attributes for p in q.parameters if p == c.name}}
     dims = [d for d in details.dimensions if d.name in dims_of(q, details) and d.coordinate]
     axes: dict[str, Any] = {}
     index_of: list[np.ndarray] = []
@@ -430,7 +457,7 @@ def csv_text(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> str:
     writer.writerow(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     keep = inside_rows(q, details, table)
-    order = trajectory_rows(q, details, table) if q.kind == "trajectory" else range(table.num_rows)
+    order = trajectory_rows(q, details, table) if q.kind == "trajectory" or points(q) else range(table.num_rows)
     for i in order:
         if keep is None or keep[i]:
             writer.writerow(["" if v is None else iso(v) if hasattr(v, "isoformat") else v
@@ -459,9 +486,14 @@ def trajectory_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> li
     xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     grid_x, grid_y = np.unique(xs), np.unique(ys)
+    # the storage convention (0…360 or −180…180) is the whole axis's: the cells read may all lie below 180°
+    try:
+        whole = np.array([float(ax["X"].max)])
+    except ValueError:
+        whole = grid_x
     rows: list[int] = []
     for lon, lat in q.geometry:
-        cx = _nearest(grid_x, _dataset_lon(lon, grid_x)) if grid_x.size else np.nan
+        cx = _nearest(grid_x, _dataset_lon(lon, whole)) if grid_x.size else np.nan
         cy = _nearest(grid_y, lat) if grid_y.size else np.nan
         rows += np.flatnonzero((xs == cx) & (ys == cy)).tolist()
     return rows
@@ -541,7 +573,7 @@ MEDIA_TYPES = {"NetCDF": "application/x-netcdf", "GeoJSON": "application/geo+jso
 
 def records(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> pa.Table:
     """Return the records the answer holds, in the CSV answer's order."""
-    if q.kind == "trajectory":
+    if q.kind == "trajectory" or points(q):
         return table.take(pa.array(trajectory_rows(q, details, table), pa.int64()))
     keep = inside_rows(q, details, table)
     return table if keep is None else table.filter(pa.array(keep))
@@ -585,7 +617,7 @@ def netcdf(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
         return np.asarray(column.to_numpy(zero_copy_only=False)), {**({"units": d.units} if d.units else {}),
                                                                    **extra}
 
-    if q.kind == "trajectory":
+    if q.kind == "trajectory" or points(q):
         kept = records(q, details, table)
         coords = {}
         for d in dims:
@@ -593,7 +625,7 @@ def netcdf(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
             coords[d.coordinate] = xr.Variable("obs", values, attrs)
         data = {p: xr.Variable("obs", kept.column(p).to_numpy(zero_copy_only=False).astype("f8"),
                                variable_attrs(cols[p])) for p in q.parameters}
-        ds = xr.Dataset(data, coords=coords, attrs={"featureType": "trajectory"})
+        ds = xr.Dataset(data, coords=coords, attrs={"featureType": "point" if points(q) else "trajectory"})
     else:
         index_of, coords, shape = [], {}, []
         for d in dims:

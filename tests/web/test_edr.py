@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
 
 import oracle
 from protocol_archives import SPECS as ARCHIVES
@@ -284,3 +284,52 @@ def test_area_as_geojson_and_radius_as_parquet_hold_the_csv_records(served, root
     assert table.num_rows == len(rows) > 0
     np.testing.assert_array_equal(table.column("tas").to_numpy(zero_copy_only=False).astype("f8"),
                                   [float(r["tas"]) if r["tas"] else np.nan for r in rows])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.generate])  # shrinking a list of floats against a server takes minutes
+@example(pts=[(34.27, 18.09), (152.7, -0.99999), (49.94, 0.25), (-179.0, -30.96)], dataset="model")  # cells read
+# all east of 0 and west of 180 on 0…360 storage: -179° is still 181°, as the whole axis says
+@given(pts=st.lists(st.tuples(st.floats(-180, 180), st.floats(-60, 60)), min_size=2, max_size=4),
+       dataset=st.sampled_from(["ccm3", "model"]))
+def test_multipoint_answers_each_point_with_its_nearest_cell_in_order(served, root: Path, pts: list,
+                                                                      dataset: str) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    coords = "MULTIPOINT(" + ", ".join(f"({lon!r} {lat!r})" for lon, lat in pts) + ")"
+    answer = http.get(f"/edr/collections/{dataset}/position", params={"coords": coords, "parameter-name": name})
+    assert answer.status_code == 200, answer.text
+    coverages = answer.json()["coverages"]
+    assert len(coverages) == len(pts)
+    rows = list(csv.DictReader(io.StringIO(http.get(f"/edr/collections/{dataset}/position", params={
+        "coords": coords, "parameter-name": name, "f": "CSV"}).text)))
+    at = 0
+    for (lon, lat), cov in zip(pts, coverages):
+        want = ds[name].sel(lat=lat, lon=_lon(ds, lon), method="nearest")
+        expected = want.transpose(*[d for d in ("time", "lev") if d in want.dims]).values.astype("f8")
+        assert cov["domain"]["axes"]["y"]["values"] == [pytest.approx(float(want.lat))]
+        np.testing.assert_array_equal(_values(cov, name).reshape(expected.shape), expected)
+        mine = rows[at:at + expected.size]  # CSV: point by point, in the order asked
+        at += expected.size
+        assert {float(r["lat"]) for r in mine} == {float(want.lat)}
+        np.testing.assert_array_equal(np.sort([float(r[name]) if r[name] else np.nan for r in mine]),
+                                      np.sort(expected.reshape(-1)))
+    assert at == len(rows)
+
+
+def test_z_as_rn_first_step_is_the_list_of_its_levels(served, root: Path) -> None:
+    http, _ = served
+    ds = local(root, "ccm3")
+    levels = ds.lev.values
+    first, step = float(levels[0]), float(levels[2] - levels[0])
+    params = {"bbox": "0,40,10,50", "parameter-name": "temperature", "f": "CSV"}
+    rn = http.get("/edr/collections/ccm3/cube", params={**params, "z": f"R3/{first!r}/{step!r}"})
+    assert rn.status_code == 200, rn.text
+    got = {float(r["lev"]) for r in csv.DictReader(io.StringIO(rn.text))}
+    assert got == {float(v) for v in ds.lev.sel(lev=[first + i * step for i in range(3)], method="nearest").values}
+    listed = http.get("/edr/collections/ccm3/cube",
+                      params={**params, "z": ",".join(repr(first + i * step) for i in range(3))})
+    assert rn.text == listed.text
+    bad = http.get("/edr/collections/ccm3/cube", params={**params, "z": "R0/1/1"})
+    assert bad.status_code == 400 and "R0/1/1" in bad.text
