@@ -137,9 +137,9 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
         if shape.geom_type != want:
             raise QueryError(f"a {kind} query takes a {want.upper()}; coords is a {shape.geom_type.upper()}")
         if kind == "trajectory":
-            if shape.has_z:
-                raise QueryError("a trajectory with heights (LINESTRINGZ) is not answered yet; send LINESTRING(lon lat, …)"
-                                 " and z=")
+            if shape.has_z or getattr(shape, "has_m", False):
+                raise QueryError(f"coords {text!r}: a trajectory with heights or times per vertex (LINESTRING Z, M or "
+                                 "ZM) is not answered yet; send LINESTRING(lon lat, …) with z= and datetime=")
             geometry = [(float(x), float(y)) for x, y in shape.coords]
         elif want == "MultiPoint":  # several positions: a list of (lon, lat), answered point by point
             geometry = [(float(p.x), float(p.y)) for p in shape.geoms]

@@ -158,6 +158,10 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
     ("corridor", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
     ("radius", {"coords": "POINT(0 0)"}, 400, "needs within="),
     ("trajectory", {"coords": "POINT(0 0)"}, 400, "takes a LINESTRING"),
+    ("trajectory", {"coords": "LINESTRING M (0 0 1, 10 10 2)"}, 400, "'LINESTRING M (0 0 1, 10 10 2)': a trajectory"),
+    ("trajectory", {"coords": "LINESTRING ZM (0 0 1 2, 1 1 2 3)"}, 400, "LINESTRING Z, M or ZM"),
+    ("position", {"coords": "MULTIPOINT EMPTY"}, 400, "takes a POINT"),
+    ("cube", {"bbox": "0,40,10,50", "z": "R2/x/1"}, 400, "Rn/first/step"),
     ("position", {"coords": "POINT(0 0)", "f": "GRIB"}, 400, "f='GRIB' is not offered"),
 ])
 def test_a_bad_query_names_what_to_fix(served, path: str, params: dict, status: int, words: str) -> None:
