@@ -337,3 +337,15 @@ def test_z_as_rn_first_step_is_the_list_of_its_levels(served, root: Path) -> Non
     assert rn.text == listed.text
     bad = http.get("/edr/collections/ccm3/cube", params={**params, "z": "R0/1/1"})
     assert bad.status_code == 400 and "R0/1/1" in bad.text
+
+
+def test_owslib_lists_collections_and_its_position_query_equals_the_files(served, root: Path) -> None:
+    from owslib.ogcapi.edr import EnvironmentalDataRetrieval
+
+    http, _ = served
+    client = EnvironmentalDataRetrieval(str(http.base_url).rstrip("/") + "/edr")
+    assert {"ccm3", "model"} <= {c["id"] for c in client.collections()["collections"]}
+    cov = client.query_data("model", "position", coords="POINT(-15 -31)", parameter_names=["tas"])
+    ds = local(root, "model")
+    want = ds["tas"].sel(lat=-31.0, lon=345.0, method="nearest").values.astype("f8")
+    np.testing.assert_array_equal(_values(cov, "tas").reshape(want.shape), want)
