@@ -465,6 +465,32 @@ class ChunkReader:
         self.reads += 1
         return out.reshape(tuple(n for n, keep in zip(out_shape, keep_dims) if keep))
 
+    def raw(self, path: Path, variable: str, offset: tuple[int, ...], version: Any = None) -> tuple[bytes, int] | None:
+        """Return the stored bytes and filter mask of the chunk at element ``offset``, None if never written.
+
+        The bytes are the file's, still compressed: the Zarr door passes them on unchanged (not cached here:
+        nothing is decoded).
+        """
+        layout = self.layout(path, variable, version)
+        if layout is None:
+            return None
+        found = layout.index.get(offset)
+        if found is None:
+            return None
+        byte_offset, size, mask = found
+        if self._is_object(path):
+            assert self.objects is not None
+            (data,) = self.objects.read_ranges(path, version, [(byte_offset, byte_offset + size)])
+        else:
+            fd = self._take_fd(path, version)
+            try:
+                data = os.pread(fd, size, byte_offset)
+            finally:
+                self._give_fd(path, version, fd)
+        if len(data) != size:
+            raise OSError(f"{path.name} ends inside a chunk of {variable!r} (read {len(data)} of {size} bytes)")
+        return bytes(data), mask
+
     def _is_object(self, path: Path) -> bool:
         return self.objects is not None and self.objects.owns(path)
 

@@ -2,7 +2,8 @@
 
 Framework-free: :mod:`dstp.http.edr_routes` serves it at ``/edr``. An EDR
 query becomes one dstp SQL query (the service runs it under the caller's
-policy, admission and audit) and its records become CoverageJSON or CSV:
+policy, admission and audit) and its records become CoverageJSON or CSV, or
+netCDF (CF), GeoJSON or Parquet (``f=``; see :func:`netcdf`, :func:`geojson`, :func:`parquet`):
 
 - **position** ``coords=POINT(lon lat)``: the grid cell nearest the point
   (nearest coordinate value along each horizontal axis, as
@@ -28,19 +29,26 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from dstp.catalog.netcdf4_ import NETCDF_LOCK
+from dstp.cf_encoding import TimeEncoding, variable_attrs
 from dstp.errors import QueryError, ResultTooLargeError
 from dstp.hyperslabs import Axis, quote_name, sql_literal
 from dstp.metadata import ColumnInfo, DatasetDetails, DimensionInfo
 
-__all__ = ["MAX_VALUES", "EdrQuery", "collection", "coverage_json", "csv_text", "parse_query", "plan_sql"]
+__all__ = ["MAX_VALUES", "MEDIA_TYPES", "EdrQuery", "collection", "coverage_json", "csv_text", "geojson", "netcdf",
+           "parquet", "parse_query", "plan_sql", "records"]
 
 #: The most values (records × parameters) one EDR answer holds.
 MAX_VALUES = 20_000_000
@@ -57,13 +65,13 @@ QUERY_TYPES = ("position", "radius", "area", "cube", "trajectory")
 #: Kilometres per unit of ``within-units``.
 DISTANCE_UNITS = {"km": 1.0, "m": 0.001, "mi": 1.609344, "nmi": 1.852}
 EARTH_RADIUS_KM = 6371.0088  # the IUGG mean radius
-FORMATS = ("CoverageJSON", "CSV")
+FORMATS = ("CoverageJSON", "CSV", "NetCDF", "GeoJSON", "Parquet")
 
 
 @dataclass(frozen=True, slots=True)
 class EdrQuery:
     kind: str
-    #: position: (lon, lat); area: the polygon's exterior ring; cube: west, south, east, north
+    #: position: (lon, lat), or a list of them (MULTIPOINT); area: the polygon's exterior ring; cube: west, south, east, north
     geometry: Any
     start: str | None
     end: str | None
@@ -75,7 +83,7 @@ class EdrQuery:
     within_km: float = 0.0
 
 
-def _axes(d: DatasetDetails) -> dict[str, DimensionInfo]:
+def axes_by_kind(d: DatasetDetails) -> dict[str, DimensionInfo]:
     """Return the dataset's dimensions by CF axis (X, Y, Z, T), those that have one."""
     out: dict[str, DimensionInfo] = {}
     for dim in d.dimensions:
@@ -124,13 +132,19 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
         except (ShapelyError, ValueError, TypeError):
             raise QueryError(f"coords {text!r} is not well-known text (WKT), e.g. POINT(-20 40)") from None
         want = {"position": "Point", "radius": "Point", "area": "Polygon", "trajectory": "LineString"}[kind]
+        if kind == "position" and shape.geom_type == "MultiPoint" and not shape.is_empty:
+            want = "MultiPoint"
         if shape.geom_type != want:
             raise QueryError(f"a {kind} query takes a {want.upper()}; coords is a {shape.geom_type.upper()}")
         if kind == "trajectory":
-            if shape.has_z:
-                raise QueryError("a trajectory with heights (LINESTRINGZ) is not answered yet; send LINESTRING(lon lat, …)"
-                                 " and z=")
+            if shape.has_z or getattr(shape, "has_m", False):
+                raise QueryError(f"coords {text!r}: a trajectory with heights or times per vertex (LINESTRING Z, M or "
+                                 "ZM) is not answered yet; send LINESTRING(lon lat, …) with z= and datetime=")
             geometry = [(float(x), float(y)) for x, y in shape.coords]
+        elif want == "MultiPoint":  # several positions: a list of (lon, lat), answered point by point
+            geometry = [(float(p.x), float(p.y)) for p in shape.geoms]
+            if not all(-180 <= lon <= 360 and -90 <= lat <= 90 for lon, lat in geometry):
+                raise QueryError(f"coords {text!r} is not lon lat in degrees")
         elif kind in ("position", "radius"):
             geometry = (float(shape.x), float(shape.y))
             if not (-180 <= geometry[0] <= 360 and -90 <= geometry[1] <= 90):
@@ -148,15 +162,23 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
     z_list = False
     if params.get("z"):
         text = params["z"]
+        repeat = re.fullmatch(r"R(\d+)/([^/]+)/([^/]+)", text.strip())
         try:
-            if "/" in text:
+            if repeat:  # Rn/first/step: n levels from first, step apart (each answered by its nearest level)
+                n, first, step = int(repeat[1]), float(repeat[2]), float(repeat[3])
+                if not 1 <= n <= 10_000:
+                    raise QueryError(f"z {text!r} asks for {n} levels; Rn/first/step takes 1 to 10,000")
+                z = tuple(first + i * step for i in range(n))
+                z_list = True
+            elif "/" in text:
                 lo, _, hi = text.partition("/")
                 z = (float(lo), float(hi))
             else:
                 z = tuple(float(v) for v in text.split(","))
                 z_list = True
         except ValueError:
-            raise QueryError(f"z {text!r} is not a level, a list of levels a,b or an interval a/b") from None
+            raise QueryError(f"z {text!r} is not a level, a list of levels a,b, an interval a/b or Rn/first/step "
+                             "(n levels from first, step apart)") from None
     names = [c.name for c in details.attributes]
     parameters = tuple(p.strip() for p in params.get("parameter-name", "").split(",") if p.strip()) or tuple(names)
     unknown = [p for p in parameters if p not in names]
@@ -164,7 +186,8 @@ def parse_query(kind: str, params: dict[str, str], details: DatasetDetails) -> E
         raise QueryError(f"parameter-name {unknown[0]!r} is not a parameter of {details.summary.id}; its parameters "
                          f"are {', '.join(names)}")
     fmt = params.get("f", "CoverageJSON") or "CoverageJSON"
-    fmt = {"coveragejson": "CoverageJSON", "covjson": "CoverageJSON", "json": "CoverageJSON", "csv": "CSV"}.get(
+    fmt = {"coveragejson": "CoverageJSON", "covjson": "CoverageJSON", "json": "CoverageJSON", "csv": "CSV",
+           "netcdf": "NetCDF", "nc": "NetCDF", "geojson": "GeoJSON", "parquet": "Parquet"}.get(
         fmt.lower(), fmt)
     if fmt not in FORMATS:
         raise QueryError(f"f={fmt!r} is not offered; choose one of {', '.join(FORMATS)}")
@@ -193,10 +216,15 @@ def _nearest(values: np.ndarray, target: float) -> Any:
     return values[int(np.argmin(distance))]
 
 
+def points(q: EdrQuery) -> bool:
+    """Return whether ``q`` is a position query at several points (``MULTIPOINT``)."""
+    return q.kind == "position" and isinstance(q.geometry, list)
+
+
 def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tuple[str, int]:
     """Return the SQL answering ``q`` and the number of values it returns (records × parameters), known before
     it runs from the axes; raise ResultTooLargeError (413) past MAX_VALUES."""
-    by_axis = _axes(details)
+    by_axis = axes_by_kind(details)
     if "X" not in by_axis or "Y" not in by_axis:
         raise QueryError(f"{details.summary.id} has no longitude/latitude axes (X and Y): EDR position, area and "
                          "cube queries need them")
@@ -205,7 +233,7 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
     assert xs is not None and ys is not None
     where: list[str] = []
     counts: dict[str, int] = {}
-    if q.kind == "trajectory":
+    if q.kind == "trajectory" or points(q):
         cells = sorted({(_nearest(xs, _dataset_lon(lon, xs)), _nearest(ys, lat)) for lon, lat in q.geometry})
         where.append("(" + " or ".join(f"({quote_name(x.coordinate)} = {sql_literal(cx)} and "
                                        f"{quote_name(y.coordinate)} = {sql_literal(cy)})" for cx, cy in cells) + ")")
@@ -258,7 +286,7 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
             counts[zd.name] = int(((zv >= lo_z) & (zv <= hi_z)).sum())
     elif q.z is not None:
         raise QueryError(f"{details.summary.id} has no vertical axis; drop z=")
-    dims = _dims_of(q, details)
+    dims = dims_of(q, details)
     records = math.prod(counts.get(d.name, d.size) for d in details.dimensions if d.name in dims)
     values = records * len(q.parameters)
     if values > MAX_VALUES:
@@ -293,7 +321,7 @@ def great_circle_km(lon0: float, lat0: float, lon: np.ndarray, lat: np.ndarray) 
     return 2 * EARTH_RADIUS_KM * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
 
 
-def _dims_of(q: EdrQuery, details: DatasetDetails) -> set[str]:
+def dims_of(q: EdrQuery, details: DatasetDetails) -> set[str]:
     cols = {c.name: c for c in details.attributes}
     dims: set[str] = set()
     for p in q.parameters:
@@ -336,7 +364,7 @@ def _count_between(values: np.ndarray | None, start: str | None, end: str | None
 _COVJSON_AXIS = {"X": "x", "Y": "y", "Z": "z", "T": "t"}
 
 
-def _iso(value: Any) -> str:
+def iso(value: Any) -> str:
     if isinstance(value, np.datetime64):
         return str(value.astype("datetime64[s]")) + "Z"
     if hasattr(value, "isoformat"):
@@ -352,7 +380,15 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
     """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory)."""
     if q.kind == "trajectory":
         return _trajectory_json(q, details, table)
-    dims = [d for d in details.dimensions if d.name in _dims_of(q, details) and d.coordinate]
+    if points(q):  # MULTIPOINT: one PointSeries per point, in the order asked
+        coverages = []
+        for lon, lat in q.geometry:
+            one = replace(q, geometry=(lon, lat))
+            rows = trajectory_rows(replace(q, geometry=[(lon, lat)]), details, table)
+            coverages.append(coverage_json(one, details, table.take(pa.array(rows, pa.int64()))))
+        return {"type": "CoverageCollection", "coverages": coverages,
+                "parameters": {p: _parameter(c) for c in details.attributes for p in q.parameters if p == c.name}}
+    dims = [d for d in details.dimensions if d.name in dims_of(q, details) and d.coordinate]
     axes: dict[str, Any] = {}
     index_of: list[np.ndarray] = []
     names: list[str] = []
@@ -365,13 +401,13 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
         key = _COVJSON_AXIS.get(d.axis, d.name)
         names.append(key)
         if d.axis == "T":
-            axes[key] = {"values": [_iso(v) for v in ordered]}
+            axes[key] = {"values": [iso(v) for v in ordered]}
         elif d.axis == "X":
             axes[key] = {"values": [((float(v) + 180.0) % 360.0) - 180.0 for v in ordered]}
         else:
             axes[key] = {"values": [v.item() if hasattr(v, "item") else v for v in ordered]}
     shape = [len(axes[n]["values"]) for n in names]
-    kept = _inside_rows(q, details, table)
+    kept = inside_rows(q, details, table)
     inside = np.ones(table.num_rows, bool) if kept is None else kept
     ranges: dict[str, Any] = {}
     parameters: dict[str, Any] = {}
@@ -398,7 +434,7 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
 
 
 def _calendar(details: DatasetDetails) -> str:
-    t = _axes(details).get("T")
+    t = axes_by_kind(details).get("T")
     cal = (t.calendar if t is not None else "") or "standard"
     return "Gregorian" if cal in ("standard", "gregorian", "proleptic_gregorian") else cal
 
@@ -420,20 +456,20 @@ def csv_text(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> str:
     writer = csv.writer(out)
     writer.writerow(table.column_names)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    keep = _inside_rows(q, details, table)
-    order = _trajectory_rows(q, details, table) if q.kind == "trajectory" else range(table.num_rows)
+    keep = inside_rows(q, details, table)
+    order = trajectory_rows(q, details, table) if q.kind == "trajectory" or points(q) else range(table.num_rows)
     for i in order:
         if keep is None or keep[i]:
-            writer.writerow(["" if v is None else _iso(v) if hasattr(v, "isoformat") else v
+            writer.writerow(["" if v is None else iso(v) if hasattr(v, "isoformat") else v
                              for v in (c[i] for c in columns)])
     return out.getvalue()
 
 
-def _inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.ndarray | None:
+def inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.ndarray | None:
     """Return which records an area or radius query keeps (None: all), by their cell centres."""
     if q.kind not in ("area", "radius"):
         return None
-    ax = _axes(details)
+    ax = axes_by_kind(details)
     xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     xs = ((xs + 180.0) % 360.0) - 180.0
@@ -444,23 +480,28 @@ def _inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.nd
     return np.asarray(contains_xy(q.geometry, xs, ys) | intersects_xy(q.geometry, xs, ys))
 
 
-def _trajectory_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> list[int]:
+def trajectory_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> list[int]:
     """Return, vertex by vertex, the records of the vertex's nearest cell (every time and level, in order)."""
-    ax = _axes(details)
+    ax = axes_by_kind(details)
     xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     grid_x, grid_y = np.unique(xs), np.unique(ys)
+    # the storage convention (0…360 or −180…180) is the whole axis's: the cells read may all lie below 180°
+    try:
+        whole = np.array([float(ax["X"].max)])
+    except ValueError:
+        whole = grid_x
     rows: list[int] = []
     for lon, lat in q.geometry:
-        cx = _nearest(grid_x, _dataset_lon(lon, grid_x)) if grid_x.size else np.nan
+        cx = _nearest(grid_x, _dataset_lon(lon, whole)) if grid_x.size else np.nan
         cy = _nearest(grid_y, lat) if grid_y.size else np.nan
         rows += np.flatnonzero((xs == cx) & (ys == cy)).tolist()
     return rows
 
 
 def _trajectory_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
-    rows = _trajectory_rows(q, details, table)
-    ax = _axes(details)
+    rows = trajectory_rows(q, details, table)
+    ax = axes_by_kind(details)
     found = [("t", ax.get("T")), ("z", ax.get("Z")), ("x", ax.get("X")), ("y", ax.get("Y"))]
     parts = [(k, d) for k, d in found if d is not None and d.coordinate in table.column_names]
     columns = {k: table.column(d.coordinate).to_pylist() for k, d in parts}
@@ -469,7 +510,7 @@ def _trajectory_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> d
         one = []
         for k, _ in parts:
             v = columns[k][i]
-            one.append(_iso(v) if k == "t" else ((float(v) + 180.0) % 360.0) - 180.0 if k == "x" else v)
+            one.append(iso(v) if k == "t" else ((float(v) + 180.0) % 360.0) - 180.0 if k == "x" else v)
         tuples.append(one)
     cols = {c.name: c for c in details.attributes}
     ranges = {}
@@ -500,7 +541,7 @@ def collection(details: DatasetDetails, base: str) -> dict[str, Any]:
         extent["spatial"] = {"bbox": [[lon0, lat0, lon1, lat1]], "crs": "OGC:CRS84"}
     if s.time_start:
         extent["temporal"] = {"interval": [[s.time_start, s.time_end]], "trs": _calendar(details)}
-    z = _axes(details).get("Z")
+    z = axes_by_kind(details).get("Z")
     if z is not None:
         extent["vertical"] = {"interval": [[z.min, z.max]], "vrs": z.units or z.coordinate}
     queries = {k: {"link": {"href": f"{url}/{k}", "rel": "data", "variables": {
@@ -523,3 +564,98 @@ def landing(base: str) -> dict[str, Any]:
                       {"href": f"{base}/edr/collections", "rel": "data", "type": "application/json"},
                       {"href": f"{base}/openapi.json", "rel": "service-desc", "type": "application/json"}]}
 
+
+# -- netCDF, GeoJSON and Parquet (the records the CSV answer holds; netCDF: a CF file on the query's grid) --
+
+MEDIA_TYPES = {"NetCDF": "application/x-netcdf", "GeoJSON": "application/geo+json",
+               "Parquet": "application/vnd.apache.parquet"}
+
+
+def records(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> pa.Table:
+    """Return the records the answer holds, in the CSV answer's order."""
+    if q.kind == "trajectory" or points(q):
+        return table.take(pa.array(trajectory_rows(q, details, table), pa.int64()))
+    keep = inside_rows(q, details, table)
+    return table if keep is None else table.filter(pa.array(keep))
+
+
+def parquet(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(records(q, details, table), out)
+    return out.getvalue()
+
+
+def geojson(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
+    """Return the records as a FeatureCollection of Points (properties: times as ISO text, missing as null)."""
+    ax = axes_by_kind(details)
+    x, y = ax["X"].coordinate, ax["Y"].coordinate
+    features = []
+    for row in records(q, details, table).to_pylist():
+        lon, lat = float(row.pop(x)), float(row.pop(y))
+        props = {k: (iso(v) if hasattr(v, "isoformat") else
+                     None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        features.append({"type": "Feature", "geometry": {"type": "Point",
+                                                         "coordinates": [((lon + 180.0) % 360.0) - 180.0, lat]},
+                         "properties": props})
+    return {"type": "FeatureCollection", "features": features, "numberReturned": len(features)}
+
+
+def netcdf(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
+    """Return the answer as a CF netCDF-4 file (see the module docstring)."""
+    import xarray as xr
+
+    cols = {c.name: c for c in details.attributes}
+    dims = [d for d in details.dimensions if d.name in dims_of(q, details) and d.coordinate]
+
+    def axis_values(d: Any, column: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        if d.axis == "T" or " since " in d.units:
+            enc = TimeEncoding(d.units, d.calendar or "standard")
+            return enc.encode(column), {"units": d.units, "calendar": enc.calendar, "standard_name": "time",
+                                        "axis": "T"}
+        extra = {"X": {"standard_name": "longitude", "axis": "X"}, "Y": {"standard_name": "latitude", "axis": "Y"},
+                 "Z": {"axis": "Z"}}.get(d.axis, {})
+        return np.asarray(column.to_numpy(zero_copy_only=False)), {**({"units": d.units} if d.units else {}),
+                                                                   **extra}
+
+    if q.kind == "trajectory" or points(q):
+        kept = records(q, details, table)
+        coords = {}
+        for d in dims:
+            values, attrs = axis_values(d, kept.column(d.coordinate))
+            coords[d.coordinate] = xr.Variable("obs", values, attrs)
+        data = {p: xr.Variable("obs", kept.column(p).to_numpy(zero_copy_only=False).astype("f8"),
+                               variable_attrs(cols[p])) for p in q.parameters}
+        ds = xr.Dataset(data, coords=coords, attrs={"featureType": "point" if points(q) else "trajectory"})
+    else:
+        index_of, coords, shape = [], {}, []
+        for d in dims:
+            column = table.column(d.coordinate)
+            raw = column.to_numpy(zero_copy_only=False)
+            _, first = np.unique(raw, return_index=True)
+            order = np.sort(first)
+            lookup = {v: i for i, v in enumerate(raw[order].tolist())}
+            index_of.append(np.array([lookup[v] for v in raw.tolist()], dtype=np.int64))
+            values, attrs = axis_values(d, column.take(pa.array(order)))
+            coords[d.name] = xr.Variable(d.name, values, attrs)
+            shape.append(len(order))
+        keep = inside_rows(q, details, table)
+        inside = np.ones(table.num_rows, bool) if keep is None else keep
+        flat = np.ravel_multi_index(tuple(index_of), shape) if shape else np.zeros(table.num_rows, np.int64)
+        data = {}
+        for p in q.parameters:
+            grid = np.full(shape, np.nan)
+            values = table.column(p).to_numpy(zero_copy_only=False).astype("f8")
+            grid.reshape(-1)[flat[inside]] = values[inside]
+            data[p] = xr.Variable([d.name for d in dims], grid, variable_attrs(cols[p]))
+        ds = xr.Dataset(data, coords=coords)
+    ds.attrs.update({"Conventions": "CF-1.8", "source": f"dstp OGC API EDR {q.kind} query of {details.summary.id}"})
+    encoding = {n: {"_FillValue": None} for n in ds.coords}
+    with tempfile.TemporaryDirectory(prefix="dstp-edr-") as folder:
+        path = Path(folder) / "answer.nc"
+        with NETCDF_LOCK:
+            ds.to_netcdf(path, engine="netcdf4", encoding=encoding)
+        return path.read_bytes()
+
+
+def geojson_bytes(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
+    return json.dumps(geojson(q, details, table), separators=(",", ":")).encode()

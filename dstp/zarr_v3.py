@@ -22,9 +22,11 @@ variable are.
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,7 @@ from dstp.cf_encoding import TimeEncoding, time_encoding, to_numpy, variable_att
 from dstp.errors import NotFoundError, QueryError
 from dstp.hyperslabs import Axis, quote_name, slab_query
 from dstp.metadata import ColumnInfo, DatasetDetails
+from dstp.service.chunks import StoredArray
 
 __all__ = ["CHUNK_ELEMENTS", "ZarrStore", "axis_columns"]
 
@@ -40,6 +43,10 @@ __all__ = ["CHUNK_ELEMENTS", "ZarrStore", "axis_columns"]
 CHUNK_ELEMENTS = 2**20
 
 Run = Callable[[str], pa.Table]
+#: Returns the stored bytes of chunk ``key`` of a passed-through array (None: never written, the fill value).
+Raw = Callable[[str, tuple[int, ...]], "bytes | None"]
+#: Attributes a passed-through array keeps as the files have them: the client decodes with them.
+PACKING = ("scale_factor", "add_offset", "missing_value", "valid_min", "valid_max", "valid_range")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,8 @@ class _Array:
     chunks: tuple[int, ...]
     dtype: np.dtype
     time: TimeEncoding | None
+    #: The files' chunks, passed on unchanged (None: decoded values read by queries).
+    stored: StoredArray | None = None
 
     @property
     def fill(self) -> Any:
@@ -84,7 +93,9 @@ class ZarrStore:
     """The Zarr v3 view of one dataset for one caller: ``run`` runs a query as that caller."""
 
     def __init__(self, details: DatasetDetails, axes: dict[str, Axis], coordinate_values: dict[str, pa.Array],
-                 run: Run) -> None:
+                 run: Run, stored: Mapping[str, StoredArray] | None = None, raw: Raw | None = None) -> None:
+        """``stored``/``raw``: the data variables as the files store them (``service.chunks.layouts``) and how
+        to fetch one stored chunk (``service.chunks.raw``); those that pass through are sent unchanged."""
         if details.feature_type:
             raise NotFoundError(f"{details.summary.id} holds {details.feature_type} data, whose records are a table, "
                                 "not a grid: there is no Zarr store of it; query it instead")
@@ -92,6 +103,8 @@ class ZarrStore:
         self.axes = axes
         self.coordinate_values = coordinate_values
         self.run = run
+        self.raw = raw
+        stored = stored or {}
         self.order = tuple(d.name for d in details.dimensions)
         calendars = {d.coordinate: d.calendar for d in details.dimensions if d.coordinate}
         sizes = {d.name: d.size for d in details.dimensions}
@@ -105,12 +118,22 @@ class ZarrStore:
                 continue  # text: not offered yet (see the module's docstring)
             dims = tuple(info.dimensions)
             shape = tuple(sizes[d] for d in dims)
-            self.arrays[info.name] = _Array(info, dims, shape, _chunks(shape, dtype.itemsize), dtype, time)
+            passed = stored.get(info.name) if raw is not None and info.role == "data" else None
+            if passed is not None and passed.passthrough and passed.dimensions == dims and passed.shape == shape:
+                self.arrays[info.name] = _Array(info, dims, shape, passed.chunks, passed.dtype, None, passed)
+            else:
+                self.arrays[info.name] = _Array(info, dims, shape, _chunks(shape, dtype.itemsize), dtype, time)
 
     # -- metadata ------------------------------------------------------------------------------------
 
+    def kind(self, name: str) -> str:
+        """Return how the chunks of ``name`` are made: "stored" (the files' own bytes) or "decoded"."""
+        return "stored" if self._array(name).stored is not None else "decoded"
+
     def array_metadata(self, name: str) -> dict[str, Any]:
         a = self._array(name)
+        if a.stored is not None:
+            return self._stored_metadata(a, a.stored)
         attrs = variable_attrs(a.info, a.time)
         if a.info.role in ("auxiliary", "scalar", "derived"):
             attrs.pop("coordinates", None)
@@ -123,6 +146,37 @@ class ZarrStore:
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
             "fill_value": "NaN" if a.dtype.kind == "f" else (False if a.dtype.kind == "b" else 0),
             "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "attributes": _json_safe(attrs),
+            "dimension_names": list(a.dims),
+        }
+
+    def _stored_metadata(self, a: _Array, s: StoredArray) -> dict[str, Any]:
+        """Return the metadata of a passed-through array: the files' dtype, chunks, codecs and packing.
+
+        HDF5's deflate is a zlib stream and its shuffle numcodecs' byte shuffle, so ``numcodecs.shuffle`` then
+        ``numcodecs.zlib`` decode the files' bytes; the packing attributes make the client unpack and mask
+        as xarray does from the files.
+        """
+        attrs = variable_attrs(a.info, None)
+        attrs.update({k: _plain(s.attrs[k]) for k in PACKING if k in s.attrs})
+        if "_FillValue" in s.attrs:  # xarray's Zarr v3 reader takes a float's as base64 of a little-endian double
+            fill = np.asarray(s.attrs["_FillValue"]).item()
+            attrs["_FillValue"] = (base64.standard_b64encode(struct.pack("<d", float(fill))).decode()
+                                   if s.dtype.kind == "f" else int(fill))
+        codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+        for f in s.filters:
+            codecs.append({"name": "numcodecs.shuffle", "configuration": {"elementsize": s.dtype.itemsize}}
+                          if f == "shuffle" else {"name": "numcodecs.zlib", "configuration": {"level": 1}})
+        fill = s.fill if s.fill is not None else 0
+        return {
+            "zarr_format": 3,
+            "node_type": "array",
+            "shape": list(a.shape),
+            "data_type": _data_type(s.dtype),
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(s.chunks)}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": _json_safe({"v": float(fill) if s.dtype.kind == "f" else int(fill)})["v"],
+            "codecs": codecs,
             "attributes": _json_safe(attrs),
             "dimension_names": list(a.dims),
         }
@@ -147,8 +201,9 @@ class ZarrStore:
 
     # -- chunks --------------------------------------------------------------------------------------
 
-    def chunk(self, name: str, index: tuple[int, ...]) -> bytes:
-        """Return chunk ``index`` of array ``name``: its values, edges padded with the fill value."""
+    def chunk(self, name: str, index: tuple[int, ...]) -> bytes | None:
+        """Return chunk ``index`` of array ``name``: its values, edges padded with the fill value; a stored
+        array's chunk as the file stores it (None: never written, so the array's fill value)."""
         a = self._array(name)
         if len(index) != len(a.dims):
             raise NotFoundError(f"{name} has {len(a.dims)} dimensions; a chunk key names one index per dimension "
@@ -157,6 +212,8 @@ class ZarrStore:
         if any(not 0 <= i < g for i, g in zip(index, grid)):
             raise NotFoundError(f"chunk {'/'.join(map(str, index))} of {name} is outside its chunk grid "
                                 f"{'×'.join(map(str, grid))}")
+        if a.stored is not None and self.raw is not None:
+            return self.raw(name, index)
         key = [slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, a.chunks, a.shape)]
         values = self._read(a, key)
         out = np.full(a.chunks, a.fill, dtype=a.dtype)
@@ -189,6 +246,13 @@ class ZarrStore:
             raise NotFoundError(f"{self.details.summary.id} has no array {name!r} in its Zarr store; its arrays are "
                                 + ", ".join(sorted(self.arrays)))
         return a
+
+
+def _plain(value: Any) -> Any:
+    """Return an attribute value as JSON can carry it (arrays as lists, numpy scalars as numbers)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.size != 1 else value.reshape(()).item()
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _json_safe(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -165,7 +165,7 @@ SAME_LAYER = {
     ("dstp.agent", "dstp.commands"), ("dstp.commands", "dstp.client"), ("dstp.agent", "dstp.client"),
     ("dstp", "dstp.client"), ("dstp.federation", "dstp.client"), ("dstp.client", "dstp.credentials"),
     ("dstp.cli", "dstp.cli_feed"), ("dstp.cli", "dstp.cli_agent"), ("dstp.cli", "dstp.cli_tokens"), ("dstp.cli", "dstp.server"), ("dstp.cli", "dstp.maintenance"),
-    ("dstp.maintenance", "dstp.server"), ("dstp.zarr_v3", "dstp.cf_encoding"), ("dstp.result_files", "dstp.result_grid"), ("dstp.opendap", "dstp.erddap"),
+    ("dstp.maintenance", "dstp.server"), ("dstp.zarr_v3", "dstp.cf_encoding"), ("dstp.result_files", "dstp.result_grid"), ("dstp.opendap", "dstp.erddap"), ("dstp.edr", "dstp.cf_encoding"),
     *((a, b) for a in LAYERS["foundation"] for b in LAYERS["foundation"]),
 }
 #: Imports against the layers that are known and planned away (issue 34). The test fails once one is gone.

@@ -3,7 +3,8 @@
 The queries and their answers are :mod:`dstp.edr`'s; this router only
 translates: the dataset as the caller may see it (``describe``: hidden is
 not found), one query the service runs for that caller, the answer as
-CoverageJSON (``application/prs.coverage+json``) or CSV. Errors are the
+CoverageJSON (``application/prs.coverage+json``), CSV, or netCDF, GeoJSON,
+Parquet (:mod:`dstp.edr`). Errors are the
 HTTP API's JSON ``{"error": …}`` with their status (400 for a bad query,
 404 unknown collection, 413 over the size limit with the figure).
 """
@@ -59,7 +60,7 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
 
     @router.get("/edr/collections/{dataset_id}/{query_type}", tags=["EDR"],
                 summary="position (coords=POINT(lon lat)), area (coords=POLYGON((…))) or cube (bbox=w,s,e,n) "
-                        "with datetime=, z=, parameter-name=, f=CoverageJSON|CSV")
+                        "with datetime=, z=, parameter-name=, f=CoverageJSON|CSV|netCDF|GeoJSON|Parquet")
     async def query(request: Request, dataset_id: str, query_type: str) -> Response:
         principal = principal_of(request)
         params = dict(request.query_params)
@@ -76,6 +77,16 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             table = run(sql)
             if q.fmt == "CSV":
                 return PlainTextResponse(edr.csv_text(q, details, table), media_type="text/csv")
+            if q.fmt == "NetCDF":
+                body = edr.netcdf(q, details, table)
+            elif q.fmt == "GeoJSON":
+                body = edr.geojson_bytes(q, details, table)
+            elif q.fmt == "Parquet":
+                body = edr.parquet(q, details, table)
+            if q.fmt in edr.MEDIA_TYPES:
+                suffix = {"NetCDF": "nc", "GeoJSON": "geojson", "Parquet": "parquet"}[q.fmt]
+                return Response(body, media_type=edr.MEDIA_TYPES[q.fmt], headers={
+                    "Content-Disposition": f'attachment; filename="{dataset_id}-{query_type}.{suffix}"'})
             return JSONResponse(edr.coverage_json(q, details, table), media_type="application/prs.coverage+json")
 
         return await anyio.to_thread.run_sync(answer)

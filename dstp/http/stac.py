@@ -24,7 +24,7 @@ from typing import Any
 
 from dstp.metadata import DatasetDetails, DimensionInfo
 
-__all__ = ["STAC_VERSION", "DATACUBE", "collection", "landing", "conformance", "Links"]
+__all__ = ["STAC_VERSION", "DATACUBE", "collection", "grid_doors", "landing", "conformance", "Links"]
 
 STAC_VERSION = "1.1.0"
 DATACUBE = "https://stac-extensions.github.io/datacube/v2.2.0/schema.json"
@@ -146,6 +146,7 @@ def collection(d: DatasetDetails, links: Links) -> dict[str, Any]:
     if not d.feature_type:
         assets["erddap-griddap"] = {"href": f"{links.http}/erddap/griddap/{s.id}.html", "title": "ERDDAP griddap",
                                     "type": "text/html", "roles": ["data"]}
+        assets.update(grid_doors(s.id, links))
     if links.flight:
         assets["flight"] = {"href": f"grpc://{links.flight}", "title": f"Arrow Flight / Flight SQL: table {s.id}",
                             "type": "application/vnd.apache.arrow.flight", "roles": ["data"]}
@@ -212,3 +213,14 @@ def collections(items: list[dict[str, Any]], links: Links) -> dict[str, Any]:
     return {"collections": items,
             "links": [{"rel": "self", "href": f"{base}/collections", "type": "application/json"},
                       {"rel": "root", "href": base, "type": "application/json"}]}
+
+
+def grid_doors(dataset_id: str, links: Links) -> dict[str, Any]:
+    """Return the assets of a gridded dataset's Zarr store and EDR collection (both answer at their href)."""
+    return {
+        "zarr": {"href": f"{links.http}/zarr/{dataset_id}", "title": "Zarr v3 store: xr.open_zarr(href)",
+                 "type": "application/vnd.zarr; version=3", "roles": ["data"]},
+        "edr": {"href": f"{links.http}/edr/collections/{dataset_id}", "type": "application/json",
+                "title": "OGC API - EDR collection: position, radius, area, cube, trajectory queries",
+                "roles": ["data"]},
+    }

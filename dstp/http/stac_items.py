@@ -11,7 +11,7 @@ last value of the aggregation axis the file holds (as the catalog read them
 from the file), its bbox and geometry the dataset's (files of one dataset
 share their grid). Its assets say how to read it: the file's records through
 the HTTP query API (a time range equal to the file's), and the dataset's
-doors — OPeNDAP, ERDDAP, xarray. A file without times has ``datetime`` null
+doors — OPeNDAP, ERDDAP, xarray, and for a grid its Zarr store and EDR collection. A file without times has ``datetime`` null
 and the dataset's time range, if any. Instants are RFC 3339 UTC; a day past
 a month's end on a 360_day calendar (02-30) becomes the month's last day, as
 the collection's extent does.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from dstp.errors import QueryError
-from dstp.http.stac import STAC_VERSION, Links, _bbox, _rfc3339
+from dstp.http.stac import STAC_VERSION, Links, _bbox, _rfc3339, grid_doors
 from dstp.metadata import DatasetDetails, FileInfo
 
 __all__ = ["ITEM_CONFORMANCE", "Search", "item_of", "items_of", "parse_search", "feature_collection"]
@@ -190,6 +190,7 @@ def item_of(d: DatasetDetails, f: FileInfo, links: Links) -> dict[str, Any]:
     if not d.feature_type:
         assets["erddap-griddap"] = {"href": f"{links.http}/erddap/griddap/{s.id}.html", "title": "ERDDAP griddap",
                                     "type": "text/html", "roles": ["data"]}
+        assets.update(grid_doors(s.id, links))
     return {
         "type": "Feature",
         "stac_version": STAC_VERSION,

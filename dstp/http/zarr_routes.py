@@ -3,8 +3,10 @@
 The store's documents and chunks are made by :mod:`dstp.zarr_v3`; this
 router only translates: it asks the service for the dataset as the caller
 may see it (``describe``: a hidden dataset is not found, 404, like any
-unknown one), and every chunk is one query the service runs for that caller
-(policy, admission, audit). A key the store does not hold is a 404, which
+unknown one), and every decoded chunk is one query the service runs for that
+caller (policy, admission, audit); a chunk passed through unchanged from a
+netCDF-4 file comes from ``service.chunks.raw``, under the same policy,
+admission and audit (``X-Dstp-Chunk: stored`` or ``decoded`` says which). A key the store does not hold is a 404, which
 Zarr readers take as "not there"; errors are JSON ``{"error": …}`` as on the
 rest of the HTTP API.
 
@@ -41,8 +43,11 @@ def zarr_router(service: DstpService, principal_of: Callable[[Request], Principa
         def run(sql: str) -> pa.Table:
             return whole_result(service, sql, principal, channel="zarr")
 
-        axes, raw = axes_cache.of(service, details, principal)
-        return ZarrStore(details, axes, raw, run)
+        def raw(name: str, key: tuple[int, ...]) -> bytes | None:
+            return service.chunks.raw(dataset_id, name, key, principal, channel="zarr")
+
+        axes, values = axes_cache.of(service, details, principal)
+        return ZarrStore(details, axes, values, run, service.chunks.layouts(dataset_id, principal), raw)
 
     async def in_thread(work: Callable[[], Response]) -> Response:
         return await anyio.to_thread.run_sync(work)
@@ -69,8 +74,12 @@ def zarr_router(service: DstpService, principal_of: Callable[[Request], Principa
             raise NotFoundError(f"chunk key c/{index} is not a list of chunk indices (c/0/1/2)") from None
 
         def answer() -> Response:
-            data = store(dataset_id, principal).chunk(array, key)
-            return Response(data, media_type="application/octet-stream")
+            zarr = store(dataset_id, principal)
+            data = zarr.chunk(array, key)
+            if data is None:  # never written: Zarr readers take a missing key as the fill value
+                raise NotFoundError(f"chunk {'/'.join(map(str, key))} of {dataset_id}/{array} was never written "
+                                    "to its file: its values are the array's fill_value")
+            return Response(data, media_type="application/octet-stream", headers={"X-Dstp-Chunk": zarr.kind(array)})
 
         return await in_thread(answer)
 

@@ -18,6 +18,7 @@ from dstp.query.scan import arrow_values
 from dstp.service.access import Access
 from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
+from dstp.service.chunks import StoredChunks
 from dstp.service.executor import Executor, LocalExecutor
 from dstp.service.feed import Feed, FeedPage
 from dstp.service.files import FileHandle, FileRequest, Files
@@ -69,6 +70,8 @@ class DstpService:
         self.queries = Queries(catalog, settings, self.offers, self.admission, self.access, self.audit,
                                self.executor.prepare)
         self.files = Files(catalog, settings, self.offers, self.admission, self.access, self.audit)
+        #: Variables as their files store them, chunk by chunk (the Zarr door passes them through unchanged).
+        self.chunks = StoredChunks(catalog, self.access, self.admission, self.audit)
         #: The change feed and paged listings, as each principal may see them (dstp/service/feed.py).
         self.feed = Feed(catalog, clock)
         #: Checks that the credential a principal was verified from still holds (revoked, expired): the server

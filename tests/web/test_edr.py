@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
 
 import oracle
 from protocol_archives import SPECS as ARCHIVES
@@ -158,6 +158,10 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
     ("corridor", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
     ("radius", {"coords": "POINT(0 0)"}, 400, "needs within="),
     ("trajectory", {"coords": "POINT(0 0)"}, 400, "takes a LINESTRING"),
+    ("trajectory", {"coords": "LINESTRING M (0 0 1, 10 10 2)"}, 400, "'LINESTRING M (0 0 1, 10 10 2)': a trajectory"),
+    ("trajectory", {"coords": "LINESTRING ZM (0 0 1 2, 1 1 2 3)"}, 400, "LINESTRING Z, M or ZM"),
+    ("position", {"coords": "MULTIPOINT EMPTY"}, 400, "takes a POINT"),
+    ("cube", {"bbox": "0,40,10,50", "z": "R2/x/1"}, 400, "Rn/first/step"),
     ("position", {"coords": "POINT(0 0)", "f": "GRIB"}, 400, "f='GRIB' is not offered"),
 ])
 def test_a_bad_query_names_what_to_fix(served, path: str, params: dict, status: int, words: str) -> None:
@@ -217,3 +221,131 @@ def test_trajectory_is_each_vertex_nearest_cell_in_order(served, root: Path) -> 
                            for lon, lat in path])
     np.testing.assert_array_equal(_values(cov, "tas"), want.astype("f8"))
     assert len(cov["domain"]["axes"]["composite"]["values"]) == len(path) * times.size
+
+
+@pytest.mark.parametrize("dataset, box, z", [
+    ("ccm3", (-30.0, 20.0, 15.0, 50.0), "500/1000"),   # across 0° on 0…360 storage
+    ("model", (10.0, -25.0, 80.0, 35.0), None),         # 360_day, latitudes north to south, packed int16
+])
+def test_a_netcdf_cube_opens_in_xarray_equal_to_the_files(served, root: Path, tmp_path: Path, dataset: str,
+                                                           box: tuple[float, ...], z: str | None) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    w, s, e, n = box
+    lon = ((ds.lon + 180.0) % 360.0) - 180.0
+    want = ds[name].where((lon >= w) & (lon <= e), drop=True).where((ds.lat >= s) & (ds.lat <= n), drop=True)
+    params = {"bbox": ",".join(map(str, box)), "parameter-name": name, "f": "netCDF"}
+    if z:
+        params["z"] = z
+        lo, hi = map(float, z.split("/"))
+        want = want.where((ds.lev >= lo) & (ds.lev <= hi), drop=True)
+    answer = http.get(f"/edr/collections/{dataset}/cube", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/x-netcdf"
+    (tmp_path / "cube.nc").write_bytes(answer.content)
+    with xr.open_dataset(tmp_path / "cube.nc", decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)) as got:
+        got_v = got[name].load()
+    assert got.attrs["Conventions"].startswith("CF-")
+    assert got_v.dims == want.dims
+    # the same cells in the files' order (north to south stays north to south), times on the files' calendar
+    for d in want.dims:
+        np.testing.assert_array_equal(got_v[d].values, want[d].values)
+    np.testing.assert_array_equal(got_v.values, want.values.astype("f8"))
+    assert got_v.attrs.get("units") == want.attrs.get("units")
+
+
+def test_area_as_geojson_and_radius_as_parquet_hold_the_csv_records(served, root: Path) -> None:
+    import pyarrow.parquet as pq
+    from shapely import Polygon, contains_xy, intersects_xy
+
+    http, _ = served
+    ds = local(root, "model")
+    lon2, lat2 = np.meshgrid(((ds.lon.values + 180) % 360) - 180, ds.lat.values)
+    poly = Polygon([(0, -20), (60, -20), (0, 40)])
+    inside = contains_xy(poly, lon2, lat2) | intersects_xy(poly, lon2, lat2)
+    gj = http.get("/edr/collections/model/area", params={"coords": poly.wkt, "parameter-name": "tas",
+                                                        "f": "GeoJSON"})
+    assert gj.status_code == 200 and gj.headers["content-type"] == "application/geo+json", gj.text
+    features = gj.json()["features"]
+    assert len(features) == int(inside.sum()) * ds.sizes["time"]
+    assert {tuple(f["geometry"]["coordinates"][::-1]) for f in features} == \
+        set(zip(lat2[inside].tolist(), lon2[inside].tolist()))
+    # each feature's value is the file's at that cell and time (the oracle: xarray, each file on its own)
+    tas = ds["tas"]
+    times = {t.isoformat()[:19]: i for i, t in enumerate(ds.time.values)}
+    lat_i = {v: i for i, v in enumerate(ds.lat.values.tolist())}
+    lon_i = {((v + 180) % 360) - 180: i for i, v in enumerate(ds.lon.values.tolist())}
+    got = np.array([np.nan if f["properties"]["tas"] is None else f["properties"]["tas"] for f in features])
+    want = np.array([tas.values[times[f["properties"]["time"][:19]], lat_i[f["geometry"]["coordinates"][1]],
+                                lon_i[f["geometry"]["coordinates"][0]]] for f in features], "f8")
+    np.testing.assert_array_equal(got, want)
+    params = {"coords": "POINT(20 10)", "within": "2000", "within-units": "km", "parameter-name": "tas"}
+    table = pq.read_table(io.BytesIO(http.get("/edr/collections/model/radius",
+                                              params={**params, "f": "Parquet"}).content))
+    rows = list(csv.DictReader(io.StringIO(http.get("/edr/collections/model/radius",
+                                                    params={**params, "f": "CSV"}).text)))
+    assert table.num_rows == len(rows) > 0
+    np.testing.assert_array_equal(table.column("tas").to_numpy(zero_copy_only=False).astype("f8"),
+                                  [float(r["tas"]) if r["tas"] else np.nan for r in rows])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.generate])  # shrinking a list of floats against a server takes minutes
+@example(pts=[(34.27, 18.09), (152.7, -0.99999), (49.94, 0.25), (-179.0, -30.96)], dataset="model")  # cells read
+# all east of 0 and west of 180 on 0…360 storage: -179° is still 181°, as the whole axis says
+@given(pts=st.lists(st.tuples(st.floats(-180, 180), st.floats(-60, 60)), min_size=2, max_size=4),
+       dataset=st.sampled_from(["ccm3", "model"]))
+def test_multipoint_answers_each_point_with_its_nearest_cell_in_order(served, root: Path, pts: list,
+                                                                      dataset: str) -> None:
+    http, _ = served
+    name = "temperature" if dataset == "ccm3" else "tas"
+    ds = local(root, dataset)
+    coords = "MULTIPOINT(" + ", ".join(f"({lon!r} {lat!r})" for lon, lat in pts) + ")"
+    answer = http.get(f"/edr/collections/{dataset}/position", params={"coords": coords, "parameter-name": name})
+    assert answer.status_code == 200, answer.text
+    coverages = answer.json()["coverages"]
+    assert len(coverages) == len(pts)
+    rows = list(csv.DictReader(io.StringIO(http.get(f"/edr/collections/{dataset}/position", params={
+        "coords": coords, "parameter-name": name, "f": "CSV"}).text)))
+    at = 0
+    for (lon, lat), cov in zip(pts, coverages):
+        want = ds[name].sel(lat=lat, lon=_lon(ds, lon), method="nearest")
+        expected = want.transpose(*[d for d in ("time", "lev") if d in want.dims]).values.astype("f8")
+        assert cov["domain"]["axes"]["y"]["values"] == [pytest.approx(float(want.lat))]
+        np.testing.assert_array_equal(_values(cov, name).reshape(expected.shape), expected)
+        mine = rows[at:at + expected.size]  # CSV: point by point, in the order asked
+        at += expected.size
+        assert {float(r["lat"]) for r in mine} == {float(want.lat)}
+        np.testing.assert_array_equal(np.sort([float(r[name]) if r[name] else np.nan for r in mine]),
+                                      np.sort(expected.reshape(-1)))
+    assert at == len(rows)
+
+
+def test_z_as_rn_first_step_is_the_list_of_its_levels(served, root: Path) -> None:
+    http, _ = served
+    ds = local(root, "ccm3")
+    levels = ds.lev.values
+    first, step = float(levels[0]), float(levels[2] - levels[0])
+    params = {"bbox": "0,40,10,50", "parameter-name": "temperature", "f": "CSV"}
+    rn = http.get("/edr/collections/ccm3/cube", params={**params, "z": f"R3/{first!r}/{step!r}"})
+    assert rn.status_code == 200, rn.text
+    got = {float(r["lev"]) for r in csv.DictReader(io.StringIO(rn.text))}
+    assert got == {float(v) for v in ds.lev.sel(lev=[first + i * step for i in range(3)], method="nearest").values}
+    listed = http.get("/edr/collections/ccm3/cube",
+                      params={**params, "z": ",".join(repr(first + i * step) for i in range(3))})
+    assert rn.text == listed.text
+    bad = http.get("/edr/collections/ccm3/cube", params={**params, "z": "R0/1/1"})
+    assert bad.status_code == 400 and "R0/1/1" in bad.text
+
+
+def test_owslib_lists_collections_and_its_position_query_equals_the_files(served, root: Path) -> None:
+    from owslib.ogcapi.edr import EnvironmentalDataRetrieval
+
+    http, _ = served
+    client = EnvironmentalDataRetrieval(str(http.base_url).rstrip("/") + "/edr")
+    assert {"ccm3", "model"} <= {c["id"] for c in client.collections()["collections"]}
+    cov = client.query_data("model", "position", coords="POINT(-15 -31)", parameter_names=["tas"])
+    ds = local(root, "model")
+    want = ds["tas"].sel(lat=-31.0, lon=345.0, method="nearest").values.astype("f8")
+    np.testing.assert_array_equal(_values(cov, "tas").reshape(want.shape), want)

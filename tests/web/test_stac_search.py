@@ -205,3 +205,22 @@ def test_a_bad_search_is_a_400_naming_what_to_fix(served, query: str, words: str
     answer = httpx.get(f"{url}/stac/search?{query}", timeout=30)
     assert answer.status_code == 400
     assert words in answer.text
+
+
+def test_an_items_zarr_and_edr_assets_answer_with_its_datasets_values(served, archive: Path) -> None:
+    url, _ = served
+    item = next(_client(url).search(collections=["model"], max_items=1).items())
+    assert {"zarr", "edr"} <= set(item.assets)
+    files = sorted((archive / "model").glob("model_*.nc"))
+    parts = [xr.open_dataset(f, decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)).load() for f in files]
+    want = xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override")
+    got = xr.open_zarr(item.assets["zarr"].href, zarr_format=3, consolidated=True,
+                       decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)).load()
+    name = next(iter(want.data_vars))
+    xr.testing.assert_equal(got[name], want[name])
+    edr = httpx.get(item.assets["edr"].href, timeout=30).json()
+    assert edr["id"] == "model" and name in edr["parameter_names"]
+    collection = httpx.get(f"{url}/stac/collections/model", timeout=30).json()
+    assert collection["assets"]["zarr"]["href"] == item.assets["zarr"].href
+    public = httpx.get(f"{url}/stac/collections", timeout=30).json()["collections"]
+    assert {c["id"] for c in public if "zarr" in c["assets"] and "edr" in c["assets"]} == {"daily", "model"}
