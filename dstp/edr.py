@@ -394,10 +394,13 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
     names: list[str] = []
     for d in dims:
         raw = table.column(d.coordinate).to_numpy(zero_copy_only=False)
-        unique, first = np.unique(raw, return_index=True)
-        ordered = raw[np.sort(first)]
-        lookup = {v: i for i, v in enumerate(ordered.tolist())}
-        index_of.append(np.array([lookup[v] for v in raw.tolist()], dtype=np.int64))
+        # each record's place along the axis, the axis in the order its values first appear (the files' order)
+        _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+        appearance = np.argsort(first, kind="stable")
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[appearance] = np.arange(len(first), dtype=np.int64)
+        ordered = raw[first[appearance]]
+        index_of.append(rank[np.asarray(inverse).reshape(-1)])
         key = _COVJSON_AXIS.get(d.axis, d.name)
         names.append(key)
         if d.axis == "T":
