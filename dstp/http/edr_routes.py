@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 import anyio
+import orjson
 import pyarrow as pa
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -87,7 +88,9 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
                 suffix = {"NetCDF": "nc", "GeoJSON": "geojson", "Parquet": "parquet"}[q.fmt]
                 return Response(body, media_type=edr.MEDIA_TYPES[q.fmt], headers={
                     "Content-Disposition": f'attachment; filename="{dataset_id}-{query_type}.{suffix}"'})
-            return JSONResponse(edr.coverage_json(q, details, table), media_type="application/prs.coverage+json")
+            # orjson: the values of a large cube are most of the time json.dumps takes (NaN is already None)
+            body = orjson.dumps(edr.coverage_json(q, details, table), option=orjson.OPT_SERIALIZE_NUMPY)
+            return Response(body, media_type="application/prs.coverage+json")
 
         return await anyio.to_thread.run_sync(answer)
 
