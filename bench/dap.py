@@ -39,6 +39,18 @@ def _timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, np.ndarra
     return median(runs), result, runs
 
 
+def ccm3_slab(files: list[Path]) -> tuple[tuple[slice, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """Return the slab's index ``T[4:10, :, n/4:3n/4, :]``, xarray's values of it on the files, its times and
+    latitudes (the slab the DAP and Zarr/EDR benchmarks read)."""
+    import xarray as xr
+
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
+                           compat="override") as local:
+        nlat = local.sizes["lat"]
+        key = (slice(4, 10), slice(None), slice(nlat // 4, 3 * nlat // 4), slice(None))
+        return key, local.T.values[key], local.time.values[key[0]], local.lat.values[key[2]]
+
+
 def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, Any]:
     import netCDF4
     import pyarrow.flight as fl
@@ -50,12 +62,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
     root = samples["small" if quick else "medium"]
     repeats = 1 if quick else repeats
     files = sorted((root / "ccm3").glob("ccm3_*.nc"))
-    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
-                           compat="override") as local:
-        nlat = local.sizes["lat"]
-        key = (slice(4, 10), slice(None), slice(nlat // 4, 3 * nlat // 4), slice(None))
-        want = local.T.values[key]
-        times, lats = local.time.values[key[0]], local.lat.values[key[2]]
+    key, want, times, lats = ccm3_slab(files)
 
     def via_xarray() -> np.ndarray:
         with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",

@@ -25,26 +25,16 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from bench.dap import _timed, ccm3_slab
 from bench.dstp_process import serve
-from bench.report import markdown_table, median, write_json, write_markdown
+from bench.report import markdown_table, write_json, write_markdown
 
 NAME = "zarr_edr"
-
-
-def _timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, np.ndarray, list[float]]:
-    fn()  # warm-up: connections, caches, the server's axis values
-    runs, result = [], np.empty(0)
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = fn()
-        runs.append(time.perf_counter() - started)
-    return median(runs), result, runs
 
 
 def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, Any]:
@@ -58,12 +48,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
     root = samples["small" if quick else "medium"]
     repeats = 1 if quick else repeats
     files = sorted((root / "ccm3").glob("ccm3_*.nc"))
-    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
-                           compat="override") as local:
-        nlat = local.sizes["lat"]
-        key = (slice(4, 10), slice(None), slice(nlat // 4, 3 * nlat // 4), slice(None))
-        want = local.T.values[key]
-        times, lats = local.time.values[key[0]], local.lat.values[key[2]]
+    key, want, times, lats = ccm3_slab(files)
 
     def via_xarray() -> np.ndarray:
         with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
