@@ -135,7 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: server.reload())  # `dstp catalog reload`, kill -HUP: look again now
-    stop.wait()
+    while not stop.wait(0.5):  # a signal delivered to another thread runs its handler once this thread wakes
+        pass
     print("stopping…", file=sys.stderr)
     server.stop()
     return 0

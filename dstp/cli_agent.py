@@ -90,7 +90,11 @@ def _run_agent(agent: Any, made: Path | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    # Wake now and then: a signal the kernel hands to another thread (gRPC's, the agent's) only flags the main
+    # thread, whose handler then runs when it wakes; a bare wait() slept through a SIGTERM sent right after a
+    # request, and the agent was killed 15 s later.
+    while not stop.wait(0.5):
+        pass
     agent.close()
     print(f"dstp agent stopped after {agent.requests} request(s)", file=sys.stderr, flush=True)
     _remove_folder(made)

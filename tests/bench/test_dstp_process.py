@@ -26,3 +26,5 @@ def test_an_agent_started_by_the_harness_stops_with_its_block(tmp_path: Path) ->
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(sock))
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    # it stopped on the harness's SIGTERM, right after a request's connection, not killed after the harness's wait
+    assert running.proc.returncode == 0
