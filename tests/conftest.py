@@ -163,3 +163,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.sections.append(("libudt", f"send-queue teardowns so far: {count}; slower than 0.5 s among the "
                                           f"last {len(recent)}: {slow or 'none'}; threads inside libudt calls: "
                                           f"{udt.inflight_calls()}"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of the slow files (tests/slow_files.py) ``slow``, so ``-m "not slow"`` is the fast loop."""
+    from slow_files import SLOW_FILES
+
+    root = Path(str(config.rootpath))
+    for item in items:
+        if Path(str(item.path)).relative_to(root).as_posix() in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
