@@ -35,6 +35,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     export = f"export {AGENT_ENV}={shlex.quote(str(path))}"
     if not args.foreground:
         return _agent_in_background(args, path, export, made)
+    stop = _stop_on_signals()  # before it says it listens: a SIGTERM right after must close it, not kill it
     try:
         agent = _start_agent(args, path)
     except BaseException:
@@ -44,7 +45,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     print(f"dstp agent listening at {path}: with {AGENT_ENV} set, `dstp get` and `dstp query` run here on "
           f"connections kept warm (a server's unused {args.client_idle:.0f} s are closed). Ctrl-C stops it.",
           file=sys.stderr, flush=True)
-    return _run_agent(agent, made)
+    return _run_agent(agent, stop, made)
 
 
 def _remove_folder(folder: Path | None) -> None:
@@ -85,11 +86,17 @@ def _start_agent(args: argparse.Namespace, path: Path) -> Any:
     return agent
 
 
-def _run_agent(agent: Any, made: Path | None = None) -> int:
-    """Serve until SIGINT or SIGTERM; then close the agent (its socket is removed, and its folder if made for it)."""
+def _stop_on_signals() -> threading.Event:
+    """Return the event SIGINT and SIGTERM set from now on."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _run_agent(agent: Any, stop: threading.Event, made: Path | None = None) -> int:
+    """Serve until ``stop`` (SIGINT or SIGTERM); then close the agent (its socket is removed, and its folder if
+    made for it)."""
     # Wake now and then: a signal the kernel hands to another thread (gRPC's, the agent's) only flags the main
     # thread, whose handler then runs when it wakes; a bare wait() slept through a SIGTERM sent right after a
     # request, and the agent was killed 15 s later.
@@ -129,6 +136,7 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str, made
     os.setsid()  # not stopped by the terminal's Ctrl-C or hang-up
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
+    stop = _stop_on_signals()  # before it says it listens (the kill its starter may send next must close it)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -141,4 +149,4 @@ def _agent_in_background(args: argparse.Namespace, path: Path, export: str, made
         return 1
     os.write(write_end, b"listening")
     os.close(write_end)
-    return _run_agent(agent, made)
+    return _run_agent(agent, stop, made)
