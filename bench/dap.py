@@ -51,10 +51,18 @@ def ccm3_slab(files: list[Path]) -> tuple[tuple[slice, ...], np.ndarray, np.ndar
         return key, local.T.values[key], local.time.values[key[0]], local.lat.values[key[2]]
 
 
+def read_local(files: list[Path], key: tuple[slice, ...]) -> np.ndarray:
+    """Return the slab as a user with the files on disk reads it: ``xr.open_mfdataset`` then ``.T[key]``."""
+    import xarray as xr
+
+    with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
+                           compat="override") as ds:
+        return np.asarray(ds.T[key].values)
+
+
 def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, Any]:
     import netCDF4
     import pyarrow.flight as fl
-    import xarray as xr
     from pydap.client import open_url
 
     import dstp
@@ -65,9 +73,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
     key, want, times, lats = ccm3_slab(files)
 
     def via_xarray() -> np.ndarray:
-        with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
-                               compat="override") as ds:
-            return np.asarray(ds.T[key].values)
+        return read_local(files, key)
 
     rows: list[dict[str, Any]] = []
     with serve(root, "--http-port", "0", "--data-port", "-1", "--udt-port", "-1", "--flight-port", "0") as srv:

@@ -159,12 +159,10 @@ def drive(grpc: str, http: str, flight: str, root: Path, repeats: int) -> list[d
     """Time every door, interleaved: a warm-up read each, then ``repeats`` rounds through all of them."""
     files = sorted((root / "ccm3").glob("ccm3_*.nc"))
     s = _slab(files)
-    import xarray as xr
+    from bench.dap import read_local
 
     def local() -> np.ndarray:
-        with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
-                               compat="override") as ds:
-            return np.asarray(ds.T[s["key"]].values)
+        return read_local(files, s["key"])
 
     ways = [("xarray, local files", local), *doors(grpc, http, flight, s)]
     runs: dict[str, list[float]] = {how: [] for how, _ in ways}

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.dap import _timed, ccm3_slab
+from bench.dap import _timed, ccm3_slab, read_local
 from bench.dstp_process import serve
 from bench.report import markdown_table, write_json, write_markdown
 
@@ -51,9 +51,7 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = 5) -> dict[str, An
     key, want, times, lats = ccm3_slab(files)
 
     def via_xarray() -> np.ndarray:
-        with xr.open_mfdataset(files, combine="nested", concat_dim="time", data_vars="minimal", coords="minimal",
-                               compat="override") as ds:
-            return np.asarray(ds.T[key].values)
+        return read_local(files, key)
 
     rows: list[dict[str, Any]] = []
     with serve(root, "--http-port", "0", "--data-port", "-1", "--udt-port", "-1") as srv, \
