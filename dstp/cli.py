@@ -109,6 +109,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     server = DstpServer(settings, cluster=args.cluster, local_cluster=args.local_cluster)
     endpoints = server.start()
+    # The handlers exist before the first line is printed: whoever waits for that line may stop the server at once.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: server.reload())  # `dstp catalog reload`, kill -HUP: look again now
     catalog = server.catalog
     assert catalog is not None
     print(f"dstp serving {catalog.root} ({len(catalog)} datasets)", flush=True)
@@ -131,10 +136,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"browse: {'https' if tls else 'http'}://{endpoints.http}/", flush=True)
     trust = f" --ca-file {tls.cert_path}" if tls is not None else ""
     print(f"try:  {_try_hint(catalog)} --server {endpoints.grpc}{trust}", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: server.reload())  # `dstp catalog reload`, kill -HUP: look again now
     while not stop.wait(0.5):  # a signal delivered to another thread runs its handler once this thread wakes
         pass
     print("stopping…", file=sys.stderr)

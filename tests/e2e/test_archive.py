@@ -163,3 +163,24 @@ def test_publish_a_folder_by_glob_then_validate_it_from_the_index(tmp_path: Path
     assert "1 file(s) held back" in done.stdout
     refused = dstp_("publish", str(folder / "d_0000.nc"), "--glob", "d_*.nc", "--id", "x")
     assert refused.returncode == 2 and "--glob takes one folder" in refused.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_dstp_serve_stops_gracefully_on_a_signal_sent_as_soon_as_it_speaks(tmp_path: Path, sig: int) -> None:
+    """A supervisor that waits for the first line and stops the server at once gets the graceful stop, status 0."""
+    _archive(tmp_path / "root")
+    env = {**os.environ, "DSTP_STATE_DIR": str(tmp_path / "state"), "DSTP_CATALOG_WATCH": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "dstp.cli", "serve", str(tmp_path / "root"), "--port", "0",
+                             "--http-port", "-1", "--data-port", "-1", "--udt-port", "-1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("dstp serving"), "dstp serve did not report what it serves"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"dstp serve ended by the signal's default action ({proc.returncode}): {err}"
+    assert "stopping" in err
