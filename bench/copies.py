@@ -156,7 +156,7 @@ def measure(root: Path) -> dict[str, Any]:
 
     catalog = Catalog.scan(root)
     service = DstpService(catalog, Settings(catalog_root=root))
-    execution = service.run(SQL)
+    execution = service.queries.run(SQL)
     batches = list(execution.batches())
     schema = execution.schema
     paths: dict[str, list[Stage]] = {"before_grpc": _before_grpc(), "before_channel": _before_channel()}

@@ -5,10 +5,10 @@ service API and back.
 
     ListFlights                        the catalog: one FlightInfo per dataset (path descriptor [id],
                                        the schema of ``select *``, its record count), no endpoints
-    GetFlightInfo(cmd = SQL)           service.query(sql): the plan's schema, sizes, and one endpoint whose
+    GetFlightInfo(cmd = SQL)           service.queries.plan(sql): the plan's schema, sizes, and one endpoint whose
                                        ticket is the service's own ticket (channel "grpc": a gRPC stream)
     GetFlightInfo(path = [id])         the same for ``select * from id``
-    GetSchema(cmd | path)              service.prepare(sql).schema, no ticket issued
+    GetSchema(cmd | path)              service.queries.prepare(sql).schema, no ticket issued
     DoGet(ticket)                      service.open_source(ticket): the records as they are produced
     DoAction / ListActions             Flight SQL prepared statements (the handle is the SQL text)
     DoPut, DoExchange                  refused: dstp serves published datasets read-only
@@ -251,7 +251,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     def _flights(self, principal: Principal) -> Iterator[fl.FlightInfo]:
         try:
             for summary in self.service.datasets(principal):
-                prepared = self.service.prepare(self._select_all(summary.id), principal)
+                prepared = self.service.queries.prepare(self._select_all(summary.id), principal)
                 yield fl.FlightInfo(prepared.schema, fl.FlightDescriptor.for_path(summary.id), [],
                                     summary.default_grid_rows, -1)
         except Exception as exc:  # noqa: BLE001 - every failure leaves as a Flight error
@@ -299,7 +299,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             return sql_.table_types_table()
         if name == "CommandGetSqlInfo":
             return sql_.sql_info_table(__version__, message.info)
-        datasets = [(s.id, self.service.prepare(self._select_all(s.id), principal).schema)
+        datasets = [(s.id, self.service.queries.prepare(self._select_all(s.id), principal).schema)
                     for s in self.service.datasets(principal)]
         return sql_.tables_table(message, datasets)
 
@@ -312,7 +312,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
                 table = self._meta_table(name, message, principal)
                 ticket = fl.Ticket(META_TICKET + descriptor.command)
                 return fl.FlightInfo(table.schema, descriptor, [fl.FlightEndpoint(ticket, [])], table.num_rows, -1)
-            handle = self.service.query(payload, ["grpc"], principal=principal)
+            handle = self.service.queries.plan(payload, ["grpc"], principal=principal)
             offer = handle.offers[0]
             token = offer.ticket.token
             ticket = fl.Ticket(token + fetch_proof(offer.ticket.key, token))
@@ -333,7 +333,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if kind == "meta":
                 name, message = payload
                 return fl.SchemaResult(self._meta_table(name, message, principal).schema)
-            return fl.SchemaResult(self.service.prepare(payload, principal).schema)
+            return fl.SchemaResult(self.service.queries.prepare(payload, principal).schema)
         except Exception as exc:  # noqa: BLE001
             raise _schema_refusal(exc) from None  # not flight_error(exc): see _SchemaRefusal
 
@@ -395,7 +395,7 @@ class DstpFlightServer(fl.FlightServerBase):  # type: ignore[misc]
             if action.type == "CreatePreparedStatement":
                 body = action.body.to_pybytes() if action.body is not None else b""
                 query = _prepared_statement_query(body)
-                schema = self.service.prepare(query, self._principal(context)).schema
+                schema = self.service.queries.prepare(query, self._principal(context)).schema
                 yield sql_.pack("ActionCreatePreparedStatementResult", prepared_statement_handle=query.encode(),
                                 dataset_schema=schema.serialize().to_pybytes())
                 return

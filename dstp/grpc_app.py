@@ -250,7 +250,7 @@ class DstpServicer(pb_grpc.DstpServicer):
             info = self._partitions(request, context)
             if info is not None:
                 return codec.query_response_pb(info)
-            handle = self.service.query(
+            handle = self.service.queries.plan(
                 request.sql,
                 [codec.channel_kind_name(k) for k in request.channels],
                 streams=request.streams,
@@ -277,13 +277,13 @@ class DstpServicer(pb_grpc.DstpServicer):
             if request.HasField("inline_max_bytes") and self.service.executor.partitioned:
                 # A client that lets the server choose gets the partitions, as from Query, unless the result
                 # surely fits the inline limit.
-                most = max_result_bytes(self.service.prepare(request.sql, principal_of(context)))
+                most = max_result_bytes(self.service.queries.prepare(request.sql, principal_of(context)))
                 info = None if 0 <= most < request.inline_max_bytes else self._partitions(request, context)
                 if info is not None:
                     yield pb.FetchResponse(plan=codec.query_response_pb(info))
                     return
             if request.HasField("inline_max_bytes"):  # `auto`: the records here if small, else offers
-                outcome = self.service.run_or_offer(
+                outcome = self.service.queries.run_or_offer(
                     request.sql, [codec.channel_kind_name(k) for k in request.channels], request.inline_max_bytes,
                     _cancel_on_exit(context), principal_of(context), streams=request.streams,
                     compression=compression, congestion_control=request.congestion_control)
@@ -292,7 +292,7 @@ class DstpServicer(pb_grpc.DstpServicer):
                     return
                 execution = outcome
             else:
-                execution = self.service.run(request.sql, _cancel_on_exit(context), principal_of(context),
+                execution = self.service.queries.run(request.sql, _cancel_on_exit(context), principal_of(context),
                                              channel="grpc")
             try:
                 source = execution.source(compression)
@@ -327,7 +327,7 @@ class DstpServicer(pb_grpc.DstpServicer):
         """Check an OpenFile request and issue this server's offers for it."""
         length = request.range.length if request.HasField("range") else -1
         offset = request.range.offset if request.HasField("range") else 0
-        return self.service.open_file(
+        return self.service.files.open(
             request.dataset, request.file, offset, length,
             [(r.offset, r.length) for r in request.missing], [codec.channel_kind_name(k) for k in request.channels],
             streams=request.streams, congestion_control=request.congestion_control,

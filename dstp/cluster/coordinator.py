@@ -401,7 +401,7 @@ class Coordinator:
         answered by the coordinator itself when its total is over a limit. ``kind``: the workers' data
         channel the partitions are offered on ("striped", or "udt": only workers that run one).
         """
-        prepared = service.prepare(sql, principal)
+        prepared = service.queries.prepare(sql, principal)
         reason = why_not_partitioned(prepared)
         workers = self.workers()
         if not reason and not workers:
@@ -652,7 +652,7 @@ class Coordinator:
         if not 0 <= index < len(cq.specs):
             raise NotFoundError(f"query {query_id} has partitions 0 to {len(cq.specs) - 1}, not {index}")
         spec = cq.specs[index]
-        prepared = service.prepare(cq.sql, principal)
+        prepared = service.queries.prepare(cq.sql, principal)
         what = f"partition {index} of query {query_id}"
         with cq.lock:
             old = cq.results[index]

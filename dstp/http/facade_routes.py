@@ -3,7 +3,7 @@
 One ``APIRouter``, included by :func:`dstp.http.app.create_app` in one line.
 Like the app's own routes each one only translates: the ERDDAP grammar
 (:mod:`dstp.erddap.dataset`) and STAC models (:mod:`dstp.http.stac`) turn a
-request into service calls — ``service.run(sql, …, principal)`` for data,
+request into service calls — ``service.queries.run(sql, …, principal)`` for data,
 ``service.datasets``/``describe`` for metadata — with the principal the
 app's middleware established (``principal_of``), so access policy, limits
 and errors are the service's. ERDDAP answers its errors in ERDDAP's own
@@ -68,7 +68,7 @@ def whole_result(service: DstpService, sql: str, principal: Principal,
     """Return the whole result of ``sql`` run by the service for a door that answers in one piece (ERDDAP files,
     Zarr chunks, EDR and OPeNDAP answers; ``channel`` names the door in the audit log): LimitExceededError past
     MAX_ASSEMBLED_BYTES, or when the server would truncate it."""
-    execution = service.run(sql, cancel, principal, channel=channel)
+    execution = service.queries.run(sql, cancel, principal, channel=channel)
     try:
         batches, size = [], 0
         for batch in execution.batches():

@@ -84,7 +84,7 @@ class CatalogView:
 
     def table(self, sql: str, principal: Principal) -> pa.Table:
         """Return the whole result of a small query, run like any other (limits, slots, access)."""
-        execution = self.service.run(sql, principal=principal)
+        execution = self.service.queries.run(sql, principal=principal)
         try:
             return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
         finally:
@@ -94,7 +94,7 @@ class CatalogView:
         """Return how big ``sql``'s result will be, from its plan, without running it (QueryError if it does not
         plan): records and bytes (exact, or the most there can be), grid points read, and whether the server's
         max_result_rows would cut it."""
-        handle = QueryHandle("", self.service.prepare(sql, principal), principal=principal)
+        handle = QueryHandle("", self.service.queries.prepare(sql, principal), principal=principal)
         estimate = size_estimate(handle.estimated_rows, handle.estimated_bytes, handle.max_rows, handle.max_bytes,
                                  handle.prepared.scan_rows)
         cap = self.service.settings.max_result_rows

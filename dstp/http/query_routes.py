@@ -168,7 +168,7 @@ def query_router(service: DstpService, settings: Settings, view: CatalogView,
         # Admission may wait for a slot: on threads of its own, so waiting requests never starve the
         # threads that running results stream on.
         execution = await anyio.to_thread.run_sync(
-            functools.partial(service.run, sql, cancel, principal, channel="http"), limiter=admission_threads(request))
+            functools.partial(service.queries.run, sql, cancel, principal, channel="http"), limiter=admission_threads(request))
         kind = FORMATS[fmt]
         # The typed schema (units, calendars) for formats that cannot carry it, e.g. CSV: within the size every
         # client reads a header at, so without the SQL and plan (the Arrow body has them), or left out, saying so.

@@ -138,57 +138,7 @@ class DstpService:
         """Raise DatasetNotFoundError, as for a dataset that does not exist, unless ``principal`` may read it."""
         self.access.require(principal, dataset_id)
 
-    # -- queries and files --------------------------------------------------------------
-
-    def prepare(self, sql: str, principal: Principal = ANONYMOUS) -> PreparedQuery:
-        """Return the validated, planned query (raises QueryError and friends; hidden datasets are not found)."""
-        return self.queries.prepare(sql, principal)
-
-    def query(
-        self,
-        sql: str,
-        channels: Sequence[str] = (),
-        *,
-        streams: int = 0,
-        compression: str = "none",
-        congestion_control: str = "",
-        principal: Principal = ANONYMOUS,
-    ) -> QueryHandle:
-        """Plan ``sql`` and issue tickets, bound to ``principal``, for the requested channels the server has."""
-        return self.queries.plan(sql, channels, streams=streams, compression=compression,
-                                 congestion_control=congestion_control, principal=principal)
-
-    def run(self, sql: str, cancel: threading.Event | None = None, principal: Principal = ANONYMOUS, *,
-            channel: str = "direct") -> Execution:
-        """Plan and start ``sql`` at once, no ticket (HTTP, gRPC Run); the execution holds a slot.
-
-        ``channel`` names the adapter in the audit log ("http", "grpc").
-        """
-        return self.queries.run(sql, cancel, principal, channel=channel)
-
-    def run_or_offer(self, sql: str, channels: Sequence[str], inline_max_bytes: int,
-                     cancel: threading.Event | None = None, principal: Principal = ANONYMOUS, *, streams: int = 0,
-                     compression: str = "none", congestion_control: str = "") -> Execution | QueryHandle:
-        """Start ``sql`` at once if its result is under ``inline_max_bytes``, else plan it with offers (gRPC Run)."""
-        return self.queries.run_or_offer(sql, channels, inline_max_bytes, cancel, principal, streams=streams,
-                                         compression=compression, congestion_control=congestion_control)
-
-    def open_file(
-        self,
-        dataset_id: str,
-        name: str,
-        offset: int = 0,
-        length: int = -1,
-        missing: Sequence[tuple[int, int]] = (),
-        channels: Sequence[str] = (),
-        *,
-        streams: int = 0,
-        congestion_control: str = "",
-        principal: Principal = ANONYMOUS,
-    ) -> FileHandle:
-        """Check a bulk-file request, checksum its range and issue tickets for it, bound to ``principal``."""
-        return self.files.open(dataset_id, name, offset, length, missing, channels, streams=streams,
-                               congestion_control=congestion_control, principal=principal)
+    # -- tickets (queries and files are asked of ``queries`` and ``files`` themselves) ------------------
 
     def open_source(self, token: bytes, kind: str, cancel: threading.Event | None = None, *,
                     proof: Callable[[bytes], bool], principal: Principal | None = None) -> tuple[MessageSource, bytes]:

@@ -120,8 +120,7 @@ class Execution:
                  *, audit: AuditLog | None = None, channel: str = "") -> None:
         self.handle = handle
         self.query_id = handle.query_id
-        #: The engine's run (kept for adapters written before ``plan``/``settings``; use those).
-        self.execution = run
+        self._run = run  # the engine's run; adapters ask this object's plan, settings, summary and batches
         #: The slot it holds: producers mark on it when they wait on the reader (a stalled one loses it).
         self.slot = slot if slot is not None else admission.acquire(handle.principal.share_key, "queries", handle.query_id)
         self.slot.deadline = self.slot.started + run.settings.query_time_limit_s
@@ -137,7 +136,7 @@ class Execution:
     @property
     def cancel(self) -> threading.Event:
         """Set it to interrupt the query (client gone, server stopping)."""
-        return self.execution.cancel
+        return self._run.cancel
 
     @property
     def plan(self) -> QueryPlan:
@@ -145,7 +144,7 @@ class Execution:
 
     @property
     def settings(self) -> Settings:
-        return self.execution.settings
+        return self._run.settings
 
     @property
     def schema(self) -> pa.Schema:
@@ -154,12 +153,12 @@ class Execution:
     @property
     def summary(self) -> QuerySummary:
         """Rows, bytes, batches, truncation and reads so far (final once ``batches()`` has ended)."""
-        return self.execution.summary
+        return self._run.summary
 
     def batches(self) -> Generator[pa.RecordBatch, None, None]:
         """Yield result batches; the slot is released when this generator ends (or is closed)."""
         try:
-            yield from self.execution.batches()
+            yield from self._run.batches()
             self._outcome = "truncated" if self.summary.truncated else "ok"
         except DstpError as exc:
             self._outcome = exc.code

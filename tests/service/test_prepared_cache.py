@@ -29,7 +29,7 @@ SLAB = "select time, lat, lon, t2m from daily where lat > -1 and time >= '2000-0
 
 
 def _records(service: DstpService, sql: str, principal: Principal = ANONYMOUS) -> pa.Table:
-    execution = service.run(sql, principal=principal)
+    execution = service.queries.run(sql, principal=principal)
     try:
         batches = list(execution.batches())
     finally:
@@ -110,9 +110,9 @@ def test_a_sampled_query_is_prepared_afresh(catalog_root: Path) -> None:
     catalog = Catalog.scan(catalog_root)
     service = DstpService(catalog, Settings(catalog_root=catalog_root))
     try:
-        sampled = service.prepare("select t2m from station tablesample 10%")
+        sampled = service.queries.prepare("select t2m from station tablesample 10%")
         assert not cacheable(sampled)  # an unseeded sample draws its seed when prepared
-        assert cacheable(service.prepare("select t2m from station where lat > 40"))
+        assert cacheable(service.queries.prepare("select t2m from station where lat > 40"))
     finally:
         service.close()
         catalog.close()

@@ -81,14 +81,14 @@ class Harness:
 
     def ticket(self, sql: str, streams: int, compression: str) -> tuple[Ticket, int, pa.Schema]:
         """Return a ticket of ``sql`` for this channel (with its key), the streams granted and the result schema."""
-        handle = self.service.query(sql, [self.kind], streams=streams, compression=compression)
+        handle = self.service.queries.plan(sql, [self.kind], streams=streams, compression=compression)
         offer = handle.offers[0]
         return issued(offer), offer.streams, handle.schema
 
     def reference(self, sql: str) -> pa.Table:
         """Return the records of ``sql`` from a direct run (no channel)."""
         if sql not in self._references:
-            execution = self.service.run(sql)
+            execution = self.service.queries.run(sql)
             self._references[sql] = pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
         return self._references[sql]
 
@@ -163,7 +163,7 @@ class ChannelConformance:
             assert len([b for b in summary.per_stripe_bytes.values() if b]) == self.streams
 
     def test_file_blocks_arrive_in_place(self, harness: Harness, catalog_root: Path, tmp_path: Path) -> None:
-        handle = harness.service.open_file("ccm3", FILE, channels=[self.kind], streams=self.streams)
+        handle = harness.service.files.open("ccm3", FILE, channels=[self.kind], streams=self.streams)
         offer, request = handle.offers[0], handle.request
         out = tmp_path / FILE
         sink = FileSink(out, RemoteFile("ccm3", FILE, request.size, request.mtime_ns, request.offset,
@@ -334,7 +334,7 @@ class ChannelConformance:
                           max_concurrent_queries=1, quota_concurrent_queries=0, admission_wait_s=120)
         try:
             ticket, streams, schema = harness.ticket(SMALL, self.streams, self.compression)
-            held = harness.service.run(SMALL)  # the one slot
+            held = harness.service.queries.run(SMALL)  # the one slot
             received: dict[str, Any] = {}
             waiter = threading.Thread(target=lambda: received.update(result=receive(harness.channel, ticket, streams,
                                                                                     schema)), daemon=True)

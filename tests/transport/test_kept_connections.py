@@ -71,7 +71,7 @@ class Warm:
         self.server.start()
 
     def offer(self, sql: str, streams: int) -> Any:
-        return self.service.query(sql, [self.kind], streams=streams).offers[0]
+        return self.service.queries.plan(sql, [self.kind], streams=streams).offers[0]
 
     def fetch(self, sql: str, streams: int, offer: Any = None) -> tuple[pa.Table, TransferSummary, StripedReceiver]:
         """Return the records of ``sql`` (or of ``offer``) over the pooled channel, the summary and the receiver."""
@@ -87,7 +87,7 @@ class Warm:
         return pa.Table.from_batches(batches, schema=decoder.schema), transfer.summary(), transfer
 
     def reference(self, sql: str) -> pa.Table:
-        execution = self.service.run(sql)
+        execution = self.service.queries.run(sql)
         return pa.Table.from_batches(list(execution.batches()), schema=execution.schema)
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ def service(catalog_root: Path) -> DstpService:
 
 
 def decoded(service: DstpService, compression: str) -> list[pa.RecordBatch]:
-    source = service.run(SQL).source(compression)
+    source = service.queries.run(SQL).source(compression)
     decoder, batches = BatchDecoder(), []
     try:
         messages = source.messages()
@@ -44,7 +44,7 @@ def test_compressed_messages_are_the_batches_in_order(service: DstpService, comp
 
 
 def test_a_query_cancelled_mid_result_raises_after_the_batches_made(service: DstpService) -> None:
-    source = service.run(SQL).source("lz4")
+    source = service.queries.run(SQL).source("lz4")
     messages = source.messages()
     next(messages)
     next(messages)

@@ -67,7 +67,7 @@ def test_too_many_queries_is_429(web_server) -> None:
     server = start_http_server(service, service.settings.replace(http_port=0))
     try:
         with httpx.Client(base_url=f"http://{server.endpoint}", timeout=10) as c:
-            running = service.run(BIG)  # holds the only slot until closed
+            running = service.queries.run(BIG)  # holds the only slot until closed
             try:
                 busy = c.get("/query", params={"sql": "select lat from ccm3"})
                 assert busy.status_code == 429 and busy.json()["error"]["code"] == "limit_exceeded"
