@@ -349,7 +349,11 @@ class ChannelConformance:
                 send_frame(conn, Kind.HELLO, 0, 0, 0, control_payload(
                     {"ticket": os.urandom(len(ticket)).hex(), "stripe": 0, "acked": 0, "have": [], "attempt": 1,
                      "proof": "00" * 32}))
+                asked = time.perf_counter()
                 frame = recv_frame(conn)
+                # Printed for the record (pytest -s), never asserted: timing lives in bench/.
+                print(f"{self.kind}: a bogus HELLO answered in {(time.perf_counter() - asked) * 1e3:.1f} ms "
+                      "while another HELLO waited for admission")
                 still_waiting = harness.service.usage().waiting
             finally:
                 conn.close()
