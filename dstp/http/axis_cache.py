@@ -46,12 +46,13 @@ class AxisCache:
         columns = axis_columns(details)
         axes: dict[str, Axis] = {}
         raw: dict[str, pa.Array] = {}
+        arrays = service.axes(store_id, [d.name for d in details.dimensions if d.name in columns], principal)
         for d in details.dimensions:
             column = columns.get(d.name)
             if column is None:
                 axes[d.name] = Axis(d.name, d.size)
                 continue
-            values = service.axis_values(store_id, d.name, principal)
+            values = arrays[d.name]
             raw[d.name] = values
             compared = np.asarray(values.to_numpy(zero_copy_only=False))
             if compared.dtype.kind == "M":

@@ -98,9 +98,9 @@ class _Facade:
         details = self.service.describe(dataset_id, principal)
         ds = ErddapDataset(details)
         # From the catalog's memory (service.axis_values): no query, no admission slot, no cache of our own.
+        arrays = self.service.axes(dataset_id, [d.name for d in ds.axes], principal)
         for d in ds.axes:
-            array = self.service.axis_values(dataset_id, d.name, principal)
-            values = np.asarray(array.to_numpy(zero_copy_only=False))
+            values = np.asarray(arrays[d.name].to_numpy(zero_copy_only=False))
             ds.axis_values[d.name] = values.astype("datetime64[us]") if values.dtype.kind == "M" else values
         return ds
 

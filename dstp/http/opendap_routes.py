@@ -53,10 +53,11 @@ def _axis_values(service: DstpService, details: DatasetDetails, principal: Princ
     """Return each dimension's coordinate values as the server compares them (numbers, datetime64[us], ISO text),
     from the catalog's memory (``DstpService.axis_values``: no query, no admission slot)."""
     values: dict[str, np.ndarray] = {}
+    arrays = service.axes(details.summary.id, [d.name for d in details.dimensions if d.coordinate], principal)
     for d in details.dimensions:
         if not d.coordinate:
             continue
-        column = np.asarray(service.axis_values(details.summary.id, d.name, principal).to_numpy(zero_copy_only=False))
+        column = np.asarray(arrays[d.name].to_numpy(zero_copy_only=False))
         if len(column) == d.size:
             values[d.name] = column.astype("datetime64[us]") if column.dtype.kind == "M" else column
     return values

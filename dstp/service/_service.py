@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -125,10 +125,16 @@ class DstpService:
         if dimension not in ds.dimensions:
             raise QueryError(f"dataset {dataset_id!r} has no dimension {dimension!r}; "
                              f"its dimensions are {', '.join(ds.dimensions)}")
-        coordinate = next((c for c in ds.coordinates.values() if c.dimension == dimension), None)
-        if coordinate is None:
-            return pa.array(np.arange(ds.dimensions[dimension].size, dtype=np.int64))
-        return arrow_values(coordinate.values, None, coordinate.arrow_type)
+        return _axis_array(ds, dimension)
+
+    def axes(self, dataset_id: str, dimensions: Sequence[str] | None = None,
+             principal: Principal = ANONYMOUS) -> dict[str, pa.Array]:
+        """Return :meth:`axis_values` of several dimensions (all, by default) under one access check and one
+        lookup; a named dimension the dataset lacks is left out (a page asks for the axes it may show)."""
+        self.access.require(principal, dataset_id)
+        ds = self.catalog.snapshot().get(dataset_id)
+        wanted = ds.dimensions if dimensions is None else [d for d in dimensions if d in ds.dimensions]
+        return {d: _axis_array(ds, d) for d in wanted}
 
     def can_read(self, principal: Principal, dataset_id: str) -> bool:
         """Return whether ``principal`` may read ``dataset_id`` now (adapters' caches ask before answering)."""
@@ -210,3 +216,11 @@ class DstpService:
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no transfer holds a slot; False if ``timeout`` seconds passed first."""
         return self.admission.wait_idle(timeout)
+
+
+def _axis_array(ds: Any, dimension: str) -> pa.Array:
+    """Return the decoded values of ``dimension``'s coordinate in ``ds`` (its indices when it has none)."""
+    coordinate = next((c for c in ds.coordinates.values() if c.dimension == dimension), None)
+    if coordinate is None:
+        return pa.array(np.arange(ds.dimensions[dimension].size, dtype=np.int64))
+    return arrow_values(coordinate.values, None, coordinate.arrow_type)

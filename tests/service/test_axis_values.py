@@ -74,3 +74,19 @@ def test_a_hidden_dataset_is_not_found_and_an_unknown_dimension_is_named(service
     assert "ocean" not in str(absent.value)  # the hidden dataset is not listed among those that exist
     with pytest.raises(QueryError, match="no dimension 'height'.*lat"):
         service.axis_values("ccm3", "height", ANONYMOUS)
+
+
+@pytest.mark.parametrize(("dataset_id", "principal"), [("ccm3", ANONYMOUS), ("ocean", POLAR)])
+def test_all_axes_at_once_equal_xarrays(service: DstpService, catalog_root: Path, dataset_id: str,
+                                        principal: Principal) -> None:
+    """``service.axes``: every axis under one access check, each equal to the oracle's; unknown names left out."""
+    dims = [d.name for d in service.describe(dataset_id, principal).dimensions]
+    every = service.axes(dataset_id, None, principal)
+    assert list(every) == dims
+    for dim in dims:
+        want = _expected(catalog_root, dataset_id, dim)
+        got = every[dim].to_numpy(zero_copy_only=False)
+        assert got.dtype.kind == want.dtype.kind and got.tolist() == want.tolist(), dim
+    assert list(service.axes(dataset_id, ["height", dims[-1]], principal)) == [dims[-1]]
+    with pytest.raises(DatasetNotFoundError):
+        service.axes("ocean", None, ANONYMOUS)  # hidden, as for axis_values
