@@ -5,6 +5,7 @@
     dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc')
     dstp catalog validate ROOT         check every descriptor under ROOT
     dstp catalog reload [ROOT]         make the server serving ROOT publish what changed now
+    dstp catalog export-references ID -o F.json   kerchunk references of a dataset's files (--per-file)
     dstp ls | changes | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
     dstp token create | list | revoke  API tokens of the server on this machine
 """
@@ -36,6 +37,7 @@ from dstp.commands import (
     unreachable_hint,
 )
 from dstp.cli_agent import cmd_agent
+from dstp.cli_references import add_reference_command
 from dstp.cli_tokens import add_token_commands
 from dstp.errors import ServerUnreachableError
 
@@ -526,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds to wait for the server's rescan (default 120)")
     r.set_defaults(func=cmd_reload)
+    add_reference_command(csub)
 
     p = sub.add_parser("ls", help="list the datasets of a server")
     _server_arg(p)
