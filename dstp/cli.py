@@ -2,7 +2,8 @@
 
     dstp serve [ROOT]                  run a server (no ROOT: the bundled samples)
     dstp samples DIR [--size S]        write the sample datasets
-    dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc')
+    dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc',
+                                       s3://bucket/prefix/ --glob 'x_*.nc' of a configured store)
     dstp catalog validate ROOT         check every descriptor under ROOT
     dstp catalog reload [ROOT]         make the server serving ROOT publish what changed now
     dstp catalog export-references ID -o F.json   kerchunk references of a dataset's files (--per-file)
@@ -180,6 +181,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
+    if "://" in args.files[0]:
+        return _publish_from_store(args, rename)
     files = [Path(f) for f in args.files]
     if args.glob:  # one folder and a pattern: no path list (100,000 paths exceed the command line's limit)
         if len(files) != 1 or not files[0].is_dir() or "/" in args.glob:
@@ -195,6 +198,31 @@ def cmd_publish(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"dstp: warning: {note}", file=sys.stderr)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
+    return 0
+
+
+def _publish_from_store(args: argparse.Namespace, rename: dict[str, str]) -> int:
+    """``dstp publish s3://bucket/prefix/ --glob PATTERN``: objects of a configured store, headers by ranges."""
+    from dstp.catalog.publish_store import publish_from_store
+    from dstp.server import object_files
+    from dstp.settings import Settings
+
+    if len(args.files) != 1 or not args.glob:
+        error("publish URL takes one store URL and --glob PATTERN (publish s3://bucket/prefix/ --glob 'era5_*.nc')")
+        return 2
+    settings = Settings.from_env()
+    root = Path(args.catalog) if args.catalog else settings.catalog_root or Path.cwd()
+    objects = object_files(settings)
+    notes: list[str] = []
+    try:
+        path = publish_from_store(args.files[0], args.glob, args.id, objects, root, rename=rename, title=args.title,
+                                  overwrite=args.overwrite, group=args.group, notes=notes)
+    finally:
+        if objects is not None:
+            objects.close()
+    for note in notes:
+        print(f"dstp: warning: {note}", file=sys.stderr)
+    print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {root}")
     return 0
 
 
@@ -503,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_samples)
 
     p = sub.add_parser("publish", help="draft a descriptor from CF/ACDD metadata and write it beside the files")
-    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder), or the folder with --glob")
+    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder), or the folder with --glob, "
+                                            "or a URL in a configured store (s3://bucket/prefix/ --glob PATTERN)")
     p.add_argument("--id", required=True, help="dataset id used in queries (letters, digits, _)")
     p.add_argument("--rename", action="append", metavar="VAR=COLUMN",
                    help="expose a variable under another column name (repeatable), e.g. T=temperature")
@@ -513,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--glob", metavar="PATTERN",
                    help="publish the files of the folder given that match PATTERN (publish DIR --glob 'era5_*.nc'); "
                         "it becomes the descriptor's files glob")
+    p.add_argument("--catalog", metavar="DIR",
+                   help="with a store URL: the catalog folder the descriptor goes to, as DIR/ID/ID.dstp.xml "
+                        "(default: DSTP_CATALOG_ROOT, else the current folder)")
     p.add_argument("--processes", type=int, default=0, metavar="N",
                    help="processes reading file headers in parallel (default: one per core)")
     p.set_defaults(func=cmd_publish)
