@@ -104,3 +104,35 @@ def test_the_command_publishes_from_a_store(s3: tuple[S3Server, list[Path]], tmp
                               "--id", "x", "--catalog", str(tmp_path / "root")],
                              capture_output=True, text=True, timeout=300, env=env)
     assert refused.returncode == 1 and "add it to the stores setting (DSTP_STORES)" in refused.stderr, refused
+
+
+def test_publish_from_an_https_store_lists_its_manifest(s3: tuple[S3Server, list[Path]], tmp_path: Path) -> None:
+    """An HTTP(S) server cannot be listed: the store's manifest names its objects (without one, a glob is refused)."""
+    from store_servers import RangeHTTPServer
+
+    _, paths = s3
+    served = tmp_path / "served"
+    (served / "daily").mkdir(parents=True)
+    for p in paths:
+        (served / "daily" / p.name).write_bytes(p.read_bytes())
+    (served / "files.txt").write_text("".join(f"daily/{p.name}\n" for p in paths))
+    web = RangeHTTPServer(served)
+    try:
+        listed = ObjectFiles({"web": open_store(StoreConfig("web", f"{web.url}/", manifest="files.txt"))},
+                             tmp_path / "cache")
+        web.log.reset()
+        try:
+            path = publish_from_store(f"{web.url}/daily/", "era5_*.nc", "era5", listed, tmp_path / "root")
+        finally:
+            listed.close()
+        assert '<files store="web" glob="daily/era5_*.nc" aggregate="time"/>' in path.read_text()
+        # the manifest, a HEAD per object, and each header by one ranged GET
+        assert dict(web.log.counts) == {"GET": 4, "HEAD": 3}, web.log.counts
+        unlisted = ObjectFiles({"web": open_store(StoreConfig("web", f"{web.url}/"))}, tmp_path / "cache2")
+        try:
+            with pytest.raises(CatalogError, match=r"cannot list objects: configure its \"manifest\""):
+                publish_from_store(f"{web.url}/daily/", "era5_*.nc", "again", unlisted, tmp_path / "root")
+        finally:
+            unlisted.close()
+    finally:
+        web.stop()
