@@ -51,6 +51,9 @@ def publish_from_store(url: str, glob: str, dataset_id: str, objects: ObjectFile
     ``catalog_root/ID/ID.dstp.xml``; return its path. Nothing is written unless the server would serve it."""
     if "/" in glob:
         raise CatalogError(f"--glob takes a pattern of object names below {url} (no '/'), got {glob!r}")
+    if glob.rstrip("/").endswith(".zarr"):
+        raise CatalogError(f"--glob {glob!r} names Zarr stores, which dstp publish does not draft from a store yet: "
+                           "draft from a local copy of one, then add store= and the key glob (docs/publishing.md)")
     name, prefix = store_of(url, objects)
     assert objects is not None
     folder = (catalog_root / dataset_id).resolve()

@@ -176,8 +176,9 @@ def test_combined_references_equal_the_files_or_are_refused(spec: ArchiveSpec) -
 # -- combined: the cases it is written for, and the cases refused ---------------------------------------------
 
 
-def _days(folder: Path, days: list[int], steps: int = 3, chunk_steps: int = 1) -> list[Path]:
-    paths = [daily(folder / f"d_{d:03d}.nc", d, steps=steps) for d in days]
+def _days(folder: Path, days: list[int], steps: int = 3, chunk_steps: int = 1, lat: int = 3,
+          lon: int = 4) -> list[Path]:
+    paths = [daily(folder / f"d_{d:03d}.nc", d, steps=steps, lat=lat, lon=lon) for d in days]
     if chunk_steps != 1:  # rewrite t2m with chunks of chunk_steps steps
         for p in paths:
             with netCDF4.Dataset(p, "a") as nc:
@@ -185,7 +186,7 @@ def _days(folder: Path, days: list[int], steps: int = 3, chunk_steps: int = 1) -
                 old.set_auto_maskandscale(False)
                 values, attrs = old[:], {a: old.getncattr(a) for a in old.ncattrs() if a != "_FillValue"}
                 v = nc.createVariable("t2m_c", "i2", ("time", "lat", "lon"), fill_value=np.int16(-32767), zlib=True,
-                                      chunksizes=(chunk_steps, 3, 4))
+                                      chunksizes=(chunk_steps, lat, lon))
                 v.set_auto_maskandscale(False)
                 v.setncatts(attrs)
                 v[:] = values
@@ -263,7 +264,7 @@ def s3() -> Iterator[S3Server]:
 
 def test_references_of_an_archive_in_s3_read_as_the_local_files(s3: S3Server, tmp_path: Path) -> None:
     local, root = tmp_path / "files", tmp_path / "root"
-    paths = _days(local, [0, 15, 30])
+    paths = _days(local, [0, 15, 30], steps=4, lat=240, lon=480)  # objects of 0.76 MB: more than a header block
     publish(paths, "days")
     s3.upload_tree("refs", local, "era/daily")
     xml, n = re.subn(r'<files glob="[^"]+"', '<files store="era" glob="daily/d_*.nc"',
@@ -274,8 +275,9 @@ def test_references_of_an_archive_in_s3_read_as_the_local_files(s3: S3Server, tm
     os.environ["DSTP_TEST_S3_KEY"], os.environ["DSTP_TEST_S3_SECRET"] = s3.access_key, s3.secret_key
     config = StoreConfig("era", "s3://refs/era", endpoint=s3.endpoint, region="us-east-1",
                          access_key_id_env="DSTP_TEST_S3_KEY", secret_access_key_env="DSTP_TEST_S3_SECRET")
+    index = tmp_path / "index.sqlite"
     objects = ObjectFiles({"era": open_store(config)}, tmp_path / "cache")
-    catalog = scan(root, objects=objects)
+    catalog = scan(root, objects=objects, index=index)
     try:
         ds = catalog.get("days")
         s3.log.reset()
@@ -288,6 +290,19 @@ def test_references_of_an_archive_in_s3_read_as_the_local_files(s3: S3Server, tm
     # the chunk listings and header images of the scan say everything: no request to the store; the combined set
     # reads the (inline) time values and compares lat/lon across files from the images
     assert requests == {}, requests
+    # a fresh catalog from the index (what the command's own process is): chunk listings from the index, where
+    # lat/lon (contiguous) lie from each object's header image, made again by one 64 KiB GET
+    objects = ObjectFiles({"era": open_store(config)}, tmp_path / "cache")
+    catalog = scan(root, objects=objects, index=index)
+    try:
+        s3.log.reset()
+        again = list(all_file_references(catalog.get("days")))
+        requests, fetched = dict(s3.log.counts), objects.stores["era"].stats.bytes  # type: ignore[attr-defined]
+    finally:
+        catalog.close()
+        objects.close()
+    assert requests == {"GET": 3} and fetched == 3 * 64 * 2**10 < sum(p.stat().st_size for p in paths) / 10
+    assert [r.document() for _, r in again] == [r.document() for _, r in per_file]
     text = json.dumps([r.document() for _, r in per_file] + [combined.document()])
     assert s3.secret_key not in text and s3.access_key not in text and s3.endpoint not in text
     assert '"s3://refs/era/daily/d_000.nc"' in text
