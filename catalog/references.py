@@ -112,7 +112,7 @@ def _layouts(ds: GriddedDataset, files: Sequence[int]) -> dict[int, tuple[FileMe
     asked: list[tuple[int, FileIdentity | None, bool]] = []
     for k in files:
         f = ds.files[k]
-        if not f.format.startswith("NETCDF4") and f.format not in ("HDF5", "HDF4?"):
+        if not f.format.startswith("NETCDF4") and f.format != "HDF5":
             raise CatalogError(f"{f.path.name} is a {f.format} file: references are written for netCDF-4/HDF5 files "
                                f"only (a classic file's record variables interleave); dataset {ds.id!r} cannot be "
                                "exported")
@@ -364,8 +364,7 @@ def combined_references(ds: GriddedDataset) -> References:
                 if not _same(mine[key], theirs[key]):
                     raise _refuse(ds, k, f"differs from {ds.files[r0].path.name} in {name!r}'s {key} "
                                          f"({mine[key]!r}, not {theirs[key]!r})")
-            if not along and (here.shape != first.shape or
-                              _raw(ds, k, name, here.shape).tobytes() != _raw(ds, r0, name, first.shape).tobytes()):
+            if not along and (here.shape != first.shape or _held(ds, k, name, here) != _held(ds, r0, name, first)):
                 raise _refuse(ds, k, f"holds other values of {name!r}, which is not along {axis!r}, than "
                                      f"{ds.files[r0].path.name}")
         if along and name in (axis, bounds):
@@ -383,6 +382,21 @@ def combined_references(ds: GriddedDataset) -> References:
 def _raw(ds: GriddedDataset, k: int, name: str, shape: tuple[int, ...]) -> np.ndarray:
     f = ds.files[k]
     return np.ascontiguousarray(ds.handles.read(f.path, name, tuple(slice(0, n) for n in shape), version=f.identity))
+
+
+def _held(ds: GriddedDataset, k: int, name: str, stored: _Stored) -> bytes:
+    """Return what file k holds of ``name``, to compare files: its raw values; of a store's object, its stored
+    bytes by ranged GETs (never the whole copy netCDF-C would read a contiguous variable from), so that two
+    objects holding equal values stored differently are refused, never merged wrongly."""
+    f = ds.files[k]
+    objects = ds.handles.objects
+    if objects is None or not objects.owns(f.path):
+        return _raw(ds, k, name, stored.shape).tobytes()
+    if stored.inline is not None:
+        return stored.inline
+    keys = sorted(stored.index)
+    ranges = [(stored.index[o][0], stored.index[o][0] + stored.index[o][1]) for o in keys]
+    return repr(keys).encode() + b"".join(objects.read_ranges(f.path, f.identity, ranges))
 
 
 def _inline_along(ds: GriddedDataset, name: str, meta0: FileMeta, first: _Stored,

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from builders import daily
 from store_servers import S3Server
@@ -149,8 +151,17 @@ def test_per_file_references_read_as_xarray_reads_each_generated_file(spec: Arch
             catalog.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=archives())
+def _encoded_alike(spec: ArchiveSpec) -> ArchiveSpec:
+    """The archive with every file of the first file's type and compression: files then differ in what their
+    values make of them (packing, fills) and in time units, the differences kerchunk's combined set misses."""
+    first = spec.files[0]
+    return replace(spec, files=tuple(replace(f, encoding=first.encoding, deflate=first.deflate, fill=first.fill,
+                                             packed_time=first.packed_time, float_time=first.float_time)
+                                     for f in spec.files))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=st.one_of(archives(), archives().map(_encoded_alike)))
 def test_combined_references_equal_the_files_or_are_refused(spec: ArchiveSpec) -> None:
     """Never a wrong answer: the combined set decodes as each file on its own, or is refused, naming --per-file."""
     with tempfile.TemporaryDirectory(prefix="dstp-refs-") as tmp:
@@ -232,6 +243,24 @@ def test_chunks_that_do_not_divide_a_file_along_the_axis_are_refused_combined(tm
         catalog.close()
     assert "d_000.nc holds 3 steps of 't2m_c' along 'time', which its chunks of 2 do not divide" in str(refused.value)
     assert "--per-file" in str(refused.value)
+
+
+def test_a_field_off_the_axis_that_differs_between_files_is_refused_combined(tmp_path: Path) -> None:
+    paths = _days(tmp_path, [0, 15, 30])
+    for k, p in enumerate(paths):  # a static field that the third file holds otherwise (a corrected orography)
+        with netCDF4.Dataset(p, "a") as nc:
+            v = nc.createVariable("orog", "f4", ("lat", "lon"))
+            v.units = "m"
+            v[:] = np.arange(12, dtype=np.float32).reshape(3, 4) + (k == 2)
+    publish(paths, "days")
+    catalog = scan(tmp_path)
+    try:
+        with pytest.raises(CatalogError) as refused:
+            combined_references(catalog.get("days"))
+    finally:
+        catalog.close()
+    assert str(refused.value).startswith("dataset 'days': d_030.nc holds other values of 'orog', which is not along "
+                                         "'time', than d_000.nc, so one Zarr array cannot stand for all its files")
 
 
 def test_a_netcdf3_archive_is_refused(tmp_path: Path) -> None:
