@@ -344,6 +344,43 @@ def test_references_of_an_archive_in_s3_read_as_the_local_files(s3: S3Server, tm
     assert_decodes_as_each_file(combined.document(), paths, **reader)
 
 
+#: fsspec's HTTP filesystem under the reference filesystem zarr-python opens (asynchronous, as zarr's store is)
+HTTP_READER: dict[str, Any] = {"remote_protocol": "http", "remote_options": {"asynchronous": True}}
+
+
+def test_references_of_an_archive_on_an_https_server_read_as_the_local_files(tmp_path: Path) -> None:
+    """An HTTP(S) store (listed through its manifest): the references name each file by the store's URL."""
+    from store_servers import RangeHTTPServer
+
+    served, root = tmp_path / "served", tmp_path / "root"
+    paths = _days(served / "daily", [0, 15, 30])
+    publish(paths, "days")
+    (served / "files.txt").write_text("".join(f"daily/{p.name}\n" for p in paths))
+    xml, n = re.subn(r'<files glob="[^"]+"', '<files store="web" glob="daily/d_*.nc"',
+                     (served / "daily" / "days.dstp.xml").read_text())
+    assert n == 1
+    (root / "days").mkdir(parents=True)
+    (root / "days" / "days.dstp.xml").write_text(xml)
+    web = RangeHTTPServer(served)
+    try:
+        objects = ObjectFiles({"web": open_store(StoreConfig("web", web.url, manifest="files.txt"))},
+                              tmp_path / "cache")
+        catalog = scan(root, objects=objects)
+        try:
+            ds = catalog.get("days")
+            per_file = list(all_file_references(ds))
+            combined = combined_references(ds)
+        finally:
+            catalog.close()
+            objects.close()
+        assert f'"{web.url}/daily/d_015.nc"' in json.dumps(per_file[1][1].document())
+        for k, refs in per_file:
+            assert_decodes_as_each_file(refs.document(), [paths[k]], **HTTP_READER)
+        assert_decodes_as_each_file(combined.document(), paths, **HTTP_READER)
+    finally:
+        web.stop()
+
+
 # -- the command ------------------------------------------------------------------------------------------------
 
 
