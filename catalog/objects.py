@@ -8,7 +8,7 @@ version: ``real`` is ``store://era5/<key>``, the inode a number drawn from its E
 last-modified time as on disk. So the index, versions, change log and snapshot rules of local files apply
 unchanged: a replaced object is a new version; a query whose snapshot names the old one is refused.
 
-What is read, and when (docs/stores.md):
+What is read, and when (docs/object-stores.md):
 
 * the store is **listed** at each look of the catalog, at most every ``list_s`` seconds per descriptor (there
   is no change notification; ``dstp catalog reload`` lists at once);

@@ -9,7 +9,7 @@ run through one conformance suite (``tests/catalog/test_stores.py``).
 DataFusion and Delta readers use): requests are signed and retried with backoff there, ranged GETs carry
 ``If-Match``, its calls release the GIL (the scan threads fetch in parallel), and one client serves S3 and HTTP.
 On the loopback S3 server a 1 MiB ranged read and a listing of 1,000 objects cost about the same as with
-fsspec/s3fs (``bench/stores.py`` measures both; figures in ``docs/stores.md``).
+fsspec/s3fs (``bench/stores.py`` measures both; figures in ``docs/object-stores.md``).
 
 Stores are configured by the operator (``stores`` setting: endpoint, region, anonymous, the *names* of the
 environment variables that hold credentials) and named by descriptors (``<files store="era5"
@@ -60,7 +60,7 @@ class ObjectVersion:
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """One store as the operator configures it (``stores`` setting); see docs/stores.md."""
+    """One store as the operator configures it (``stores`` setting); see docs/object-stores.md."""
 
     name: str
     #: ``s3://bucket/prefix``, ``https://host/path``, ``http://…`` (loopback and tests), or a local folder.

@@ -2,9 +2,11 @@
 
     dstp serve [ROOT]                  run a server (no ROOT: the bundled samples)
     dstp samples DIR [--size S]        write the sample datasets
-    dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc')
+    dstp publish FILE… --id ID         draft a descriptor beside the files (or: DIR --glob 'x_*.nc',
+                                       s3://bucket/prefix/ --glob 'x_*.nc' of a configured store)
     dstp catalog validate ROOT         check every descriptor under ROOT
     dstp catalog reload [ROOT]         make the server serving ROOT publish what changed now
+    dstp catalog export-references ID -o F.json   kerchunk references of a dataset's files (--per-file)
     dstp ls | changes | describe ID | query SQL  ask a server (--server HOST:PORT [--token T] [--tls] [--ca-file PEM])
     dstp token create | list | revoke  API tokens of the server on this machine
 """
@@ -36,6 +38,7 @@ from dstp.commands import (
     unreachable_hint,
 )
 from dstp.cli_agent import cmd_agent
+from dstp.cli_references import add_reference_command
 from dstp.cli_tokens import add_token_commands
 from dstp.errors import ServerUnreachableError
 
@@ -179,6 +182,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 2
         var, col = item.split("=", 1)
         rename[var] = col
+    if "://" in args.files[0]:
+        return _publish_from_store(args, rename)
     files = [Path(f) for f in args.files]
     if args.glob:  # one folder and a pattern: no path list (100,000 paths exceed the command line's limit)
         if len(files) != 1 or not files[0].is_dir() or "/" in args.glob:
@@ -194,6 +199,31 @@ def cmd_publish(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"dstp: warning: {note}", file=sys.stderr)
     print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {path.parent}")
+    return 0
+
+
+def _publish_from_store(args: argparse.Namespace, rename: dict[str, str]) -> int:
+    """``dstp publish s3://bucket/prefix/ --glob PATTERN``: objects of a configured store, headers by ranges."""
+    from dstp.catalog.publish_store import publish_from_store
+    from dstp.server import object_files
+    from dstp.settings import Settings
+
+    if len(args.files) != 1 or not args.glob:
+        error("publish URL takes one store URL and --glob PATTERN (publish s3://bucket/prefix/ --glob 'era5_*.nc')")
+        return 2
+    settings = Settings.from_env()
+    root = Path(args.catalog) if args.catalog else settings.catalog_root or Path.cwd()
+    objects = object_files(settings)
+    notes: list[str] = []
+    try:
+        path = publish_from_store(args.files[0], args.glob, args.id, objects, root, rename=rename, title=args.title,
+                                  overwrite=args.overwrite, group=args.group, notes=notes)
+    finally:
+        if objects is not None:
+            objects.close()
+    for note in notes:
+        print(f"dstp: warning: {note}", file=sys.stderr)
+    print(f"wrote {path}\nreview it, then check the catalog with: dstp catalog validate {root}")
     return 0
 
 
@@ -502,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_samples)
 
     p = sub.add_parser("publish", help="draft a descriptor from CF/ACDD metadata and write it beside the files")
-    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder), or the folder with --glob")
+    p.add_argument("files", nargs="+", help="netCDF files of one dataset (one folder), or the folder with --glob, "
+                                            "or a URL in a configured store (s3://bucket/prefix/ --glob PATTERN)")
     p.add_argument("--id", required=True, help="dataset id used in queries (letters, digits, _)")
     p.add_argument("--rename", action="append", metavar="VAR=COLUMN",
                    help="expose a variable under another column name (repeatable), e.g. T=temperature")
@@ -512,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--glob", metavar="PATTERN",
                    help="publish the files of the folder given that match PATTERN (publish DIR --glob 'era5_*.nc'); "
                         "it becomes the descriptor's files glob")
+    p.add_argument("--catalog", metavar="DIR",
+                   help="with a store URL: the catalog folder the descriptor goes to, as DIR/ID/ID.dstp.xml "
+                        "(default: DSTP_CATALOG_ROOT, else the current folder)")
     p.add_argument("--processes", type=int, default=0, metavar="N",
                    help="processes reading file headers in parallel (default: one per core)")
     p.set_defaults(func=cmd_publish)
@@ -527,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds to wait for the server's rescan (default 120)")
     r.set_defaults(func=cmd_reload)
+    add_reference_command(csub)
 
     p = sub.add_parser("ls", help="list the datasets of a server")
     _server_arg(p)

@@ -108,7 +108,7 @@ class Settings:
         "anonymous, access_key_id_env, secret_access_key_env, session_token_env (names of environment variables "
         "holding the credentials, never the credentials), profile (an AWS profile, through boto3), manifest (HTTPS: a "
         "text object listing the keys), "
-        "concurrency, coalesce_bytes, list_s}; docs/stores.md. Users never see these settings."
+        "concurrency, coalesce_bytes, list_s}; docs/object-stores.md. Users never see these settings."
     )
     store_cache_bytes: int = _setting(
         8 * 2**30, "Most bytes of whole object copies kept in state_dir/objects: a store's file is fetched whole "

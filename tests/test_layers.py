@@ -140,7 +140,7 @@ def test_every_python_package_is_installed() -> None:
 #: import units of lower layers, and of its own layer only where SAME_LAYER says. docs/architecture.md draws it.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("dstp.errors", "dstp.settings", "dstp.log_limits", "dstp.incidents", "dstp.hyperslabs",
-                   "dstp._chunk_index", "dstp._error_tables", "dstp.__version__"),
+                   "dstp._chunk_index", "dstp._storage_layout", "dstp._error_tables", "dstp.__version__"),
     "catalog": ("dstp.catalog", "dstp.auth"),
     "query": ("dstp.query", "dstp.metadata", "dstp.listings", "dstp.samples"),
     # Tickets, sources, frames and the protobuf codec: the service issues tickets and yields sources, so this
@@ -154,7 +154,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "adapters": ("dstp.grpc_app", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
                  "dstp.webhooks", "dstp.cluster"),
     "clients": ("dstp.client", "dstp.credentials", "dstp.commands", "dstp.agent", "dstp", "dstp.federation"),
-    "assembly": ("dstp.server", "dstp.maintenance", "dstp.cli", "dstp.cli_feed", "dstp.cli_agent", "dstp.cli_tokens"),
+    "assembly": ("dstp.server", "dstp.maintenance", "dstp.cli", "dstp.cli_feed", "dstp.cli_agent", "dstp.cli_tokens",
+                 "dstp.cli_references"),
 }
 #: Imports allowed inside one layer (an adapter and its own helpers; the client side's commands and agent).
 SAME_LAYER = {
@@ -164,7 +165,8 @@ SAME_LAYER = {
     ("dstp.samples", "dstp.query"), ("dstp.transport", "dstp.proto"), ("dstp.transport", "dstp.connections"),
     ("dstp.agent", "dstp.commands"), ("dstp.commands", "dstp.client"), ("dstp.agent", "dstp.client"),
     ("dstp", "dstp.client"), ("dstp.federation", "dstp.client"), ("dstp.client", "dstp.credentials"),
-    ("dstp.cli", "dstp.cli_feed"), ("dstp.cli", "dstp.cli_agent"), ("dstp.cli", "dstp.cli_tokens"), ("dstp.cli", "dstp.server"), ("dstp.cli", "dstp.maintenance"),
+    ("dstp.cli", "dstp.cli_feed"), ("dstp.cli", "dstp.cli_agent"), ("dstp.cli", "dstp.cli_tokens"), ("dstp.cli", "dstp.cli_references"),
+    ("dstp.cli_references", "dstp.server"), ("dstp.cli", "dstp.server"), ("dstp.cli", "dstp.maintenance"),
     ("dstp.maintenance", "dstp.server"), ("dstp.zarr_v3", "dstp.cf_encoding"), ("dstp.result_files", "dstp.result_grid"), ("dstp.opendap", "dstp.erddap"), ("dstp.edr", "dstp.cf_encoding"),
     *((a, b) for a in LAYERS["foundation"] for b in LAYERS["foundation"]),
 }
