@@ -54,14 +54,18 @@ def _chunks_by_ranges(catalog: Catalog) -> None:
     chunks.close()
 
 
-def test_a_full_scan_read_ahead_equals_xarray_on_the_local_files(samples: Path, s3: S3Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_full_scan_read_ahead_equals_xarray_on_the_local_files(samples: Path, s3: S3Server, tmp_path: Path,
+                                                                 threads: int) -> None:
+    """Also with blocks decoded on threads (scan_threads): the read-ahead runs on the thread that hands out blocks."""
     catalog = store_catalog(samples, tmp_path / "root", [s3_store(s3)], datasets=("ccm3",))
     try:
         assert not catalog.problems
         _chunks_by_ranges(catalog)
         chunks = catalog.handles.chunks
         assert chunks is not None
-        got = answer_table(catalog, SCAN, SETTINGS)
+        got = answer_table(catalog, SCAN, Settings(batch_rows=512, store_read_ahead_bytes=2 * 2**20,
+                                                   scan_threads=threads))
         want = run_sql(frame(samples, "ccm3", ["temperature", "humidity"]), SCAN, "ccm3")
         assert_same_records(got, want)
         assert chunks.read_ahead > 0  # the scan read chunks its read-ahead fetched
@@ -93,7 +97,7 @@ def test_a_point_series_fetches_every_file_s_chunk_at_once(samples: Path, http: 
             got = answer_table(catalog, sql, SETTINGS)
         finally:
             http.gate = None
-        assert not gate.timed_out, f"{gate.waiting} GETs were sent before the first answer; {files} files"
+        assert not gate.timed_out, f"the first GET waited out the gate: the {files} files' GETs were not sent at once"
         assert_same_records(got, run_sql(frame(samples, "ccm3", ["temperature"]), sql, "ccm3"))
         assert got.num_rows > files
     finally:
