@@ -5,7 +5,6 @@ that fails is retried or refused, and nothing stays held or pending after a scan
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -195,4 +194,3 @@ def test_the_store_s_link_is_measured_from_its_gets(samples: Path, s3: S3Server,
         assert link.window() >= 32 * 2**20
     finally:
         catalog.close()
-    assert os.environ["DSTP_TEST_S3_KEY"]
