@@ -44,10 +44,11 @@ PORT = 9000
 KEY, SECRET = "AKIAWANBENCH00000000", "wan-bench-secret"
 BUCKET = "era5"
 QUESTIONS = ("point", "box", "count")
-READERS = ("dstp_cold", "dstp_warm", "dstp_warm_threads8", "xarray_s3fs", "kerchunk")
-#: dstp readers with settings of their own: blocks read ahead on threads (``scan_threads``), so the round trips of
-#: successive blocks overlap.
-SCAN_THREADS = {"dstp_warm_threads8": 8}
+READERS = ("dstp_cold", "dstp_warm", "dstp_warm_no_read_ahead", "xarray_s3fs", "kerchunk")
+#: dstp readers with settings of their own: ``dstp_warm_no_read_ahead`` is the warm reader without the store
+#: read-ahead (``store_read_ahead_bytes`` 0: each block's chunks fetched when the block is read, as before it
+#: existed) — the "before" of the read-ahead, measured interleaved with the "after" in the same run.
+READER_SETTINGS: dict[str, dict[str, Any]] = {"dstp_warm_no_read_ahead": {"store_read_ahead_bytes": 0}}
 SQL = {
     "point": "select time, t2m from era5 where lat = 40 and lon = 10",
     "box": ("select time, lat, lon, t2m from era5 where time >= '2020-03-01' and time < '2020-04-01' "
@@ -175,13 +176,17 @@ def worker_dstp(spec: dict[str, Any]) -> dict[str, Any]:
     opened = time.perf_counter()
     assert not catalog.problems, catalog.problems
     open_gets, open_bytes = store.stats.gets, store.stats.bytes
-    table = answer_table(catalog, SQL[spec["question"]],
-                         Settings(batch_rows=65_536, scan_threads=spec.get("scan_threads", 1)))
+    open_lists = store.stats.lists
+    table = answer_table(catalog, SQL[spec["question"]], Settings(batch_rows=65_536, **spec.get("settings", {})))
     done = time.perf_counter()
     column = "n" if spec["question"] == "count" else "t2m"
     out = {"open_s": opened - started, "query_s": done - opened, "open_gets": open_gets, "open_bytes": open_bytes,
            "query_gets": store.stats.gets - open_gets, "query_bytes": store.stats.bytes - open_bytes,
-           "lists": store.stats.lists, "answer": _digest(spec["question"], table.column(column).to_numpy())}
+           "lists": store.stats.lists, "open_lists": open_lists,
+           # what the read-ahead measured of the path: least time to a first byte, most bytes/s, its window
+           "link_latency_s": store.link.latency_s, "link_rate_Bps": store.link.rate_Bps,
+           "link_window_bytes": store.link.window(),
+           "answer": _digest(spec["question"], table.column(column).to_numpy())}
     catalog.close()
     objects.close()
     return out
@@ -303,7 +308,7 @@ def measure_rtt(path: Any, rtt: float, archive: Path, work: Path, repeats: int,
                     if reader.startswith("dstp"):
                         kind = "dstp"
                         cold = reader == "dstp_cold"
-                        spec["scan_threads"] = SCAN_THREADS.get(reader, 1)
+                        spec["settings"] = READER_SETTINGS.get(reader, {})
                         n = len(runs)
                         spec["index"] = str(work / (f"cold-{n}.sqlite" if cold else "warm.sqlite"))
                         spec["cache"] = str(work / (f"cold-cache-{n}" if cold else "warm-cache"))
@@ -365,6 +370,17 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {row['rtt_ms']:g} ms | {row['question']} | {row['reader']} | {row['open_s']:.2f} | "
                      f"{row['query_s']:.2f} | {row['open_plus_query_s']:.2f} | {row['process_s']:.2f} | {gets} | "
                      f"{ratio} | {speedup} | {whole} | {'yes' if row['answer_equals_xarray'] else 'NO'} |")
+    from bench.report import median
+
+    for rtt in sorted({r["rtt_ms"] for r in result["runs"]}):
+        warm = [r for r in result["runs"] if r["rtt_ms"] == rtt and r["reader"] == "dstp_warm" and "open_s" in r
+                and r.get("link_latency_s") is not None]
+        if warm:
+            lines += ["", f"At {rtt:g} ms, dstp_warm before its first chunk GET: {median(r['open_lists'] for r in warm):g} "
+                      f"LIST, {median(r['open_gets'] for r in warm):g} GET; the path as its GETs measured it (median "
+                      f"of {len(warm)} runs): least time to a first byte {median(r['link_latency_s'] for r in warm) * 1e3:.0f} ms, "
+                      f"most delivered {median(r['link_rate_Bps'] for r in warm) / 2**20:.1f} MiB/s, read-ahead window "
+                      f"{median(r['link_window_bytes'] for r in warm) / 2**20:.0f} MiB at the end."]
     extras = sorted({(r["reader"], r["rtt_ms"]) for r in result["runs"] if r.get("extra")})
     if extras:
         lines += ["", "Measured afterwards, in a window of its own (`python -m bench.wan_stores extra RTT REPEATS "

@@ -60,6 +60,7 @@ from dstp._chunk_index import MAX_LISTED_CHUNKS, Listing, file_identity
 
 if TYPE_CHECKING:
     from dstp.catalog.objects import ObjectFiles
+    from dstp.catalog.readahead import ReadAhead
 
 _inflate_module: types.ModuleType
 try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; optional.
@@ -67,7 +68,7 @@ try:  # ISA-L's inflate: the same deflate streams, 2-3x faster than zlib; option
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _inflate_module = zlib
 
-__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "LayoutStore", "layout_of"]
+__all__ = ["ChunkLayout", "ChunkReader", "INFLATE", "LayoutStore", "chunk_offsets", "decode_chunk", "layout_of"]
 
 #: Which inflate is in use ("isal" or "zlib"), for the server's log and the benchmarks.
 INFLATE = "isal" if _inflate_module is not zlib else "zlib"
@@ -136,6 +137,18 @@ def decode_chunk(raw: bytes, layout: ChunkLayout, filter_mask: int) -> np.ndarra
     if values.size != expected:
         raise ValueError(f"a stored chunk decodes to {values.size} values, expected {expected}")
     return values.reshape(layout.chunks)
+
+
+def chunk_offsets(layout: ChunkLayout, index: Sequence[slice | int]) -> list[tuple[int, ...]] | None:
+    """Return the offsets of the chunks a read of ``index`` needs, in order; None when the chunk reader leaves it to
+    netCDF-C (an index it does not take, a chunk never written)."""
+    spans = [_spans(i, n, c) for i, n, c in zip(index, layout.shape, layout.chunks)]
+    if len(index) != len(layout.shape) or any(s is None for s in spans):
+        return None
+    offsets: list[tuple[int, ...]] = [()]
+    for dim_spans in spans:
+        offsets = [o + (s[0],) for o in offsets for s in dim_spans]  # type: ignore[union-attr]
+    return None if any(o not in layout.index for o in offsets) else sorted(set(offsets))
 
 
 def _spans(index: slice | int, size: int, chunk: int) -> list[tuple[int, slice, slice]] | None:
@@ -376,12 +389,20 @@ class ChunkReader:
         #: counts were last halved.
         self._asked: dict[tuple[Path, Any, str, tuple[int, ...]], int] = {}
         self._requests = 0
-        self._pending: dict[tuple[Path, Any, str, tuple[int, ...]], Future[np.ndarray]] = {}
+        #: Chunks being fetched or decoded; a future read ahead (:meth:`prefetch`) may end with None: read it here.
+        self._pending: dict[tuple[Path, Any, str, tuple[int, ...]], Future[np.ndarray | None]] = {}
+        #: Chunks a scan's read-ahead asked for and the scan has not read yet (fetching, or decoded and held in
+        #: ``_held`` outside the cache, so that a read-ahead longer than the cache's window loses none): by whom,
+        #: and their decoded size.
+        self._ahead: dict[tuple[Path, Any, str, tuple[int, ...]], tuple["ReadAhead", int]] = {}
+        self._held: dict[tuple[Path, Any, str, tuple[int, ...]], np.ndarray] = {}
         #: Reads served here, chunks inflated, and variables listed by the helper (the tests check the fast
         #: path was taken, and that a listing kept in ``layouts`` is not listed again).
         self.reads = 0
         self.inflated = 0
         self.listed = 0
+        #: Chunks of objects a scan read that its read-ahead had fetched (the tests check it ran).
+        self.read_ahead = 0
 
     def start(self) -> None:
         """Start the listing helper now rather than at the first read (servers call this as they start)."""
@@ -456,7 +477,7 @@ class ChunkReader:
             pieces = [p + (s,) for p in pieces for s in dim_spans]  # type: ignore[union-attr]
         if any(tuple(s[0] for s in piece) not in layout.index for piece in pieces):
             return None  # a chunk never written: netCDF-C knows its fill value
-        if self._is_object(path):
+        if self._is_object(path):  # what a read-ahead asked for is waited for, not fetched again
             self._fetch_missing(path, version, variable, layout, {tuple(s[0] for s in piece) for piece in pieces})
         out = np.empty(out_shape, layout.dtype)
         for piece in pieces:
@@ -464,6 +485,66 @@ class ChunkReader:
             out[tuple(s[2] for s in piece)] = chunk[tuple(s[1] for s in piece)]
         self.reads += 1
         return out.reshape(tuple(n for n, keep in zip(out_shape, keep_dims) if keep))
+
+    def claim_ahead(self, path: Path, version: Any, variable: str, offsets: Sequence[tuple[int, ...]],
+                    ahead: "ReadAhead", size: int) -> dict[tuple[int, ...], "Future[np.ndarray | None]"]:
+        """Return a future for each chunk of ``offsets`` neither cached nor on its way, now on its way for ``ahead``
+        (:mod:`.readahead`): a read that needs it waits for it; each is settled by :meth:`hold_ahead` or
+        :meth:`give_back`."""
+        futures: dict[tuple[int, ...], Future[np.ndarray | None]] = {}
+        with self._lock:
+            if ahead.closed:
+                return futures
+            for o in offsets:
+                key = (path, version, variable, o)
+                if key not in self._chunks and key not in self._window and key not in self._pending \
+                        and key not in self._held:
+                    futures[o] = self._pending[key] = Future()
+                    self._ahead[key] = (ahead, size)
+        return futures
+
+    def hold_ahead(self, key: tuple[Path, Any, str, tuple[int, ...]], chunk: np.ndarray, ahead: "ReadAhead") -> None:
+        """Keep a chunk read ahead for its scan (or, when the scan ended or let go of it, in the cache)."""
+        with self._lock:
+            self.inflated += 1
+            del self._pending[key]
+            if key in self._ahead and not ahead.closed:
+                self._held[key] = chunk
+            else:
+                self._let_go_ahead(key)
+                if key not in self._chunks and key not in self._window:
+                    self._admit(key, chunk)
+
+    def give_back(self, path: Path, version: Any, variable: str,
+                  futures: dict[tuple[int, ...], "Future[np.ndarray | None]"]) -> None:
+        """End with None the futures of chunks claimed ahead but not fetched: whoever waits reads them itself."""
+        with self._lock:
+            for offset in futures:
+                key = (path, version, variable, offset)
+                self._pending.pop(key, None)
+                self._let_go_ahead(key, failed=True)
+        for future in futures.values():
+            future.set_result(None)
+
+    def _let_go_ahead(self, key: tuple[Path, Any, str, tuple[int, ...]], failed: bool = False) -> np.ndarray | None:
+        """Stop holding ``key`` for a read-ahead (under the lock); return the chunk if it was held."""
+        owner = self._ahead.pop(key, None)
+        if owner is not None:
+            owner[0].release(owner[1], failed=failed)
+        return self._held.pop(key, None)
+
+    def held_ahead(self) -> int:
+        """Return how many chunks read-aheads hold or fetch for their scans now (0 once every scan ended)."""
+        with self._lock:
+            return len(self._ahead)
+
+    def drop_ahead(self, ahead: "ReadAhead") -> None:
+        """Let go of what ``ahead`` holds (its scan ended): held chunks join the cache, as if read."""
+        with self._lock:
+            for key in [k for k, (owner, _) in self._ahead.items() if owner is ahead]:
+                chunk = self._let_go_ahead(key)
+                if chunk is not None and key not in self._chunks and key not in self._window:
+                    self._admit(key, chunk)
 
     def raw(self, path: Path, variable: str, offset: tuple[int, ...], version: Any = None) -> tuple[bytes, int] | None:
         """Return the stored bytes and filter mask of the chunk at element ``offset``, None if never written.
@@ -498,11 +579,12 @@ class ChunkReader:
                        offsets: set[tuple[int, ...]]) -> None:
         """Fetch and decode, in one batch of ranged GETs, the chunks of a read of an object that are not cached."""
         assert self.objects is not None
-        futures: dict[tuple[int, ...], Future[np.ndarray]] = {}
+        futures: dict[tuple[int, ...], Future[np.ndarray | None]] = {}
         with self._lock:
             missing = sorted(o for o in offsets if (path, version, variable, o) not in self._chunks
                              and (path, version, variable, o) not in self._window
-                             and (path, version, variable, o) not in self._pending)
+                             and (path, version, variable, o) not in self._pending
+                             and (path, version, variable, o) not in self._held)
             for o in missing:  # a read of another block needing these chunks meanwhile waits for them (_chunk)
                 futures[o] = self._pending[(path, version, variable, o)] = Future()
         if not missing:
@@ -540,6 +622,12 @@ class ChunkReader:
         key = (path, version, variable, offset)
         with self._lock:
             self._count(key)
+            held = self._let_go_ahead(key)
+            if held is not None:  # read ahead for this scan: now it is read, and cached as any chunk read
+                self.read_ahead += 1
+                if key not in self._chunks and key not in self._window:
+                    self._admit(key, held)
+                return held
             for part in (self._window, self._chunks):
                 hit = part.get(key)
                 if hit is not None:
@@ -547,10 +635,17 @@ class ChunkReader:
                     return hit
             waiting = self._pending.get(key)
             if waiting is None:
-                future: Future[np.ndarray] = Future()
+                future: Future[np.ndarray | None] = Future()
                 self._pending[key] = future
         if waiting is not None:
-            return waiting.result()
+            got = waiting.result()
+            if got is None:  # its read-ahead failed or was dropped: read it here
+                return self._chunk(path, version, variable, layout, offset)
+            with self._lock:
+                if key in self._ahead:  # read ahead and waited for: no longer held for the scan
+                    self.read_ahead += 1
+                    self._let_go_ahead(key)
+            return got
         try:
             byte_offset, size, mask = layout.index[offset]
             if self._is_object(path):
@@ -671,6 +766,8 @@ class ChunkReader:
                 self._window_cached -= self._window.pop(decoded).nbytes
             for counted in [k for k in self._asked if k[0] == path and (keep is None or k[1] != keep)]:
                 del self._asked[counted]
+            for held in [k for k in self._ahead if k[0] == path and (keep is None or k[1] != keep)]:
+                self._let_go_ahead(held)
         for fd in closing:
             os.close(fd)
 
@@ -683,6 +780,8 @@ class ChunkReader:
             self._chunks.clear()
             self._window.clear()
             self._asked.clear()
+            for key in list(self._ahead):
+                self._let_go_ahead(key)
             self._cached = self._window_cached = 0
         for fd in idle:
             os.close(fd)

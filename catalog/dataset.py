@@ -56,6 +56,7 @@ from dstp.catalog.binding import (
     parts_agree,
 )
 from dstp.catalog.cf import CF_BY_LOWER, Decoding, decode_values, numpy_dtype_of
+from dstp.catalog.readahead import ReadAhead
 from dstp.catalog.columns import (
     AttributeColumn,
     ColumnTraits,
@@ -307,6 +308,40 @@ class GriddedDataset:
             return values, None
         masks = [np.zeros(v.shape, bool) if m is None else m for v, m in parts]
         return values, np.concatenate(masks, axis=axis)
+
+    def read_ahead(self, budget: int) -> ReadAhead | None:
+        """Return a read-ahead for one scan of this dataset (:mod:`.readahead`), holding at most ``budget`` decoded
+        bytes ahead of it; None when no file is an object of a store (disk reads need none) or ``budget`` is 0."""
+        objects, chunks = self.handles.objects, self.handles.chunks
+        if budget <= 0 or objects is None or chunks is None:
+            return None
+        first = next((f.path for f in self.files if objects.owns(f.path) and not objects.is_zarr(f.path)), None)
+        if first is None:
+            return None
+        return ReadAhead(budget, lambda: objects.window(first), threads=objects.stores[
+            objects.store_of(first)].config.concurrency)
+
+    def prefetch(self, column: AttributeColumn | CoordinateColumn, index: Mapping[str, slice],
+                 ahead: ReadAhead) -> None:
+        """Start reading ahead what :meth:`read` of ``column`` over ``index`` will fetch from a store: the chunks of
+        each file the range spans, all at once (a point's series over 12 monthly objects: one round, not 12)."""
+        if not isinstance(column, AttributeColumn) or column.values is not None or self.layout is not None:
+            return
+        dims, decodings, agg = column.dimensions, column.file_decodings, self.descriptor.aggregate
+        part = self.part_of(column)
+        if agg is None or agg not in dims or len(self.files) == 1:
+            k = next((i for i, d in enumerate(decodings) if d is not None and self.files[i].part == part), 0)
+            targets = [(k, index)]
+        else:
+            targets = [(k, {**index, agg: here}) for k, here in self._file_parts(index[agg], part)
+                       if decodings[k] is not None]
+        fixed = dict(column.fixed)
+        for k, local_index in targets:
+            dec = decodings[k] or column.decoding
+            if dec.chars:
+                continue
+            local = [slice(fixed[d], fixed[d] + 1) if d in fixed else local_index[d] for d in column.file_dimensions]
+            self.handles.prefetch(self.files[k].path, column.spec.variable, local, self.files[k].identity, ahead)
 
     @cached_property
     def _part_files(self) -> dict[int, tuple[list[int], list[int]] | None]:

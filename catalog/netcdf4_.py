@@ -48,6 +48,7 @@ from dstp.errors import DataFileError
 
 if TYPE_CHECKING:
     from dstp.catalog.objects import ObjectFiles
+    from dstp.catalog.readahead import ReadAhead
 
 log = logging.getLogger("dstp.catalog")
 
@@ -399,6 +400,14 @@ class FileHandles:
             self._opened_as.pop(old_path, None)
             old.close()
         return ds
+
+    def prefetch(self, path: Path, variable: str, index: Sequence[slice | int], version: FileIdentity | None,
+                 ahead: "ReadAhead") -> None:
+        """Start reading ahead the chunks a :meth:`read` of object ``path`` will need (:mod:`.readahead`); files on
+        disk, Zarr stores and what netCDF-C reads are read when asked."""
+        if self.chunks is not None and index and version is not None and self.objects is not None \
+                and self.objects.owns(path) and not self.objects.is_zarr(path):
+            ahead.prefetch(self.chunks, path, variable, index, version)
 
     def read(
         self, path: Path, variable: str, index: Sequence[slice | int], stats: ReadStats | None = None,

@@ -218,6 +218,15 @@ class ObjectFiles:
                 pass  # evicted meanwhile: from the store
         return self.stores[where.store].read_ranges(version, ranges)
 
+    def store_of(self, path: Path) -> str:
+        """Return the name of the store ``path`` is an object of."""
+        return self._where[path].store
+
+    def window(self, path: Path) -> int:
+        """Return the bytes a read-ahead keeps in flight to the store of ``path``: its measured bandwidth-delay
+        product (:meth:`~dstp.catalog.stores.LinkMeter.window`)."""
+        return self.stores[self._where[path].store].link.window()
+
     def _cached(self, where: _Located, version: ObjectVersion, suffix: str) -> Path:
         name = hashlib.sha256(f"{where.store}\0{where.key}".encode()).hexdigest()[:24]
         return self.cache_dir / where.store / f"{name}-{version.token():016x}{suffix}"

@@ -115,6 +115,11 @@ class Settings:
         "once per version to read its header and chunk index (kept in the catalog index), and where its layout "
         "cannot be read by ranges (netCDF-3, other filters); least recently used copies are deleted first."
     )
+    store_read_ahead_bytes: int = _setting(
+        128 * 2**20, "Most bytes of decoded chunks one scan of files in an object store reads ahead of the block it is "
+        "on (0: none): the next blocks' chunks are fetched while one is decoded, as many compressed bytes in flight "
+        "as the store's measured latency × rate (docs/stores.md, Read-ahead)."
+    )
     open_files: int = _setting(32, "netCDF files kept open in the handle cache (one cache for all datasets).")
     chunk_cache_bytes: int = _setting(
         8 * 2**20, "HDF5 chunk cache per open variable (netCDF-C's 64 MiB default would hold gigabytes on long scans)."

@@ -11,6 +11,7 @@ Both count the requests they answer, by method, so tests can say a warm start ma
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import socket
 import threading
@@ -25,6 +26,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@dataclass
+class Gate:
+    """Ranged GETs held by a server until ``n`` of them wait at once — proof that a client sent them side by side,
+    not one after another — or, so that a client that does not never hangs, until ``timeout_s``."""
+
+    n: int
+    timeout_s: float = 20.0
+    waiting: int = 0
+    timed_out: bool = False
+    opened: "asyncio.Event | None" = None
 
 
 @dataclass
@@ -130,6 +143,7 @@ class RangeHTTPServer:
         log = self.log
         self._failing = [0, 503]  # requests still to refuse, with which status
         self.failed = 0
+        self.gate: Gate | None = None
 
         async def counting(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http":
@@ -141,6 +155,18 @@ class RangeHTTPServer:
                                 "headers": [(b"content-length", b"0"), (b"retry-after", b"0")]})
                     await send({"type": "http.response.body", "body": b""})
                     return
+                gate = self.gate
+                if gate is not None and any(k == b"range" for k, _ in scope["headers"]):
+                    if gate.opened is None:
+                        gate.opened = asyncio.Event()  # made in the server's own loop
+                    gate.waiting += 1
+                    if gate.waiting >= gate.n:
+                        gate.opened.set()
+                    try:
+                        await asyncio.wait_for(gate.opened.wait(), gate.timeout_s)
+                    except asyncio.TimeoutError:
+                        gate.timed_out = True
+                        gate.opened.set()
             await static(scope, receive, send)
 
         self.port = free_port()
@@ -159,6 +185,11 @@ class RangeHTTPServer:
         """Answer the next ``count`` requests with ``status`` (a busy or failing server), then serve again."""
         self._failing[:] = [count, status]
         self.failed = 0
+
+    def hold_gets(self, n: int) -> Gate:
+        """Hold the next ranged GETs until ``n`` wait at once (:class:`Gate`); return the gate to look at after."""
+        self.gate = Gate(n)
+        return self.gate
 
     def stop(self) -> None:
         self._server.should_exit = True

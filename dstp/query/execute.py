@@ -563,7 +563,7 @@ class QueryExecution:
         def open_scan() -> GridScan:
             return GridScan(scan.dataset, h, scan.columns, batch_rows=settings.batch_rows,
                             sampling=scan.ref.sampling, stats=summary.stats, cancel=self.cancel,
-                            threads=settings.scan_threads)
+                            threads=settings.scan_threads, read_ahead_bytes=settings.store_read_ahead_bytes)
 
         replayable = ReplayableScan(open_scan, GridScan(scan.dataset, h, scan.columns).schema)
         self._sources.append(replayable)

@@ -39,6 +39,7 @@ rather than an exhausted stream.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from dstp.catalog.dataset import GriddedDataset
+from dstp.catalog.readahead import ReadAhead
 from dstp.catalog.netcdf4_ import ReadStats
 from dstp.errors import CancelledError
 from dstp.query.parse import Sampling
@@ -57,6 +59,8 @@ __all__ = ["GridScan", "INDEX_PREFIX", "ReplayableScan", "arrow_values", "sample
 
 #: Prefix of the columns that carry a grid point's index along one dimension (matchups).
 INDEX_PREFIX = "__dstp_i_"
+
+log = logging.getLogger("dstp.query")
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -157,8 +161,12 @@ class GridScan:
         stats: ReadStats | None = None,
         cancel: threading.Event | None = None,
         threads: int = 1,
+        read_ahead_bytes: int = 0,
     ) -> None:
         self.dataset = dataset
+        #: Decoded bytes of chunks in an object store read ahead of the block being read (0: none;
+        #: :mod:`dstp.catalog.readahead`).
+        self.read_ahead_bytes = read_ahead_bytes
         #: Blocks read at once (1: each block read when DuckDB asks for it, on DuckDB's thread).
         self.threads = max(1, threads)
         self.hyperslab = hyperslab
@@ -327,6 +335,49 @@ class GridScan:
 
     # -- iteration ---------------------------------------------------------------------
 
+    def _ahead(self) -> Generator[list[tuple[range, ...]], None, None]:
+        """Yield :meth:`blocks`, having asked, before each, for the chunks in an object store of it and of the
+        blocks after it while the read-ahead has room (:mod:`dstp.catalog.readahead`)."""
+        blocks = self.blocks()
+        ahead = self.dataset.read_ahead(self.read_ahead_bytes)
+        if ahead is None:
+            yield from blocks
+            return
+        queued: collections.deque[list[tuple[range, ...]]] = collections.deque()
+        try:
+            more = True
+            while True:
+                while more and (not queued or ahead.room()):
+                    block = next(blocks, None)
+                    if block is None:
+                        more = False
+                        break
+                    self._prefetch(block, ahead)
+                    queued.append(block)
+                if not queued:
+                    return
+                yield queued.popleft()
+        finally:
+            chunks = self.dataset.handles.chunks
+            assert chunks is not None
+            ahead.close(chunks.drop_ahead)
+
+    def _prefetch(self, block: list[tuple[range, ...]], ahead: ReadAhead) -> None:
+        """Ask for the chunks the read of ``block``'s columns will need (a fault is the read's to report)."""
+        grid = self.hyperslab.dims
+        for piece in block:
+            index = {d: slice(r.start, r.stop, r.step) for d, r in zip(grid, piece)}
+            for name in self.columns:
+                if name in (ROWID, SAMPLE_KEY) or name.startswith(INDEX_PREFIX) or name in self.dataset.coordinates:
+                    continue
+                column = self.dataset.readable(name)
+                if column is None:
+                    continue
+                try:
+                    self.dataset.prefetch(column, {d: index[d] for d in column.dimensions}, ahead)
+                except Exception as exc:  # noqa: BLE001 - the block's read meets it again and raises it
+                    log.debug("read-ahead of %s skipped: %s", name, type(exc).__name__)
+
     def batches(self) -> Generator[pa.RecordBatch, None, None]:
         """Yield the record batches of the scan; errors are also kept in ``self.error``."""
         made = self._sequential() if self.threads == 1 else self._read_ahead()
@@ -348,15 +399,19 @@ class GridScan:
             raise CancelledError("the query was cancelled")
 
     def _sequential(self) -> Generator[pa.RecordBatch, None, None]:
-        for block in self.blocks():
-            self._check_cancel()
-            yield self._block_batch(block)
+        blocks = self._ahead()
+        try:
+            for block in blocks:
+                self._check_cancel()
+                yield self._block_batch(block)
+        finally:
+            blocks.close()
 
     def _read_ahead(self) -> Generator[pa.RecordBatch, None, None]:
         """Yield the blocks' batches in order while up to ``threads`` later blocks are read on a pool."""
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="dstp-scan")
         pending: collections.deque[Future[pa.RecordBatch]] = collections.deque()
-        blocks = iter(self.blocks())
+        blocks = self._ahead()
         try:
             while True:
                 while len(pending) <= self.threads:
@@ -373,6 +428,7 @@ class GridScan:
             for future in pending:
                 future.cancel()
             pool.shutdown(wait=True)
+            blocks.close()
 
     def reader(self) -> pa.RecordBatchReader:
         """Return a one-shot reader over ``batches()``, for DuckDB to scan."""

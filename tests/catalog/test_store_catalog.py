@@ -317,7 +317,8 @@ def test_a_server_answering_503_is_retried_with_backoff(samples: Path, http: Ran
     got = answer_table(catalog, sql, SETTINGS)
     assert_same_records(got, run_sql(frame(samples, "ccm3", ["temperature"]), sql, "ccm3"))
     assert http.failed == 2
-    http.fail_next(50, 503)  # more than the retries: a clear refusal naming the store
+    # more than the retries of the read-ahead and then of the read itself: a clear refusal naming the store
+    http.fail_next(10_000, 503)
     try:
         with pytest.raises(StoreUnavailableError, match=r"store 'models' \(http://127\.0\.0\.1:\d+\) answered HTTP 503 "
                                                          "after retries reading ccm3/"):

@@ -11,7 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from dstp.catalog.stores import ObjectVersion, Store, StoreConfig, coalesce, load_store_configs, open_store
+from dstp.catalog.stores import (WINDOW_FLOOR, LinkMeter, ObjectVersion, Store, StoreConfig, coalesce,
+                                 load_store_configs, open_store)
 from dstp.errors import DataFileError, StoreUnavailableError
 from store_servers import RangeHTTPServer, S3Server
 
@@ -111,6 +112,44 @@ def test_ranges_apart_are_merged_only_beyond_the_requests_in_flight() -> None:
     assert coalesce(ranges, 50, at_most=1) == [(0, 10), (100, 140), (1000, 1020)]  # gaps over 50 stay
 
 
+def test_gaps_are_fetched_only_within_a_quarter_of_the_bytes_needed() -> None:
+    """Issue 36: bytes fetched ≤ 1.25 × the chunks needed. Four 100-byte chunks with gaps of 10, 20 and 300: the
+    two small gaps (30 bytes, 7.5 %) are fetched to save two requests; the 300-byte one is not."""
+    ranges = [(0, 100), (110, 210), (230, 330), (630, 730)]
+    assert coalesce(ranges, 1 << 20, waste=0.25) == [(0, 330), (630, 730)]
+    assert coalesce(ranges, 15, waste=0.25) == [(0, 210), (230, 330), (630, 730)]  # never across more than gap
+    # a point series: one chunk in four, the gaps three chunks long: each fetched alone
+    assert coalesce([(k * 400, k * 400 + 100) for k in range(6)], 1 << 20, waste=0.25) == \
+        [(k * 400, k * 400 + 100) for k in range(6)]
+
+
+def test_the_link_window_grows_with_what_the_path_delivers() -> None:
+    """Before any GET: the floor. Then 2 × rate × GET time: each round that delivers what its window allowed lets
+    the next keep twice as much in flight; a path that delivers no more keeps the window where it is."""
+    now = [0.0]
+    link = LinkMeter(clock=lambda: now[0])
+    assert link.window() == WINDOW_FLOOR
+    window, rtt = WINDOW_FLOOR, 0.08
+    for _ in range(3):  # a path with room: a window's bytes arrive in one round of 4 RTTs (slow start)
+        starts = [link.started() for _ in range(16)]
+        now[0] += rtt
+        for s in starts:
+            link.first_byte(s)
+        now[0] += 3 * rtt
+        for s in starts:
+            link.done(s, window // 16)
+        assert link.window() == pytest.approx(2 * window, rel=0.01)
+        window = link.window()
+    assert link.latency_s == pytest.approx(rtt)
+    capped = link.window()
+    starts = [link.started() for _ in range(16)]  # a round that delivers less: the window does not shrink below
+    now[0] += 8 * rtt
+    for s in starts:
+        link.first_byte(s)
+        link.done(s, WINDOW_FLOOR // 16)
+    assert link.window() >= WINDOW_FLOOR and link.rate_Bps == pytest.approx(capped / 2 / (4 * rtt), rel=0.01)
+
+
 def test_a_replaced_s3_object_is_refused_not_mixed(s3: S3Server, tree: Path) -> None:
     store = open_store(s3_config(s3))
     before = store.head("b/four.txt")
@@ -194,3 +233,18 @@ def test_any_ranges_coalesced_or_not_equal_the_file_s_bytes(s3: S3Server, tree: 
     store = open_store(s3_config(s3, coalesce_bytes=gap, concurrency=3))
     version = store.head("a/sub/three.nc")
     assert store.read_ranges(version, spans) == [data[s:e] for s, e in spans]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranges=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 500)), min_size=1, max_size=30),
+       gap=st.sampled_from([0, 10, 300, 1 << 20]))
+def test_coalesced_ranges_cover_every_range_and_fetch_at_most_a_quarter_more(ranges: list[tuple[int, int]],
+                                                                             gap: int) -> None:
+    spans = [(s, s + n) for s, n in ranges]
+    got = coalesce(spans, gap, waste=0.25)
+    needed: set[int] = set()
+    for s, e in spans:
+        needed.update(range(s, e))
+    assert all(any(a <= s and e <= b for a, b in got) for s, e in spans)
+    assert all(b1 < a2 for (_, b1), (a2, _) in zip(got, got[1:]))  # apart and in order
+    assert sum(b - a for a, b in got) <= 1.25 * len(needed)
