@@ -7,12 +7,14 @@ geodesic problems (Karney's algorithms, as GeographicLib and PostGIS ``geography
 is where the ellipsoid puts it; a sphere would move it by up to ~0.5 % of the distance (the radius query
 keeps its sphere, as documented).
 
-The distance to one geodesic segment is found by golden-section search along it (pyproj's ``fwd`` then
-``inv``), to 1 cm. Each segment is first cut into pieces of at most :data:`PIECE_M`, short enough that
-the distance from a point along a piece has no interior maximum and minimum both (they are half the
-Earth apart); the minimum also takes the piece's two ends, so a piece along which the distance only falls,
-only rises or rises then falls is answered right too. Cells farther from a piece's middle than half the
-piece plus the half width cannot be within it (triangle inequality) and are never searched.
+The line is cut into pieces of at most :data:`PIECE_M` along its geodesics. A cell is out of a piece's reach
+when its straight-line (chord) distance to the piece's middle, which no path on the surface can beat, passes
+half the piece plus the half width; it is in when its geodesic distance to the middle or an end is at most the
+half width. Only the cells left undecided by every piece — a thin band along the corridor's edges — are
+searched: the distance to a piece is found by golden-section search along it (pyproj's ``fwd`` then ``inv``),
+to 1 cm. A piece is short enough that the distance from a point along it has no interior maximum and minimum
+both (they lie half the Earth apart), and the minimum also takes the piece's two ends, so a piece along which
+the distance only falls, only rises, or rises then falls is answered right too.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import numpy as np
 
 __all__ = ["PIECE_M", "corridor_cells"]
 
-#: The longest piece of the line one search covers, metres.
-PIECE_M = 500_000.0
-#: The least meridional radius of curvature of WGS84 (at the equator), metres: a degree of latitude is at
-#: least this many metres × π/180 long, which bounds the distance between two latitudes from below.
-_MERIDIAN_MIN_M = 6_335_439.0
+#: The longest piece of the line, metres.
+PIECE_M = 100_000.0
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 _TOLERANCE_M = 0.01
+_A, _F = 6_378_137.0, 1 / 298.257223563  # WGS84
+#: The least length of a degree of latitude on WGS84 (at the equator: the meridian's least radius of curvature,
+#: a(1 − e²) = 6,335,439 m, × π/180), less a metre of margin.
+_METRES_PER_DEGREE_MIN = 110_573.0
 
 
 def _geod():  # type: ignore[no-untyped-def]
@@ -38,42 +41,62 @@ def _geod():  # type: ignore[no-untyped-def]
     return Geod(ellps="WGS84")
 
 
+def _ecef(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    """Return Earth-centred Cartesian coordinates (metres) of points on the WGS84 ellipsoid, shape (…, 3)."""
+    e2 = _F * (2 - _F)
+    lam, phi = np.radians(lon), np.radians(lat)
+    n = _A / np.sqrt(1 - e2 * np.sin(phi) ** 2)
+    return np.stack([n * np.cos(phi) * np.cos(lam), n * np.cos(phi) * np.sin(lam), n * (1 - e2) * np.sin(phi)],
+                    axis=-1)
+
+
 def corridor_cells(lines: list[list[tuple[float, float]]], half_width_m: float, lons: np.ndarray,
                    lats: np.ndarray) -> np.ndarray:
     """Return a (len(lats), len(lons)) mask of the cells whose centres lie within ``half_width_m`` of the
     lines (each a list of (lon, lat) vertices joined by geodesics); ``lons`` on −180…180."""
     geod = _geod()
     lon2, lat2 = np.meshgrid(np.asarray(lons, "f8"), np.asarray(lats, "f8"))
-    inside = np.zeros(lon2.shape, bool)
+    px, py = lon2.reshape(-1), lat2.reshape(-1)
+    cells = _ecef(px, py)
+    row_lats, row_size = np.asarray(lats, "f8"), lon2.shape[1]
+    inside = np.zeros(px.size, bool)
+    pieces = []
     for line in lines:
         for (lon_a, lat_a), (lon_b, lat_b) in zip(line, line[1:] if len(line) > 1 else line):
             az, _, length = geod.inv(lon_a, lat_a, lon_b, lat_b)
-            pieces = max(1, math.ceil(length / PIECE_M))
-            step = length / pieces
-            for k in range(pieces):
-                lon0, lat0, _ = geod.fwd(lon_a, lat_a, az, k * step)
-                lon1, lat1, _ = geod.fwd(lon_a, lat_a, az, (k + 1) * step) if k + 1 < pieces else (lon_b, lat_b, 0)
-                _piece(geod, float(lon0), float(lat0), float(lon1), float(lat1), half_width_m, lon2, lat2, inside)
-    return inside
+            count = max(1, math.ceil(length / PIECE_M))
+            ends = [geod.fwd(lon_a, lat_a, az, k * length / count)[:2] for k in range(count)] + [(lon_b, lat_b)]
+            pieces += [(float(a[0]), float(a[1]), float(b[0]), float(b[1])) for a, b in zip(ends, ends[1:])]
+    undecided = []
+    for lon0, lat0, lon1, lat1 in pieces:  # the cheap bounds first, for every piece
+        az, _, length = geod.inv(lon0, lat0, lon1, lat1)
+        mid = geod.fwd(lon0, lat0, az, length / 2)[:2]
+        reach = length / 2 + half_width_m
+        # rows whose latitude alone is out of reach (a degree of latitude is at least 110.57 km), then the chord
+        rows = np.flatnonzero(np.abs(row_lats - mid[1]) * _METRES_PER_DEGREE_MIN <= reach + 1.0)
+        if rows.size == 0:
+            continue
+        span = (rows[:, None] * row_size + np.arange(row_size)[None, :]).reshape(-1)
+        chord = np.linalg.norm(cells[span] - _ecef(np.array(mid[0]), np.array(mid[1])), axis=-1)
+        near = span[(chord <= reach + 1.0) & ~inside[span]]
+        if near.size == 0:
+            continue
+        n = near.size
+        to_mid = np.asarray(geod.inv(np.full(n, mid[0]), np.full(n, mid[1]), px[near], py[near])[2])
+        to_ends = np.minimum(np.asarray(geod.inv(np.full(n, lon0), np.full(n, lat0), px[near], py[near])[2]),
+                             np.asarray(geod.inv(np.full(n, lon1), np.full(n, lat1), px[near], py[near])[2]))
+        inside[near[(to_mid <= half_width_m) | (to_ends <= half_width_m)]] = True
+        undecided.append((lon0, lat0, az, length, near[to_mid <= reach]))
+    for lon0, lat0, az, length, near in undecided:  # then the search, for the cells still undecided
+        idx = near[~inside[near]]
+        if idx.size:
+            inside[idx] = _search(geod, lon0, lat0, az, length, px[idx], py[idx]) <= half_width_m
+    return inside.reshape(lon2.shape)
 
 
-def _piece(geod, lon0: float, lat0: float, lon1: float, lat1: float, half_width_m: float,  # type: ignore[no-untyped-def]
-           lon2: np.ndarray, lat2: np.ndarray, inside: np.ndarray) -> None:
-    az, _, length = geod.inv(lon0, lat0, lon1, lat1)
-    mid_lon, mid_lat, _ = geod.fwd(lon0, lat0, az, length / 2)
-    reach = length / 2 + half_width_m
-    # rows whose latitude alone puts them out of reach, then cells out of reach of the piece's middle
-    rows = np.abs(lat2[:, 0] - mid_lat) * math.radians(1.0) * _MERIDIAN_MIN_M <= reach + 1.0
-    if not rows.any():
-        return
-    plon, plat = lon2[rows].reshape(-1), lat2[rows].reshape(-1)
-    todo = ~inside[rows].reshape(-1)
-    _, _, to_mid = geod.inv(np.full(plon.shape, mid_lon), np.full(plon.shape, mid_lat), plon, plat)
-    todo &= np.asarray(to_mid) <= reach
-    idx = np.flatnonzero(todo)
-    if idx.size == 0:
-        return
-    px, py = plon[idx], plat[idx]
+def _search(geod, lon0: float, lat0: float, az: float, length: float,  # type: ignore[no-untyped-def]
+            px: np.ndarray, py: np.ndarray) -> np.ndarray:
+    """Return the geodesic distance from each (px, py) to the piece of ``length`` from (lon0, lat0) along ``az``."""
 
     def distance(s: np.ndarray) -> np.ndarray:
         qx, qy, _ = geod.fwd(np.full(px.shape, lon0), np.full(px.shape, lat0), np.full(px.shape, az), s)
@@ -94,6 +117,4 @@ def _piece(geod, lon0: float, lat0: float, lon1: float, lat1: float, half_width_
             fd, fc = np.where(left, fc, fp), np.where(left, fp, fd)
             c, d = np.where(left, new_c, d), np.where(left, c, new_d)
             best = np.minimum(best, np.minimum(fc, fd))
-    flat = inside[rows].reshape(-1)
-    flat[idx] |= best <= half_width_m
-    inside[rows] = flat.reshape(inside[rows].shape)
+    return best
