@@ -8,7 +8,7 @@ netCDF (CF), GeoJSON or Parquet (``f=``; see :func:`netcdf`, :func:`geojson`, :f
 
 - **position** ``coords=POINT(lon lat)``: the grid cell nearest the point
   (nearest coordinate value along each horizontal axis, as
-  ``ds.sel(lat=…, lon=…, method="nearest")``; a tie goes to the lower index),
+  ``ds.sel(lat=…, lon=…, method="nearest")``; of two as near, the larger value, as xarray takes it),
   every time and level asked for — a CoverageJSON ``PointSeries``;
 - **area** ``coords=POLYGON((…))``: the cells whose centres lie inside the
   polygon (or on its edge) — a ``Grid`` whose cells outside are null;

@@ -279,8 +279,12 @@ def _dataset_lon(lon: float, values: np.ndarray) -> float:
 
 
 def _nearest(values: np.ndarray, target: float) -> Any:
-    distance = np.abs(values.astype("f8") - target)
-    return values[int(np.argmin(distance))]
+    """Return the value nearest ``target``; of two as near, the larger, as xarray's ``sel(method="nearest")``
+    (pandas) takes it whichever way the axis runs."""
+    as_float = values.astype("f8")
+    distance = np.abs(as_float - target)
+    ties = np.flatnonzero(distance == distance.min())
+    return values[int(ties[np.argmax(as_float[ties])])]
 
 
 def resolve(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> EdrQuery:

@@ -33,7 +33,8 @@ from dstp.catalog.publish import publish
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
-SPECS = {"ccm3": oracle.DATASETS["ccm3"], "model": ARCHIVES["model"]}
+SPECS = {"ccm3": oracle.DATASETS["ccm3"], "model": ARCHIVES["model"],
+         "std": {"folder": "std", "glob": "std_*.nc", "agg": "time", "rename": {}}}
 GEOD = Geod(ellps="WGS84")
 
 
@@ -43,6 +44,8 @@ def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(catalog_root / "ccm3", here / "ccm3")
     model_360_day(here / "model")
     publish(builders.buoys(here / "buoys", stations=12, west=False), "buoys")
+    publish(builders.model_grid(here / "std", calendar="standard", lon_west=True, years=(2000, 2001), name="std"),
+            "std")
     return here
 
 
@@ -114,6 +117,38 @@ def test_linestring_m_takes_each_vertex_nearest_time_on_the_360_day_calendar(htt
         for (x, y), m in zip(path, ms)]
     np.testing.assert_array_equal(_values(cov, "tas"), np.array(want, "f8"))
     assert len(cov["domain"]["axes"]["composite"]["values"]) == len(path)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.generate])
+@given(path=st.lists(st.tuples(st.floats(-180, 180), st.floats(-80, 80), st.floats(200, 900),
+                               st.floats(946_684_800.0, 1_009_756_800.0)), min_size=2, max_size=4))
+def test_linestring_zm_in_unix_seconds_on_a_gregorian_grid_west_of_0(http, root: Path, path: list) -> None:
+    ds = local(root, "std")  # standard calendar, longitudes −180…180, levels in hPa
+    line = "LINESTRING ZM (" + ", ".join(f"{x!r} {y!r} {z!r} {m!r}" for x, y, z, m in path) + ")"
+    answer = http.get("/edr/collections/std/trajectory", params={"coords": line, "parameter-name": "ta"})
+    assert answer.status_code == 200, answer.text
+    # a request's longitude is taken on the storage's convention (docs/edr.md): on −180…180 storage 180 is −180
+    want = [float(ds["ta"].sel(lon=((x + 180.0) % 360.0) - 180.0, lat=y, lev=z, method="nearest").sel(
+        time=cftime.num2date(m, "seconds since 1970-01-01", calendar="standard"), method="nearest"))
+        for x, y, z, m in path]
+    np.testing.assert_array_equal(_values(answer.json(), "ta"), np.array(want, "f8"))
+
+
+@pytest.mark.parametrize("lon, lat", [(-157.5, 0.0), (-90.0, 30.0), (0.0, -60.0)])
+def test_a_point_midway_between_cells_takes_the_larger_value_as_xarray_does(http, root: Path, lon: float,
+                                                                             lat: float) -> None:
+    ds = local(root, "std")  # latitudes −75, −45, −15, 15, 45, 75 and longitudes −180, −135, …: ties at these
+    want = ds["ta"].sel(lon=lon, lat=lat, method="nearest")
+    cov = http.get("/edr/collections/std/position", params={"coords": f"POINT({lon} {lat})",
+                                                            "parameter-name": "ta"}).json()
+    assert (cov["domain"]["axes"]["x"]["values"], cov["domain"]["axes"]["y"]["values"]) == \
+        ([float(want.lon)], [float(want.lat)])
+    np.testing.assert_array_equal(_values(cov, "ta").reshape(want.shape), want.values)
+    track = http.get("/edr/collections/std/trajectory", params={
+        "coords": f"LINESTRING Z ({lon} {lat} 675, 10 10 500)", "parameter-name": "ta"}).json()
+    level = float(ds.lev.sel(lev=675.0, method="nearest"))  # midway between 850 and 500 hPa too
+    assert track["domain"]["axes"]["composite"]["values"][0][1:] == [level, float(want.lon), float(want.lat)]
 
 
 def test_linestring_zm_and_multilinestring_answer_vertex_by_vertex_in_order(http, root: Path) -> None:
