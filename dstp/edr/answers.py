@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
 from dstp.cf_encoding import TimeEncoding, variable_attrs
+from dstp.edr.items import station_columns
 from dstp.edr.query import (DISTANCE_UNITS, FORMATS, ITEM_FORMATS, QUERY_TYPES, EdrQuery, axes_by_kind, dims_of,
                             inside_rows, points, records, trajectory_rows)
 from dstp.metadata import ColumnInfo, DatasetDetails
@@ -179,7 +180,8 @@ def collection(details: DatasetDetails, base: str) -> dict[str, Any]:
         extent["vertical"] = {"interval": [[z.min, z.max]], "vrs": z.units or z.coordinate}
     if details.feature_type:  # a station dataset: its items (stations), nothing cut from a grid
         queries: dict[str, Any] = {"items": {"link": {"href": f"{url}/items", "rel": "data", "type": "application/geo+json",
-                                                      "variables": {"query_type": "items", "title": "Stations"}}}}
+                                                      "variables": {"query_type": "items", "title": "Stations"}}}} \
+            if station_columns(details) is not None else {}  # profiles, trajectories: none answered yet
     else:
         queries = {k: {"link": {"href": f"{url}/{k}", "rel": "data", "variables": {
             "query_type": k, "output_formats": list(FORMATS), "default_output_format": "CoverageJSON"}}}

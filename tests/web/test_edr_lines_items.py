@@ -296,6 +296,16 @@ def test_a_cell_116_m_beyond_the_edge_is_out_and_in_once_the_corridor_is_240_m_w
     assert (lat, lon) in cells("2000.24")
 
 
+def test_a_multilinestring_corridor_is_the_union_of_its_parts(http) -> None:
+    def cells(coords: str) -> set:
+        return {(r["lat"], r["lon"]) for r in _rows(http.get("/edr/collections/model/corridor", params={
+            "coords": coords, "corridor-width": "1500", "width-units": "km", "parameter-name": "tas", "f": "CSV"}))}
+
+    a, b = cells("LINESTRING(-30 40, 10 0)"), cells("LINESTRING(100 -50, 170 -10)")
+    assert a and b and not a & b
+    assert cells("MULTILINESTRING((-30 40, 10 0), (100 -50, 170 -10))") == a | b
+
+
 def test_a_corridor_over_the_limit_is_refused_with_its_size(http, root: Path, monkeypatch) -> None:
     from dstp import edr
 
