@@ -21,6 +21,8 @@ netCDF (CF), GeoJSON or Parquet (``f=``; see :func:`netcdf`, :func:`geojson`, :f
   ``ZM`` both; ``MULTILINESTRING`` is answered part after part;
 - **corridor** ``coords=LINESTRING(…)&corridor-width=W&width-units=km``: the cells whose centres lie within
   W/2 of the line along the WGS84 ellipsoid (:mod:`dstp.edr.corridor`) — a ``Grid``, cells outside null;
+  with ``LINESTRING Z`` and ``corridor-height=H&height-units=`` (the levels' units), each cell keeps the levels
+  within H/2 of the line's height at the point nearest it;
 - **items** of a station dataset (CF ``timeSeries``): its stations as GeoJSON, and a station's
   observations (:mod:`dstp.edr.items`).
 

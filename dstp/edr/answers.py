@@ -187,8 +187,8 @@ def collection(details: DatasetDetails, base: str) -> dict[str, Any]:
             "query_type": k, "output_formats": list(FORMATS), "default_output_format": "CoverageJSON"}}}
             for k in QUERY_TYPES}
         queries["corridor"]["link"]["variables"].update(
-            # no height is answered: corridor-height is refused where there are levels (z= picks them)
-            {"width_units": list(DISTANCE_UNITS), "height_units": []})
+            # corridor-height is answered with LINESTRING Z, in the vertical axis's own units
+            {"width_units": list(DISTANCE_UNITS), "height_units": [z.units] if z is not None and z.units else []})
     return {
         "id": s.id, "title": s.title or s.id, "description": s.summary or s.title or s.id,
         "extent": extent, "data_queries": queries,

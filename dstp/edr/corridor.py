@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-__all__ = ["PIECE_M", "corridor_cells"]
+__all__ = ["PIECE_M", "centre_heights", "corridor_cells"]
 
 #: The longest piece of the line, metres.
 PIECE_M = 100_000.0
@@ -90,19 +90,58 @@ def corridor_cells(lines: list[list[tuple[float, float]]], half_width_m: float, 
     for lon0, lat0, az, length, near in undecided:  # then the search, for the cells still undecided
         idx = near[~inside[near]]
         if idx.size:
-            inside[idx] = _search(geod, lon0, lat0, az, length, px[idx], py[idx]) <= half_width_m
+            inside[idx] = _search(geod, lon0, lat0, az, length, px[idx], py[idx])[0] <= half_width_m
     return inside.reshape(lon2.shape)
 
 
+def centre_heights(lines: list[list[tuple[float, float, float]]], half_width_m: float, lons: np.ndarray,
+                   lats: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """Return, for each cell of ``inside`` (a corridor_cells mask), the height of the line at the point nearest
+    its centre — each segment's height changing linearly with the distance along it from one vertex's Z to
+    the next's — and NaN for the cells outside."""
+    geod = _geod()
+    lon2, lat2 = np.meshgrid(np.asarray(lons, "f8"), np.asarray(lats, "f8"))
+    idx = np.flatnonzero(inside.reshape(-1))
+    px, py = lon2.reshape(-1)[idx], lat2.reshape(-1)[idx]
+    cells = _ecef(px, py)
+    best, height = np.full(idx.size, np.inf), np.full(idx.size, np.nan)
+    for line in lines:
+        for (lon_a, lat_a, z_a), (lon_b, lat_b, z_b) in zip(line, line[1:] if len(line) > 1 else line):
+            az, _, length = geod.inv(lon_a, lat_a, lon_b, lat_b)
+            count = max(1, math.ceil(length / PIECE_M))
+            for k in range(count):
+                start = k * length / count
+                lon0, lat0 = geod.fwd(lon_a, lat_a, az, start)[:2]
+                lon1, lat1 = geod.fwd(lon_a, lat_a, az, start + length / count)[:2] if k + 1 < count else (lon_b, lat_b)
+                az0, _, piece = geod.inv(lon0, lat0, lon1, lat1)
+                mid = geod.fwd(lon0, lat0, az0, piece / 2)[:2]
+                near = np.flatnonzero(np.linalg.norm(cells - _ecef(np.array(mid[0]), np.array(mid[1])), axis=-1)
+                                      <= piece / 2 + half_width_m + 1.0)
+                if near.size == 0:
+                    continue
+                d, s = _search(geod, float(lon0), float(lat0), az0, piece, px[near], py[near])
+                nearer = d < best[near]
+                best[near] = np.minimum(best[near], d)
+                fraction = np.clip((start + s * (length / count) / piece if piece > 0 else start + s) / length, 0, 1) \
+                    if length > 0 else np.zeros(s.shape)
+                height[near[nearer]] = (z_a + (z_b - z_a) * fraction)[nearer]
+    out = np.full(inside.size, np.nan)
+    out[idx] = height
+    return out.reshape(inside.shape)
+
+
 def _search(geod, lon0: float, lat0: float, az: float, length: float,  # type: ignore[no-untyped-def]
-            px: np.ndarray, py: np.ndarray) -> np.ndarray:
-    """Return the geodesic distance from each (px, py) to the piece of ``length`` from (lon0, lat0) along ``az``."""
+            px: np.ndarray, py: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the geodesic distance from each (px, py) to the piece of ``length`` from (lon0, lat0) along ``az``,
+    and how far along the piece its nearest point lies."""
 
     def distance(s: np.ndarray) -> np.ndarray:
         qx, qy, _ = geod.fwd(np.full(px.shape, lon0), np.full(px.shape, lat0), np.full(px.shape, az), s)
         return np.asarray(geod.inv(px, py, qx, qy)[2])
 
-    best = np.minimum(distance(np.zeros(px.shape)), distance(np.full(px.shape, length)))
+    at_start, at_end = distance(np.zeros(px.shape)), distance(np.full(px.shape, length))
+    best = np.minimum(at_start, at_end)
+    where = np.where(at_start <= at_end, 0.0, length)
     lo, hi = np.zeros(px.shape), np.full(px.shape, length)
     if length > _TOLERANCE_M:
         c, d = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
@@ -116,5 +155,7 @@ def _search(geod, lon0: float, lat0: float, az: float, length: float,  # type: i
             fp = distance(probe)
             fd, fc = np.where(left, fc, fp), np.where(left, fp, fd)
             c, d = np.where(left, new_c, d), np.where(left, c, new_d)
+            nearer = np.minimum(fc, fd) < best
+            where = np.where(nearer, np.where(fc <= fd, c, d), where)
             best = np.minimum(best, np.minimum(fc, fd))
-    return best
+    return best, where

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dstp.edr.corridor import corridor_cells
+from dstp.edr.corridor import centre_heights, corridor_cells
 from dstp.errors import QueryError, ResultTooLargeError
 from dstp.hyperslabs import Axis, quote_name, sql_literal
 from dstp.metadata import DatasetDetails, DimensionInfo
@@ -64,6 +64,12 @@ class EdrQuery:
     lines: tuple[tuple[tuple[float, float], ...], ...] = ()
     cell_mask: Any = None
     cell_keys: Any = None
+    #: corridor with LINESTRING Z: half its height (in the vertical axis's units), the lines with their heights;
+    #: by :func:`resolve`, the line's height nearest each cell of cell_keys, and the (cell, level) pairs inside
+    half_height: float = 0.0
+    line_heights: tuple[tuple[tuple[float, float, float], ...], ...] = ()
+    cell_heights: Any = None
+    cell_levels: int = 0
 
 
 def axes_by_kind(d: DatasetDetails) -> dict[str, DimensionInfo]:
@@ -214,9 +220,9 @@ def _line_query(kind: str, text: str, shape: Any, params: dict[str, str], detail
     if not all(math.isfinite(v) for c in vertices for v in c):
         raise QueryError(f"coords {text!r} holds a value that is not a number")
     axes = axes_by_kind(details)
-    if kind == "corridor" and (has_z or has_m):
-        raise QueryError(f"coords {text!r}: a corridor with heights or times per vertex ({tag}) is not answered "
-                         "yet; send LINESTRING(lon lat, …) with z= and datetime=")
+    if kind == "corridor" and has_m:
+        raise QueryError(f"coords {text!r}: a corridor with a time per vertex ({tag}) is not answered yet; send "
+                         "LINESTRING(lon lat, …) or LINESTRING Z with datetime=")
     if has_z and params.get("z"):
         raise QueryError(f"coords {text!r} gives each vertex its height ({tag}) and z={params['z']!r} gives "
                          "another: EDR forbids both; drop z=")
@@ -231,14 +237,39 @@ def _line_query(kind: str, text: str, shape: Any, params: dict[str, str], detail
                          "axis; send LINESTRING(lon lat, …)")
     half = 0.0
     if kind == "corridor":
-        half = _corridor_half_width(params, details)
+        half = _corridor_half_width(params, details, has_z)
+        if has_z:  # a 3-D corridor: each cell's levels within half the height of the line's height there
+            return EdrQuery(kind, [(c[0], c[1]) for c in vertices], *common_parameters(params, details),
+                            within_km=half, lines=tuple(tuple((c[0], c[1]) for c in line) for line in lines),
+                            half_height=_corridor_half_height(params, details),
+                            line_heights=tuple(tuple((c[0], c[1], c[2]) for c in line) for line in lines))
     return EdrQuery(kind, [(c[0], c[1]) for c in vertices], *common_parameters(params, details), within_km=half,
                     vertex_z=tuple(c[2] for c in vertices) if has_z else (),
                     vertex_m=tuple(c[-1] for c in vertices) if has_m else (),
                     lines=tuple(tuple((c[0], c[1]) for c in line) for line in lines))
 
 
-def _corridor_half_width(params: dict[str, str], details: DatasetDetails) -> float:
+def _corridor_half_height(params: dict[str, str], details: DatasetDetails) -> float:
+    """Return half a 3-D corridor's height from corridor-height and height-units (the vertical axis's units)."""
+    z = axes_by_kind(details)["Z"]
+    height, unit = params.get("corridor-height", ""), params.get("height-units", "")
+    if not height or not unit:
+        raise QueryError(f"a corridor with a height per vertex (LINESTRING Z) needs corridor-height= (its whole "
+                         f"height) and height-units= ({z.units or 'the units of ' + z.name})")
+    if unit.replace(" ", "").lower() != (z.units or "").replace(" ", "").lower():
+        raise QueryError(f"height-units={unit!r} is not offered: {details.summary.id}'s levels ({z.name}) are in "
+                         f"{z.units or 'no stated units'}; send height-units={z.units!r}")
+    try:
+        value = float(height)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise QueryError(f"corridor-height={height!r} is not a positive number (the corridor's whole height in "
+                         f"{unit})")
+    return value / 2
+
+
+def _corridor_half_width(params: dict[str, str], details: DatasetDetails, has_z: bool) -> float:
     """Return half a corridor's width in km from corridor-width and width-units (both required)."""
     width, unit = params.get("corridor-width", ""), params.get("width-units", "")
     units = ", ".join(DISTANCE_UNITS)
@@ -257,11 +288,11 @@ def _corridor_half_width(params: dict[str, str], details: DatasetDetails) -> flo
     if not 0 < km / 2 <= math.pi * EARTH_RADIUS_KM:
         raise QueryError(f"corridor-width={width} {unit} is not a width between 0 and the Earth's circumference")
     height, height_units = params.get("corridor-height", ""), params.get("height-units", "")
-    if height or height_units:
+    if (height or height_units) and not has_z:
         if "Z" in axes_by_kind(details):
             raise QueryError(f"corridor-height={height!r}: a corridor's height is centred on each vertex's own "
-                             "height (LINESTRING Z), which is not answered yet; drop corridor-height and "
-                             f"height-units, and pick {details.summary.id}'s levels with z=")
+                             "height: send LINESTRING Z (lon lat z, …), or drop corridor-height and height-units "
+                             f"and pick {details.summary.id}'s levels with z=")
         try:
             ok = float(height) > 0 and bool(height_units)
         except ValueError:
@@ -291,7 +322,7 @@ def resolve(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> EdrQ
     """Return ``q`` with what it picks on the dataset's axes: each vertex's level (nearest) and time (nearest,
     Unix seconds on the dataset's calendar) of a trajectory with Z or M, the cells of a corridor."""
     by_axis = axes_by_kind(details)
-    if q.vertex_z:
+    if q.vertex_z and q.kind == "trajectory":
         zv = axes[by_axis["Z"].name].values
         assert zv is not None
         q = replace(q, picked_z=tuple(_nearest(zv, v) for v in q.vertex_z))
@@ -309,8 +340,18 @@ def resolve(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> EdrQ
         xf, yf = xs.astype("f8"), ys.astype("f8")
         mask = corridor_cells([list(line) for line in q.lines], q.within_km * 1000.0, ((xf + 180.0) % 360.0) - 180.0,
                               yf)
+        heights = None
+        if q.line_heights:  # 3-D: a cell is kept with the levels within half the height of the line's there
+            zv = axes[by_axis["Z"].name].values
+            assert zv is not None
+            heights = centre_heights([list(line) for line in q.line_heights], q.within_km * 1000.0,
+                                     ((xf + 180.0) % 360.0) - 180.0, yf, mask)
+            levels = (np.abs(zv.astype("f8")[None, None, :] - heights[:, :, None]) <= q.half_height).sum(axis=2)
+            mask = mask & (levels > 0)
+            q = replace(q, cell_levels=int(levels[mask].sum()))
         iy, ix = np.nonzero(mask)
-        q = replace(q, cell_mask=mask, cell_keys=xf[ix] + 1j * yf[iy])
+        q = replace(q, cell_mask=mask, cell_keys=xf[ix] + 1j * yf[iy],
+                    cell_heights=heights[iy, ix] if heights is not None else None)
     return q
 
 
@@ -364,6 +405,11 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
                              "widen corridor-width or move the line")
         where.append(_cells_sql(q.cell_mask, xs, ys, x.coordinate, y.coordinate))
         counts[x.name], counts[y.name] = int(q.cell_mask.sum()), 1
+        if q.cell_heights is not None:  # 3-D: the levels any cell keeps; the count is of (cell, level) pairs
+            zd = by_axis["Z"]
+            lo_z, hi_z = float(np.min(q.cell_heights)) - q.half_height, float(np.max(q.cell_heights)) + q.half_height
+            where.append(f"{quote_name(zd.coordinate)} between {sql_literal(lo_z)} and {sql_literal(hi_z)}")
+            counts[x.name], counts[zd.name] = q.cell_levels, 1
     else:
         w, s, e, n = q.geometry if q.kind == "cube" else _radius_box(q) if q.kind == "radius" else q.geometry.bounds
         lo, hi = _dataset_lon(w, xs), _dataset_lon(e, xs)
@@ -513,6 +559,12 @@ def inside_rows(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> np.nda
     ax = axes_by_kind(details)
     xs = table.column(ax["X"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
     ys = table.column(ax["Y"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+    if q.kind == "corridor" and q.cell_heights is not None:  # 3-D: the cell's levels near the line's height
+        order = np.argsort(q.cell_keys)
+        keys, heights = q.cell_keys[order], q.cell_heights[order]
+        at = np.clip(np.searchsorted(keys, xs + 1j * ys), 0, keys.size - 1)
+        level = table.column(ax["Z"].coordinate).to_numpy(zero_copy_only=False).astype("f8")
+        return (keys[at] == xs + 1j * ys) & (np.abs(level - heights[at]) <= q.half_height)
     if q.kind == "corridor":
         return np.isin(xs + 1j * ys, q.cell_keys)
     xs = ((xs + 180.0) % 360.0) - 180.0

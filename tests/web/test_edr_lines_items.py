@@ -296,6 +296,63 @@ def test_a_cell_116_m_beyond_the_edge_is_out_and_in_once_the_corridor_is_240_m_w
     assert (lat, lon) in cells("2000.24")
 
 
+def test_a_3d_corridor_keeps_each_cells_levels_within_half_the_height_of_the_line_there(http, root: Path,
+                                                                                        monkeypatch) -> None:
+    ds = local(root, "ccm3")  # levels in hPa
+    (x0, y0, z0), (x1, y1, z1) = (-30.0, 40.0, 150.0), (10.0, 0.0, 850.0)
+    half_width, half_height = 1_250_000.0, 150.0
+    # the oracle: samples every 2 km along the geodesic, each at the height interpolated by distance along it
+    r = GEOD.inv_intermediate(x0, y0, x1, y1, del_s=2000.0, initial_idx=0, terminus_idx=0, return_back_azimuth=True)
+    sx, sy = np.array(r.lons), np.array(r.lats)
+    along = np.concatenate([[0.0], np.cumsum(GEOD.inv(sx[:-1], sy[:-1], sx[1:], sy[1:],
+                                                      return_back_azimuth=True)[2])])
+    sz = z0 + (z1 - z0) * along / along[-1]
+    lon2, lat2 = np.meshgrid(((ds.lon.values + 180) % 360) - 180, ds.lat.values)
+    a, b = np.meshgrid(sx, lon2.ravel(), indexing="ij")
+    c, e = np.meshgrid(sy, lat2.ravel(), indexing="ij")
+    d = GEOD.inv(a, c, b, e, return_back_azimuth=True)[2]
+    nearest = d.argmin(axis=0)
+    dist, height = d.min(axis=0).reshape(lon2.shape), sz[nearest].reshape(lon2.shape)
+    slack = abs(z1 - z0) / along[-1] * 1000.0 + 0.01  # a sample is ≤ 1 km along the line from the nearest point
+    params = {"coords": f"LINESTRING Z ({x0} {y0} {z0}, {x1} {y1} {z1})", "corridor-width": "2500",
+              "width-units": "km", "corridor-height": "300", "height-units": "hPa", "parameter-name": "temperature"}
+    rows = _rows(http.get("/edr/collections/ccm3/corridor", params={**params, "f": "CSV"}))
+    from dstp import edr
+
+    monkeypatch.setattr(edr.query, "MAX_VALUES", 10)  # the size told before reading is the answer's
+    refused = http.get("/edr/collections/ccm3/corridor", params=params)
+    assert refused.status_code == 413 and f"would return {len(rows):,} values" in refused.text
+    monkeypatch.undo()
+    cov = http.get("/edr/collections/ccm3/corridor", params=params).json()  # a Grid: the same records, others null
+    assert cov["domain"]["domainType"] == "Grid"
+    assert np.count_nonzero(~np.isnan(_values(cov, "temperature"))) == \
+        sum(1 for r in rows if r["temperature"])
+    got = {(float(r["lat"]), ((float(r["lon"]) + 180) % 360) - 180, float(r["lev"])) for r in rows}
+    must, must_not, undecided = set(), set(), 0
+    for i, j in np.ndindex(lon2.shape):
+        for lev in ds.lev.values.tolist():
+            key = (float(lat2[i, j]), float(lon2[i, j]), lev)
+            gap = abs(lev - height[i, j])
+            if dist[i, j] <= half_width and gap <= half_height - slack:
+                must.add(key)
+            elif dist[i, j] > half_width + 1000.0 or gap > half_height + slack:
+                must_not.add(key)
+            else:
+                undecided += 1
+    assert undecided <= 2 and len(must) > 20
+    assert must <= got and not got & must_not
+    # each record is the file's value at its time, level and cell
+    times = {t.isoformat()[:19]: k for k, t in enumerate(ds.time.values)}
+    lev_i = {v: k for k, v in enumerate(ds.lev.values.tolist())}
+    lat_i = {v: k for k, v in enumerate(ds.lat.values.tolist())}
+    lon_i = {v: k for k, v in enumerate(ds.lon.values.tolist())}
+    assert len(rows) == len(got) * len(times)
+    np.testing.assert_array_equal(
+        [float(r["temperature"]) if r["temperature"] else np.nan for r in rows],
+        [float(ds["temperature"].values[times[r["time"][:19]], lev_i[float(r["lev"])], lat_i[float(r["lat"])],
+                                        lon_i[float(r["lon"])]]) for r in rows])
+
+
 def test_a_multilinestring_corridor_is_the_union_of_its_parts(http) -> None:
     def cells(coords: str) -> set:
         return {(r["lat"], r["lon"]) for r in _rows(http.get("/edr/collections/model/corridor", params={
@@ -333,7 +390,13 @@ def test_a_corridor_over_the_limit_is_refused_with_its_size(http, root: Path, mo
     ("corridor", {"coords": "LINESTRING(0 0, 10 10)", "corridor-width": "100", "width-units": "km",
                   "corridor-height": "100", "height-units": "hPa"}, 400, "corridor-height='100'"),
     ("corridor", {"coords": "LINESTRING Z (0 0 1, 10 10 2)", "corridor-width": "100", "width-units": "km"}, 400,
-     "a corridor with heights or times per vertex (LINESTRING Z)"),
+     "a corridor with a height per vertex (LINESTRING Z) needs corridor-height= (its whole height) and "
+     "height-units= (hPa)"),
+    ("corridor", {"coords": "LINESTRING Z (0 0 1, 10 10 2)", "corridor-width": "100", "width-units": "km",
+                  "corridor-height": "100", "height-units": "m"}, 400,
+     "height-units='m' is not offered: ccm3's levels (lev) are in hPa; send height-units='hPa'"),
+    ("corridor", {"coords": "LINESTRING M (0 0 1, 10 10 2)", "corridor-width": "100", "width-units": "km"}, 400,
+     "a corridor with a time per vertex (LINESTRING M) is not answered yet"),
     ("trajectory", {"coords": "LINESTRING Z (0 0 500, 10 10 850)", "z": "850"}, 400,
      "gives each vertex its height (LINESTRING Z) and z='850' gives another"),
     ("trajectory", {"coords": "LINESTRINGM(0 0 0, 10 10 86400)", "datetime": "1990-01-01"}, 400,
@@ -378,6 +441,8 @@ def test_items_page_through_the_stations_by_id_with_bbox(http, root: Path) -> No
     collections = {c["id"]: c for c in http.get("/edr/collections").json()["collections"]}
     assert set(collections["buoys"]["data_queries"]) == {"items"}
     assert "items" not in collections["ccm3"]["data_queries"] and "corridor" in collections["ccm3"]["data_queries"]
+    assert collections["ccm3"]["data_queries"]["corridor"]["link"]["variables"]["height_units"] == ["hPa"]
+    assert collections["model"]["data_queries"]["corridor"]["link"]["variables"]["height_units"] == []
     got, offset = [], 0
     while True:
         page = http.get("/edr/collections/buoys/items", params={"limit": "5", "offset": str(offset)})
