@@ -113,18 +113,12 @@ def stations_sql(details: DatasetDetails, columns: StationColumns, q: ItemsQuery
             + (f" where {' and '.join(where)}" if where else "") + f" group by {ident} order by {ident}")
 
 
-def item_sql(details: DatasetDetails, columns: StationColumns, item_id: str, parameters: tuple[str, ...],
+def item_sql(details: DatasetDetails, columns: StationColumns, station: Any, parameters: tuple[str, ...],
              start: str | None, end: str | None) -> str:
-    """Return the SQL of one station's observations (time, position, the parameters asked for)."""
-    key: Any = item_id
-    if columns.id.arrow_type.startswith(("int", "uint")):
-        try:
-            key = int(item_id)
-        except ValueError:
-            key = None
+    """Return the SQL of one station's observations (time, position, the parameters asked for); ``station`` is
+    its id as the station list holds it (text or a number)."""
     picked = [c for c in (columns.time.name if columns.time else None, columns.lat, columns.lon) if c]
-    where = [f"{quote_name(columns.id.name)} = {sql_literal(key)}" if key is not None else "false"]
-    where += _time_bounds(columns, start, end)
+    where = [f"{quote_name(columns.id.name)} = {sql_literal(station)}"] + _time_bounds(columns, start, end)
     return (f"select {', '.join(quote_name(c) for c in picked + list(parameters))} from "
             f"{quote_name(details.summary.id)} where {' and '.join(where)}")
 
