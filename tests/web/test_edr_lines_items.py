@@ -504,6 +504,17 @@ def test_an_item_is_its_stations_observations_in_the_files_order(http, root: Pat
     assert grid_query.status_code == 400 and "buoys is a station dataset" in grid_query.text
 
 
+def test_an_item_over_the_limit_is_refused_with_its_size(http, root: Path, monkeypatch) -> None:
+    from dstp import edr
+
+    s = _buoys(root)[0]
+    monkeypatch.setattr(edr.query, "MAX_VALUES", 3)
+    answer = http.get(f"/edr/collections/buoys/items/{s['id']}")
+    assert answer.status_code == 413
+    assert answer.json()["error"]["message"].startswith(
+        f"station {s['id']!r} would return {len(s['time']):,} values ({len(s['time']):,} observations × 1 parameters)")
+
+
 def test_conformance_claims_only_what_is_answered(http) -> None:
     claims = http.get("/edr/conformance").json()["conformsTo"]
     # no "queries" class: it needs locations and instances, which are not offered
