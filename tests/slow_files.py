@@ -63,5 +63,7 @@ SLOW_FILES = frozenset({
     "tests/web/test_tiles.py",
     "tests/web/test_web_browser.py",
     "tests/web/test_web_streaming.py",
+    "tests/web/test_edr_corridor_cells.py",  # hypothesis lines against 10-km samples (~30 s)
+    "tests/web/test_edr_lines_items.py",     # corridors, Z/M trajectories and station items (~60 s)
     "tests/web/test_zarr_passthrough.py",
 })

@@ -1,4 +1,4 @@
-"""The OGC API – EDR door: ``/edr`` landing, conformance, collections and position, area and cube queries.
+"""The OGC API – EDR door: ``/edr`` landing, conformance, collections, their queries and station items.
 
 The queries and their answers are :mod:`dstp.edr`'s; this router only
 translates: the dataset as the caller may see it (``describe``: hidden is
@@ -11,6 +11,8 @@ HTTP API's JSON ``{"error": …}`` with their status (400 for a bad query,
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Callable
 
 import anyio
@@ -21,6 +23,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from dstp import edr
 from dstp.auth import Principal
+from dstp.edr import items as edr_items
+from dstp.errors import NotFoundError, QueryError
+from dstp.metadata import DatasetDetails
 from dstp.http.axis_cache import AxisCache
 from dstp.http.facade_routes import whole_result
 from dstp.service import DstpService
@@ -50,7 +55,7 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
         found = []
         for s in service.datasets(principal):
             d = service.describe(s.id, principal)
-            if not d.feature_type:
+            if not d.feature_type or edr_items.station_columns(d) is not None:
                 found.append(edr.collection(d, base(request)))
         return JSONResponse({"links": [{"href": f"{base(request)}/edr/collections", "rel": "self",
                                         "type": "application/json"}], "collections": found})
@@ -59,8 +64,83 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
     def one(request: Request, dataset_id: str) -> JSONResponse:
         return JSONResponse(edr.collection(service.describe(dataset_id, principal_of(request)), base(request)))
 
+    def stations(dataset_id: str, principal: Principal) -> tuple[DatasetDetails, edr_items.StationColumns]:
+        details = service.describe(dataset_id, principal)
+        columns = edr_items.station_columns(details)
+        if columns is None:
+            raise QueryError(f"{dataset_id} is {'a grid' if not details.feature_type else 'not a station dataset'}: "
+                             "items (stations) are offered for station (CF timeSeries) datasets; ask a grid with "
+                             f"{', '.join(edr.QUERY_TYPES)}")
+        return details, columns
+
+    @router.get("/edr/collections/{dataset_id}/items", tags=["EDR"],
+                summary="The stations of a station dataset as GeoJSON (bbox=, datetime=, limit=, offset=)")
+    async def items(request: Request, dataset_id: str) -> Response:
+        principal = principal_of(request)
+        params = dict(request.query_params)
+
+        def answer() -> Response:
+            details, columns = stations(dataset_id, principal)
+            start, end, *_ = edr.common_parameters({"datetime": params.get("datetime", "")}, details)
+            q = edr_items.parse_items(params, start, end)
+            table = whole_result(service, edr_items.stations_sql(details, columns, q), principal, channel="edr")
+            page = edr_items.feature_collection(table, q, details, f"{base(request)}/edr/collections/{dataset_id}",
+                                                params)
+            return Response(orjson.dumps(page), media_type="application/geo+json")
+
+        return await anyio.to_thread.run_sync(answer)
+
+    @router.get("/edr/collections/{dataset_id}/items/{item_id}", tags=["EDR"],
+                summary="One station's observations (parameter-name=, datetime=, f=CoverageJSON|CSV|GeoJSON)")
+    async def item(request: Request, dataset_id: str, item_id: str) -> Response:
+        principal = principal_of(request)
+        params = dict(request.query_params)
+
+        def answer() -> Response:
+            details, columns = stations(dataset_id, principal)
+            start, end, _, _, parameters, fmt = edr.common_parameters({**params, "z": ""}, details)
+            if fmt not in edr.ITEM_FORMATS:
+                raise QueryError(f"f={params.get('f')!r} is not offered for an item; choose one of "
+                                 f"{', '.join(edr.ITEM_FORMATS)}")
+            q = edr_items.ItemsQuery(None, 1, 0, start, end)
+            found = [r for r in whole_result(service, edr_items.stations_sql(details, columns, q), principal,
+                                             channel="edr").to_pylist() if str(r["id"]) == item_id]
+            if not found:
+                raise NotFoundError(f"{item_id!r} is not a station of {dataset_id}"
+                                    + (" with observations then" if start or end else "")
+                                    + f"; its stations are listed at /edr/collections/{dataset_id}/items")
+            values = found[0]["observations"] * len(parameters)
+            edr.refuse_over_limit(values, f"station {item_id!r} would return {values:,} values "
+                                  f"({found[0]['observations']:,} observations × {len(parameters)} parameters)",
+                                  "a shorter datetime= or fewer parameters")
+            table = whole_result(service, edr_items.item_sql(details, columns, found[0]["id"], parameters, start,
+                                                             end), principal, channel="edr")
+            time = columns.time.name if columns.time is not None else None
+            if fmt == "CSV":
+                out = io.StringIO()
+                writer = csv.writer(out)
+                writer.writerow(table.column_names)
+                for row in table.to_pylist():
+                    writer.writerow(["" if v is None else edr.iso(v) if hasattr(v, "isoformat") else v
+                                     for v in row.values()])
+                return PlainTextResponse(out.getvalue(), media_type="text/csv")
+            if fmt == "GeoJSON":
+                features = [{"type": "Feature", "geometry": {"type": "Point", "coordinates": [
+                    ((float(r.pop(columns.lon)) + 180.0) % 360.0) - 180.0, float(r.pop(columns.lat))]},
+                    "properties": {"id": item_id, **{k: edr.iso(v) if hasattr(v, "isoformat") else v
+                                                      for k, v in r.items()}}} for r in table.to_pylist()]
+                return Response(orjson.dumps({"type": "FeatureCollection", "features": features,
+                                              "numberReturned": len(features)}, option=orjson.OPT_SERIALIZE_NUMPY),
+                                media_type="application/geo+json")
+            body = edr.station_coverage(details, time, columns.lat, columns.lon, parameters, table)
+            return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+                            media_type="application/prs.coverage+json")
+
+        return await anyio.to_thread.run_sync(answer)
+
     @router.get("/edr/collections/{dataset_id}/{query_type}", tags=["EDR"],
-                summary="position (coords=POINT(lon lat)), area (coords=POLYGON((…))) or cube (bbox=w,s,e,n) "
+                summary="position (coords=POINT(lon lat)), radius, area (coords=POLYGON((…))), cube (bbox=w,s,e,n), "
+                        "trajectory or corridor (coords=LINESTRING(…), corridor-width=, width-units=) "
                         "with datetime=, z=, parameter-name=, f=CoverageJSON|CSV|netCDF|GeoJSON|Parquet")
     async def query(request: Request, dataset_id: str, query_type: str) -> Response:
         principal = principal_of(request)
@@ -72,8 +152,12 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             def run(sql: str) -> pa.Table:
                 return whole_result(service, sql, principal, channel="edr")
 
+            if details.feature_type:
+                raise QueryError(f"{dataset_id} is a station dataset: its data are its items "
+                                 f"(/edr/collections/{dataset_id}/items); {query_type} queries cut grids")
             q = edr.parse_query(query_type, params, details)
             axes, _ = axes_cache.of(service, details, principal)
+            q = edr.resolve(q, details, axes)
             sql, _values = edr.plan_sql(q, details, axes)
             table = run(sql)
             if q.fmt == "CSV":

@@ -143,7 +143,8 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
     assert "secret" in {c["id"] for c in http.get("/edr/collections", headers=alice).json()["collections"]}
     assert http.get("/edr/collections/secret/position", params={"coords": "POINT(0 0)"}).status_code == 404
     model = http.get("/edr/collections/model").json()
-    assert set(model["data_queries"]) == {"position", "radius", "area", "cube", "trajectory"}
+    assert set(model["data_queries"]) == {"position", "radius", "area", "cube", "trajectory", "corridor"}
+    assert model["data_queries"]["corridor"]["link"]["variables"]["width_units"] == ["km", "m", "mi", "nmi"]
     assert model["parameter_names"]["tas"]["unit"]["symbol"] == "K"
 
 
@@ -155,11 +156,13 @@ def test_collections_describe_parameters_and_queries_and_hide_what_the_caller_ca
      200, ""),
     ("position", {"coords": "POINT(0 0)", "parameter-name": "nosuch"}, 400, "'nosuch' is not a parameter"),
     ("position", {"coords": "POINT(0 0)", "datetime": "soon"}, 400, "not an ISO 8601 instant"),
-    ("corridor", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "is not offered"),
+    ("corridor", {"coords": "LINESTRING(0 0, 1 1)"}, 400, "needs corridor-width="),
+    ("locations", {"coords": "POINT(0 0)"}, 400, "'locations' is not offered"),
     ("radius", {"coords": "POINT(0 0)"}, 400, "needs within="),
     ("trajectory", {"coords": "POINT(0 0)"}, 400, "takes a LINESTRING"),
-    ("trajectory", {"coords": "LINESTRING M (0 0 1, 10 10 2)"}, 400, "'LINESTRING M (0 0 1, 10 10 2)': a trajectory"),
-    ("trajectory", {"coords": "LINESTRING ZM (0 0 1 2, 1 1 2 3)"}, 400, "LINESTRING Z, M or ZM"),
+    ("trajectory", {"coords": "LINESTRING M (0 0 1, 10 10 2)", "datetime": "1990-01-01"}, 400,
+     "'LINESTRING M (0 0 1, 10 10 2)' gives each vertex its time"),
+    ("trajectory", {"coords": "LINESTRING ZM (0 0 1 2, 1 1 2 3)", "z": "500"}, 400, "EDR forbids both; drop z="),
     ("position", {"coords": "MULTIPOINT EMPTY"}, 400, "takes a POINT"),
     ("cube", {"bbox": "0,40,10,50", "z": "R2/x/1"}, 400, "Rn/first/step"),
     ("position", {"coords": "POINT(0 0)", "f": "GRIB"}, 400, "f='GRIB' is not offered"),
@@ -177,7 +180,7 @@ def test_an_answer_over_the_limit_is_refused_with_its_size_before_anything_is_re
     size = local(root, "ccm3")["temperature"].size
     from dstp import edr
 
-    monkeypatch.setattr(edr, "MAX_VALUES", 1000)
+    monkeypatch.setattr(edr.query, "MAX_VALUES", 1000)
     answer = http.get("/edr/collections/ccm3/cube", params={"bbox": "-180,-90,180,90", "parameter-name": "temperature"})
     assert answer.status_code == 413
     assert f"would return {size:,} values" in answer.text  # the whole variable, counted before it is read
