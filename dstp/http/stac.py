@@ -221,6 +221,6 @@ def grid_doors(dataset_id: str, links: Links) -> dict[str, Any]:
         "zarr": {"href": f"{links.http}/zarr/{dataset_id}", "title": "Zarr v3 store: xr.open_zarr(href)",
                  "type": "application/vnd.zarr; version=3", "roles": ["data"]},
         "edr": {"href": f"{links.http}/edr/collections/{dataset_id}", "type": "application/json",
-                "title": "OGC API - EDR collection: position, radius, area, cube, trajectory queries",
+                "title": "OGC API - EDR collection: position, radius, area, cube, trajectory, corridor queries",
                 "roles": ["data"]},
     }
