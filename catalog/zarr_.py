@@ -5,6 +5,9 @@ A Zarr group is one "file" of a dataset: its arrays are the variables, their dim
 ``_FillValue`` is what ``xr.open_zarr`` takes for it (v2: the array's ``fill_value``; v3: the ``_FillValue``
 attribute, base64 for floats, the array's ``fill_value`` ignored). From there the catalog decodes it as any file:
 per-file packing, fill values, units and calendars (:mod:`.cf`). Named ``zarr_`` so it never shadows ``zarr``.
+
+Zarr-like sources that are not Zarr stores open here too (:func:`open_source`): kerchunk/VirtualiZarr reference
+files (:mod:`.zarr_references`), local or objects of a store.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ import base64
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from dstp.errors import DataFileError
 
-__all__ = ["ZarrFiles", "zarr_meta"]
+__all__ = ["ZarrFiles", "is_zarr_source", "open_source", "zarr_meta"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -49,6 +52,8 @@ def zarr_meta(group: Any, path: Path) -> Any:
     from dstp.catalog.netcdf4_ import FileMeta, VariableMeta
 
     v3 = group.metadata.zarr_format == 3
+    #: arrays of a reference file whose fill value is netCDF's default (:mod:`.zarr_references`): not _FillValue
+    defaulted: frozenset[str] = getattr(group.store, "defaulted", frozenset())
     dimensions: dict[str, int] = {}
     variables: dict[str, VariableMeta] = {}
     for name, array in sorted(group.arrays()):
@@ -66,14 +71,15 @@ def zarr_meta(group: Any, path: Path) -> Any:
         if v3:
             if "_FillValue" in values:
                 values["_FillValue"] = _fill_value_v3(attrs["_FillValue"], dtype)
-        elif array.fill_value is not None:
+        elif array.fill_value is not None and name not in defaulted:
             values["_FillValue"] = dtype.type(array.fill_value) if dtype.kind in "iufb" else array.fill_value
         for dim, size in zip(dims, array.shape):
             if dimensions.setdefault(dim, int(size)) != int(size):
                 raise DataFileError(f"{path.name}: dimension {dim!r} is {dimensions[dim]} long in one array and "
                                     f"{size} in {name!r}")
+        default = dtype.type(array.fill_value) if name in defaulted and "_FillValue" not in values else None
         variables[name] = VariableMeta(name=name, dimensions=dims, shape=tuple(int(s) for s in array.shape),
-                                       dtype=dtype, attrs=cf_spelling(values))
+                                       dtype=dtype, attrs=cf_spelling(values), default_fill=default)
     attrs = {k: _attr_value(v) for k, v in dict(group.attrs).items()}
     return FileMeta(path=path, format=f"ZARR{group.metadata.zarr_format}", dimensions=dimensions, unlimited=(),
                     variables=variables, attrs=attrs)
@@ -111,3 +117,34 @@ class ZarrFiles:
         except Exception as exc:  # noqa: BLE001
             # the library's message may quote a request (endpoint, headers): not shown
             raise DataFileError(f"cannot read {variable!r} from {path.name} ({type(exc).__name__})") from exc
+
+
+def is_zarr_source(path: Path) -> bool:
+    """Return whether a local ``path`` a descriptor's glob matched is read through zarr-python: a reference file."""
+    from dstp.catalog.zarr_references import is_reference
+
+    return is_reference(path.name)
+
+
+def open_source(path: Path, stores: Mapping[str, Any]) -> Any:
+    """Return the Zarr group of the local Zarr-like source ``path`` (a reference file; its targets through
+    ``stores`` where they are URLs)."""
+    from dstp.catalog.zarr_references import Where, open_references
+
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise DataFileError(f"reference file {path.name} cannot be read ({exc.strerror})") from exc
+    return open_references(text, Where(name=path.name, local=path), stores)
+
+
+def open_in_store(stores: Mapping[str, Any], name: str, key: str, version: Any, shown: str) -> Any:
+    """Return the Zarr group of the Zarr-like source ``key`` of store ``name``: a Zarr store, or a reference file
+    (that version of it; relative targets in the same store)."""
+    from dstp.catalog.zarr_references import Where, is_reference, open_references
+
+    store = stores[name]
+    if not is_reference(key):
+        return store.zarr_group(key)
+    (text,) = store.read_ranges(version, [(0, version.size)])
+    return open_references(text, Where(name=shown, store=name, key=key), stores)
