@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dstp.catalog.stores import ObjectVersion, Store
-from dstp.catalog.zarr_ import ZarrFiles
+from dstp.catalog.zarr_ import ZarrFiles, open_in_store
+from dstp.catalog.zarr_references import is_reference
 from dstp.errors import DataFileError
 
 __all__ = ["MARK", "ObjectFiles", "store_glob"]
@@ -58,7 +59,7 @@ def store_glob(store: str, glob: str) -> str:
 class _Located:
     store: str
     key: str
-    #: A Zarr store (a folder of objects) rather than one object.
+    #: Read through zarr-python: a Zarr store (a folder of objects), or a reference file (:mod:`.zarr_references`).
     zarr: bool = False
 
 
@@ -129,7 +130,8 @@ class ObjectFiles:
         """Return the open Zarr group of that version of ``path``."""
         version = self.version(path, identity)
         where = self._where[path]
-        return self._zarr.group(path, version.token(), lambda: self.stores[where.store].zarr_group(where.key))
+        return self._zarr.group(path, version.token(),
+                                lambda: open_in_store(self.stores, where.store, where.key, version, path.name))
 
     # -- listing --------------------------------------------------------------------------------------------
 
@@ -156,7 +158,7 @@ class ObjectFiles:
         with self._lock:
             for version in found:
                 path = folder / f"@{name}" / version.key
-                self._where[path] = _Located(name, version.key, zarr)
+                self._where[path] = _Located(name, version.key, zarr or is_reference(version.key))
                 self._versions[(name, version.token())] = version
                 out.append((str(path), FileIdentity(f"store://{name}/{version.key}", 0, version.token(),
                                                     version.size, version.mtime_ns, 0)))

@@ -18,7 +18,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_aggregation_oracle import (ArchiveSpec, _literal, _mask_default_fill, _mask_unsigned_missing, archives,
+from test_aggregation_oracle import (ArchiveSpec, FileSpec, _literal, _mask_default_fill, _mask_unsigned_missing, archives,
                                      dstp_answer, oracle_records, write_archive)
 from oracle import assert_same_records, run_sql
 
@@ -125,3 +125,112 @@ def test_kerchunk_references_answer_as_xarray_on_the_netcdf_files(spec: ArchiveS
                                 run_sql(weights, "select lat, gw from arch", "arch"))
         finally:
             catalog.close()
+
+
+# ------------------------------------------------------------------ faults, named
+
+SPEC = ArchiveSpec(calendar="noleap", lat_descending=True, nlat=3, nlon=2, gaps=(0, 1), names=(0, 1), files=(
+    FileSpec(steps=3, units="hours", epoch="1999-11-20", float_time=False, calendar_name="noleap",
+             encoding="int16_f64", fill="fill_attr", has_humid=True, seed=3, deflate=2),
+    FileSpec(steps=2, units="days", epoch="2000-01-01", float_time=True, calendar_name="365_day",
+             encoding="float32", fill="missing_value", has_humid=True, seed=4, deflate=1)))
+
+
+def _archive(root: Path, **kwargs: object) -> tuple[list[Path], list[Path]]:
+    (root / "nc").mkdir()
+    paths = write_archive(SPEC, root / "nc")
+    refs = make_references(paths, root / "refs", **kwargs)  # type: ignore[arg-type]
+    publish_references(root, paths, "refs/arch_*.json")
+    return paths, refs
+
+
+def _problems(catalog: Catalog) -> str:
+    return "\n".join(p.message for p in catalog.problems) + "\n".join(h.reason for h in catalog.held_back)
+
+
+def test_a_missing_target_is_refused_naming_reference_file_key_and_target(tmp_path: Path) -> None:
+    paths, refs = _archive(tmp_path)
+    paths[1].unlink()
+    catalog = Catalog.scan(tmp_path)
+    try:
+        text = _problems(catalog)
+        assert re.search(r"reference file arch_01\.json: key '[^']+' names target .*/nc/arch_01\.nc: .*arch_01\.nc "
+                         r"cannot be read \(No such file or directory\)", text), text
+        assert "arch" not in catalog or len(catalog.get("arch").files) == 1
+    finally:
+        catalog.close()
+
+
+def _chunk_refs(ref: Path, variable: str) -> list[tuple[str, int, int]]:
+    spec = json.loads(ref.read_text())["refs"]
+    return sorted((k, v[1], v[2]) for k, v in spec.items() if k.startswith(variable + "/") and isinstance(v, list))
+
+
+def test_a_target_cut_short_of_a_referenced_range_is_refused_never_read_as_fill(tmp_path: Path) -> None:
+    paths, refs = _archive(tmp_path)
+    key, offset, size = max(_chunk_refs(refs[0], "temp"), key=lambda r: r[1])
+    tail = max(off + n for _, off, n in _chunk_refs(refs[0], "temp") + _chunk_refs(refs[0], "humid"))
+    coordinates = max(off + n for v in ("time", "lat", "lon", "gw", "time_bnds") for _, off, n in _chunk_refs(refs[0], v))
+    assert coordinates <= offset < tail  # the cut leaves the coordinates whole: the catalog loads
+    with open(paths[0], "r+b") as f:
+        f.truncate(offset + size // 2)
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, _problems(catalog)
+        with pytest.raises(Exception) as caught:
+            dstp_answer(catalog, "select time, lat, lon, temp from arch")
+        text = str(caught.value)
+        assert re.search(rf"reference file arch_00\.json: key '{re.escape(key)}' names bytes {offset}–{offset + size} "
+                         rf"of target .*/nc/arch_00\.nc, which is {offset + size // 2} bytes long", text), text
+        assert type(caught.value).__name__ == "DataFileError"
+    finally:
+        catalog.close()
+
+
+def test_a_target_replaced_after_the_catalog_opened_it_is_refused(tmp_path: Path) -> None:
+    paths, refs = _archive(tmp_path)
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, _problems(catalog)
+        before = dstp_answer(catalog, "select time, temp from arch")
+        data = paths[1].read_bytes()
+        paths[1].unlink()
+        paths[1].write_bytes(data[:len(data) // 2] + bytes(len(data) - len(data) // 2))  # zeros where chunks were
+        with pytest.raises(Exception) as caught:
+            dstp_answer(catalog, "select time, humid from arch")
+        assert re.search(r"reference file arch_01\.json: target .*arch_01\.nc of key '[^']+' changed after the "
+                         r"references were opened", str(caught.value)), str(caught.value)
+        assert before.num_rows == 5 * 3 * 2
+    finally:
+        catalog.close()
+
+
+def test_a_url_no_configured_store_covers_is_refused_and_never_fetched(tmp_path: Path) -> None:
+    paths, refs = _archive(tmp_path)
+    spec = json.loads(refs[0].read_text())
+    for value in spec["refs"].values():
+        if isinstance(value, list):
+            value[0] = "https://example.invalid/era5/arch_00.nc"
+    refs[0].write_text(json.dumps(spec))
+    catalog = Catalog.scan(tmp_path)
+    try:
+        text = _problems(catalog)
+        assert re.search(r"reference file arch_00\.json: key '[^']+' names target https://example\.invalid/era5/"
+                         r"arch_00\.nc: https://example\.invalid/era5/arch_00\.nc is covered by no configured store",
+                         text), text
+    finally:
+        catalog.close()
+
+
+def test_a_netcdf_variable_shorter_than_its_unlimited_dimension_is_refused_naming_both(tmp_path: Path) -> None:
+    # netCDF-C reads the unwritten last record as fill values; kerchunk gives the variable its shorter HDF5 shape
+    spec = replace(SPEC, files=(replace(SPEC.files[0], fill="default_fill"), SPEC.files[1]))
+    (tmp_path / "nc").mkdir()
+    paths = write_archive(spec, tmp_path / "nc")
+    make_references(paths, tmp_path / "refs")
+    publish_references(tmp_path, paths, "refs/arch_*.json")
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert "arch_00.json: dimension 'time' is 3 long in one array and 2 in 'temp'" in _problems(catalog)
+    finally:
+        catalog.close()
