@@ -71,11 +71,12 @@ class _Target:
         return self._read(start, end)
 
 
-def _local_target(path: Path, url: str) -> _Target:
+def _local_target(path: Path, url: str, *, relative: bool = False) -> _Target:
     try:
         st = path.stat()
     except OSError as exc:
-        raise FileNotFoundError(f"{url} cannot be read ({exc.strerror})") from exc
+        where = f" (a relative target is read beside the reference file: {path})" if relative else ""
+        raise FileNotFoundError(f"{url} cannot be read ({exc.strerror}){where}") from exc
     seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def read(start: int, end: int) -> bytes:
@@ -131,7 +132,7 @@ class Targets:
                         raise _Refused(f"{url} lies outside store {self.where.store!r}")
                     return _store_target(self.stores[self.where.store], key, url)
                 assert self.where.local is not None
-                return _local_target(self.where.local.parent / path, url)
+                return _local_target(self.where.local.parent / path, url, relative=True)
             if self.where.store is not None and not self._in_local_store(path):
                 raise _Refused(f"{url} is a path on the server's disk, which a reference file in a store may not "
                                "name (only relative targets, or URLs of configured stores)")
