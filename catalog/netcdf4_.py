@@ -242,6 +242,8 @@ class FileHandles:
         self._computed: dict[tuple[Path, FileIdentity | None, str], np.ndarray | None] = {}
         #: Local Zarr-like sources (reference files) opened, by (path, version) (:mod:`.zarr_`).
         self._local_zarr: "ZarrFiles | None" = None
+        #: Whether each local path is a Zarr-like source (asked on every read: one stat at its first).
+        self._zarr_kinds: dict[Path, bool] = {}
 
     def describe(self) -> str:
         """Return how this cache reads files, for the server's log (what is in effect, not what was asked)."""
@@ -527,7 +529,10 @@ class FileHandles:
 
         if self.objects is not None and self.objects.owns(path):
             return self.objects.is_zarr(path)
-        return is_zarr_source(path)
+        known = self._zarr_kinds.get(path)
+        if known is None:
+            known = self._zarr_kinds[path] = is_zarr_source(path)
+        return known
 
     def _zarr_current(self, path: Path) -> FileIdentity:
         """Return the version of the Zarr-like source ``path`` now (a store's listing, else a stat)."""
@@ -535,8 +540,12 @@ class FileHandles:
             current = self.objects.current(path)
             assert isinstance(current, FileIdentity)
             return current
+        from dstp.catalog.zarr_ import folder_identity
+
         try:
-            return FileIdentity.of(os.path.realpath(path), path.stat())
+            st = path.stat()
+            real = os.path.realpath(path)
+            return folder_identity(real, st) if stat.S_ISDIR(st.st_mode) else FileIdentity.of(real, st)
         except OSError as exc:
             raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
 

@@ -41,6 +41,7 @@ from dstp.catalog.facts import FactsReader, FileFacts, Headers, Prefetch, Unread
 from dstp.catalog.index import CatalogIndex, StoredEntry
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity
 from dstp.catalog.objects import ObjectFiles, store_glob
+from dstp.catalog.zarr_ import folder_identity, is_icechunk
 from dstp.catalog.remote import RemoteDataset
 from dstp.errors import CatalogError, DataFileError, DescriptorError
 
@@ -143,6 +144,8 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
             continue  # gone between the listing and the stat
         if stat.S_ISREG(st.st_mode) and real.startswith(inside):
             out.append((text, FileIdentity.of(real, st)))
+        elif stat.S_ISDIR(st.st_mode) and real.startswith(inside) and is_icechunk(Path(real)):
+            out.append((text, folder_identity(real, st)))  # an Icechunk repository: one file (:mod:`.zarr_`)
     return out
 
 

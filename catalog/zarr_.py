@@ -7,7 +7,7 @@ attribute, base64 for floats, the array's ``fill_value`` ignored). From there th
 per-file packing, fill values, units and calendars (:mod:`.cf`). Named ``zarr_`` so it never shadows ``zarr``.
 
 Zarr-like sources that are not Zarr stores open here too (:func:`open_source`): kerchunk/VirtualiZarr reference
-files (:mod:`.zarr_references`), local or objects of a store.
+files (:mod:`.zarr_references`), local or objects of a store, and local Icechunk repositories (branch ``main``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 
 from dstp.errors import DataFileError
 
-__all__ = ["ZarrFiles", "is_zarr_source", "open_source", "zarr_meta"]
+__all__ = ["ZarrFiles", "folder_identity", "is_icechunk", "is_zarr_source", "open_in_store", "open_source",
+           "zarr_meta"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -119,18 +120,58 @@ class ZarrFiles:
             raise DataFileError(f"cannot read {variable!r} from {path.name} ({type(exc).__name__})") from exc
 
 
+def is_icechunk(path: Path) -> bool:
+    """Return whether ``path`` is the folder of an Icechunk repository (local filesystem storage)."""
+    return (path / "refs").is_dir() and (path / "snapshots").is_dir()
+
+
 def is_zarr_source(path: Path) -> bool:
-    """Return whether a local ``path`` a descriptor's glob matched is read through zarr-python: a reference file."""
+    """Return whether a local ``path`` a descriptor's glob matched is read through zarr-python: a reference file,
+    or an Icechunk repository."""
     from dstp.catalog.zarr_references import is_reference
 
-    return is_reference(path.name)
+    return is_reference(path.name) or is_icechunk(path)
+
+
+def folder_identity(real: str, st: Any) -> Any:
+    """Return the FileIdentity of a Zarr-like source that is a folder (an Icechunk repository): its inode a digest
+    of every ref object's name, inode, size and times (a commit or a tag rewrites one), from stats only."""
+    import hashlib
+    import os
+
+    from dstp.catalog.netcdf4_ import FileIdentity
+
+    h = hashlib.sha256()
+    size = 0
+    for folder, _, names in sorted(os.walk(os.path.join(real, "refs"))):
+        for name in sorted(names):
+            ref = os.stat(os.path.join(folder, name))
+            size += ref.st_size
+            h.update(f"{folder}/{name}\0{ref.st_ino}\0{ref.st_size}\0{ref.st_mtime_ns}\0{ref.st_ctime_ns}\n".encode())
+    token = int.from_bytes(h.digest()[:8], "big") >> 1
+    return FileIdentity(real, st.st_dev, token, size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def open_icechunk(path: Path, branch: str = "main") -> Any:
+    """Return the Zarr group at the tip of ``branch`` of the Icechunk repository at ``path`` (read only)."""
+    import icechunk
+    import zarr
+
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
+    return zarr.open_group(repo.readonly_session(branch=branch).store, mode="r")
 
 
 def open_source(path: Path, stores: Mapping[str, Any]) -> Any:
-    """Return the Zarr group of the local Zarr-like source ``path`` (a reference file; its targets through
-    ``stores`` where they are URLs)."""
+    """Return the Zarr group of the local Zarr-like source ``path``: an Icechunk repository's branch ``main``, or
+    a reference file (its targets through ``stores`` where they are URLs)."""
     from dstp.catalog.zarr_references import Where, open_references
 
+    if is_icechunk(path):
+        try:
+            return open_icechunk(path)
+        except Exception as exc:  # noqa: BLE001 - icechunk raises its own IcechunkError
+            raise DataFileError(f"{path.name}: the Icechunk repository cannot be opened at branch 'main' "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
     try:
         text = path.read_bytes()
     except OSError as exc:

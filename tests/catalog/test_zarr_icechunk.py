@@ -1,0 +1,76 @@
+"""Icechunk repositories (local filesystem storage) as the files of a dataset: every answer equals xarray's
+``open_zarr`` on each repository's branch ``main``, each decoded on its own and concatenated along time; a commit
+makes a new version of the dataset, answered as the new snapshot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import icechunk
+import pytest
+import xarray as xr
+
+from in_process import answer_table
+from oracle import assert_same_records, run_sql
+from test_aggregation_oracle import oracle_records
+from test_store_zarr import SETTINGS, era5_like
+
+from dstp.catalog.publish import publish
+from dstp.catalog.registry import Catalog
+
+
+QUERIES = ("select time, lat, lon, temp, humid from era5",
+           "select time, temp from era5 where temp > 275",
+           "select lat, lon, humid from era5 where humid is null",
+           "select time, lat, temp from era5 where time >= '2001-02-01' and lon = 10")
+
+
+def _repo(path: Path) -> object:
+    storage = icechunk.local_filesystem_storage(str(path))
+    return icechunk.Repository.open_or_create(storage)
+
+
+def _truth(repos: list[Path]) -> xr.Dataset:
+    coder = xr.coders.CFDatetimeCoder(use_cftime=True)
+    parts = [xr.open_zarr(_repo(r).readonly_session(branch="main").store, decode_times=coder,  # type: ignore[attr-defined]
+                          consolidated=False).load() for r in repos]
+    return xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override")
+
+
+def test_icechunk_repositories_answer_as_xarray_and_a_commit_is_a_new_version(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "repos").mkdir(parents=True)
+    parts = [era5_like(1, 1, offset=0.0), era5_like(2, 2, offset=5.0)]
+    repos = [root / "repos" / f"era5_2001-{m:02d}.icechunk" for m in (1, 2)]
+    for repo_path, part in zip(repos, parts):
+        session = _repo(repo_path).writable_session("main")  # type: ignore[attr-defined]
+        part.to_zarr(session.store, zarr_format=3, consolidated=False)
+        session.commit("first month")
+    parts[0].to_netcdf(tmp_path / "template.nc")
+    drafted = publish([tmp_path / "template.nc"], "era5")
+    xml, n = re.subn(r'<files glob="[^"]+"', '<files glob="repos/era5_*.icechunk" aggregate="time"',
+                     drafted.read_text())
+    assert n == 1
+    (root / "era5.dstp.xml").write_text(re.sub(r' aggregate="time" aggregate="time"', ' aggregate="time"', xml))
+    catalog = Catalog.scan(root, settle_s=0)  # a commit is published at the next look (no settling to wait out)
+    try:
+        assert not catalog.problems, catalog.problems
+        assert [f.path.name for f in catalog.get("era5").files] == [r.name for r in repos]
+        before = catalog.get("era5").version
+        records = oracle_records(_truth(repos), ["temp", "humid"], ["time", "lat", "lon"])
+        for sql in QUERIES:
+            assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
+        # a commit to the second month's repository: new values, the same shape
+        session = _repo(repos[1]).writable_session("main")  # type: ignore[attr-defined]
+        changed = era5_like(2, 7, offset=9.0)
+        changed.to_zarr(session.store, mode="a", zarr_format=3, consolidated=False)
+        session.commit("second month corrected")
+        catalog.refresh()
+        assert not catalog.problems, catalog.problems
+        assert catalog.get("era5").version != before
+        records = oracle_records(_truth(repos), ["temp", "humid"], ["time", "lat", "lon"])
+        for sql in QUERIES:
+            assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
+    finally:
+        catalog.close()
