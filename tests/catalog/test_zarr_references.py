@@ -6,6 +6,7 @@ and calendars, deflate and shuffle); a reference whose target is missing or cut 
 from __future__ import annotations
 
 import json
+import random
 import re
 import tempfile
 from dataclasses import replace
@@ -96,7 +97,7 @@ def describable(spec: ArchiveSpec) -> ArchiveSpec:
 @given(spec=archives().map(describable), inline=st.sampled_from([0, 100, 5000]), relative=st.booleans(),
        pick=st.randoms(use_true_random=False))
 def test_kerchunk_references_answer_as_xarray_on_the_netcdf_files(spec: ArchiveSpec, inline: int, relative: bool,
-                                                                   pick: object) -> None:
+                                                                   pick: random.Random) -> None:
     with tempfile.TemporaryDirectory(prefix="dstp-refs-") as tmp:
         root = Path(tmp)
         (root / "nc").mkdir()
