@@ -540,12 +540,11 @@ class FileHandles:
             current = self.objects.current(path)
             assert isinstance(current, FileIdentity)
             return current
-        from dstp.catalog.zarr_ import folder_identity
+        from dstp.catalog.zarr_ import icechunk_identity
 
         try:
-            st = path.stat()
-            real = os.path.realpath(path)
-            return folder_identity(real, st) if stat.S_ISDIR(st.st_mode) else FileIdentity.of(real, st)
+            repo: FileIdentity | None = icechunk_identity(path)
+            return repo if repo is not None else FileIdentity.of(os.path.realpath(path), path.stat())
         except OSError as exc:
             raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
 

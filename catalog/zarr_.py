@@ -7,7 +7,8 @@ attribute, base64 for floats, the array's ``fill_value`` ignored). From there th
 per-file packing, fill values, units and calendars (:mod:`.cf`). Named ``zarr_`` so it never shadows ``zarr``.
 
 Zarr-like sources that are not Zarr stores open here too (:func:`open_source`): kerchunk/VirtualiZarr reference
-files (:mod:`.zarr_references`), local or objects of a store, and local Icechunk repositories (branch ``main``).
+files (:mod:`.zarr_references`), local or objects of a store, and local Icechunk repositories at a branch, tag
+or snapshot.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import numpy as np
 
 from dstp.errors import DataFileError
 
-__all__ = ["ZarrFiles", "folder_identity", "is_icechunk", "is_zarr_source", "open_in_store", "open_source",
-           "zarr_meta"]
+__all__ = ["REF_MARK", "ZarrFiles", "folder_identity", "icechunk_identity", "icechunk_ref", "is_icechunk", "is_zarr_source",
+           "open_in_store", "open_source", "split_ref", "with_ref", "zarr_meta"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -120,9 +121,41 @@ class ZarrFiles:
             raise DataFileError(f"cannot read {variable!r} from {path.name} ({type(exc).__name__})") from exc
 
 
+#: How a repository's catalog path names the ref it is read at: ``era5_2001.icechunk@tag:v1`` (none: branch main).
+REF_MARK = "@"
+#: How the glob the catalog keeps carries a descriptor's ``ref`` (a backslash: descriptor globs hold none).
+_GLOB_REF = "\\ref="
+
+
+def with_ref(glob: str, ref: str) -> str:
+    """Return the glob the catalog keeps for ``<files glob=… ref=…/>``."""
+    return f"{glob}{_GLOB_REF}{ref}"
+
+
+def split_ref(glob: str) -> tuple[str, str | None]:
+    """Return (the descriptor's glob, its ref or None) of a glob the catalog keeps."""
+    head, mark, ref = glob.partition(_GLOB_REF)
+    return head, (ref if mark else None)
+
+
 def is_icechunk(path: Path) -> bool:
     """Return whether ``path`` is the folder of an Icechunk repository (local filesystem storage)."""
     return (path / "refs").is_dir() and (path / "snapshots").is_dir()
+
+
+def icechunk_ref(path: Path) -> tuple[Path, str] | None:
+    """Return (repository folder, ref) of a catalog path naming an Icechunk repository (``x.icechunk`` or
+    ``x.icechunk@tag:v1``); None for any other path."""
+    name, mark, ref = path.name.partition(REF_MARK)
+    repo = path.with_name(name) if mark else path
+    if (mark and not ref) or not is_icechunk(repo):
+        return None
+    return repo, ref or "main"
+
+
+def _ref_parts(ref: str) -> tuple[str, str]:
+    kind, mark, name = ref.partition(":")
+    return (kind, name) if mark else ("branch", ref)
 
 
 def is_zarr_source(path: Path) -> bool:
@@ -130,48 +163,80 @@ def is_zarr_source(path: Path) -> bool:
     or an Icechunk repository."""
     from dstp.catalog.zarr_references import is_reference
 
-    return is_reference(path.name) or is_icechunk(path)
+    return is_reference(path.name) or icechunk_ref(path) is not None
 
 
-def folder_identity(real: str, st: Any) -> Any:
-    """Return the FileIdentity of a Zarr-like source that is a folder (an Icechunk repository): its inode a digest
-    of every ref object's name, inode, size and times (a commit or a tag rewrites one), from stats only."""
+def folder_identity(real: str, st: Any, ref: str | None = None) -> Any:
+    """Return the FileIdentity of an Icechunk repository read at ``ref`` (default branch main): its inode a digest
+    of the ref's objects' names, inodes, sizes and times — a commit to the branch rewrites them; a tag or a
+    snapshot never changes — taken by stats only."""
     import hashlib
     import os
 
     from dstp.catalog.netcdf4_ import FileIdentity
 
-    h = hashlib.sha256()
+    kind, name = _ref_parts(ref or "main")
+    where = os.path.join(real, "snapshots", name) if kind == "snapshot" else os.path.join(real, "refs", f"{kind}.{name}")
+    h = hashlib.sha256(f"{kind}:{name}\n".encode())
     size = 0
-    for folder, _, names in sorted(os.walk(os.path.join(real, "refs"))):
-        for name in sorted(names):
-            ref = os.stat(os.path.join(folder, name))
-            size += ref.st_size
-            h.update(f"{folder}/{name}\0{ref.st_ino}\0{ref.st_size}\0{ref.st_mtime_ns}\0{ref.st_ctime_ns}\n".encode())
+    found = [(where, "")] if os.path.isfile(where) else \
+        [(os.path.join(folder, n), n) for folder, _, names in sorted(os.walk(where)) for n in sorted(names)]
+    for full, _ in found:
+        try:
+            obj = os.stat(full)
+        except OSError:
+            continue
+        size += obj.st_size
+        h.update(f"{full}\0{obj.st_ino}\0{obj.st_size}\0{obj.st_mtime_ns}\0{obj.st_ctime_ns}\n".encode())
     token = int.from_bytes(h.digest()[:8], "big") >> 1
     return FileIdentity(real, st.st_dev, token, size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def open_icechunk(path: Path, branch: str = "main") -> Any:
-    """Return the Zarr group at the tip of ``branch`` of the Icechunk repository at ``path`` (read only)."""
+def icechunk_identity(path: Path) -> Any:
+    """Return the FileIdentity of the Icechunk repository a catalog path names, at its ref (None: not one)."""
+    import os
+
+    found = icechunk_ref(path)
+    if found is None:
+        return None
+    return folder_identity(os.path.realpath(found[0]), found[0].stat(), found[1])
+
+
+def open_icechunk(repo: Path, ref: str = "main") -> Any:
+    """Return the Zarr group of the Icechunk repository at ``repo`` read at ``ref`` (read only)."""
     import icechunk
     import zarr
 
-    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
-    return zarr.open_group(repo.readonly_session(branch=branch).store, mode="r")
+    kind, name = _ref_parts(ref)
+    opened = icechunk.Repository.open(icechunk.local_filesystem_storage(str(repo)))
+    if kind == "snapshot":
+        session = opened.readonly_session(snapshot_id=name)
+    elif kind == "tag":
+        session = opened.readonly_session(tag=name)
+    else:
+        session = opened.readonly_session(branch=name)
+    return zarr.open_group(session.store, mode="r")
 
 
 def open_source(path: Path, stores: Mapping[str, Any]) -> Any:
-    """Return the Zarr group of the local Zarr-like source ``path``: an Icechunk repository's branch ``main``, or
-    a reference file (its targets through ``stores`` where they are URLs)."""
+    """Return the Zarr group of the local Zarr-like source ``path``: an Icechunk repository at its ref, or a
+    reference file (its targets through ``stores`` where they are URLs)."""
     from dstp.catalog.zarr_references import Where, open_references
 
-    if is_icechunk(path):
+    found = icechunk_ref(path)
+    if found is not None:
+        repo, ref = found
+        kind, name = _ref_parts(ref)
         try:
-            return open_icechunk(path)
+            return open_icechunk(repo, ref)
+        except ImportError as exc:
+            raise DataFileError(f"{path.name} is an Icechunk repository, and this server has no icechunk installed "
+                                "(pip install 'dstp[icechunk]')") from exc
         except Exception as exc:  # noqa: BLE001 - icechunk raises its own IcechunkError
-            raise DataFileError(f"{path.name}: the Icechunk repository cannot be opened at branch 'main' "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            first = first[2:] if first.startswith("x ") else first  # icechunk's report marks its first line so
+            raise DataFileError(f"{repo.name}: the Icechunk repository cannot be read at {kind} {name!r} "
+                                f"({type(exc).__name__}: {first[:200]})") from exc
     try:
         text = path.read_bytes()
     except OSError as exc:

@@ -74,3 +74,76 @@ def test_icechunk_repositories_answer_as_xarray_and_a_commit_is_a_new_version(tm
             assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
     finally:
         catalog.close()
+
+
+def _truth_at(repos: list[Path], **at: str) -> xr.Dataset:
+    coder = xr.coders.CFDatetimeCoder(use_cftime=True)
+    parts = [xr.open_zarr(_repo(r).readonly_session(**at).store, decode_times=coder,  # type: ignore[attr-defined]
+                          consolidated=False).load() for r in repos]
+    return xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override")
+
+
+@pytest.mark.parametrize("ref", ["tag:v1", "snapshot", "branch:dev", "dev"])
+def test_a_descriptor_ref_reads_each_repository_at_that_branch_tag_or_snapshot(tmp_path: Path, ref: str) -> None:
+    root = tmp_path / "root"
+    (root / "repos").mkdir(parents=True)
+    repos = [root / "repos" / f"era5_2001-{m:02d}.icechunk" for m in (1, 2)]
+    first: dict[Path, str] = {}
+    for k, repo_path in enumerate(repos):
+        repo = _repo(repo_path)
+        session = repo.writable_session("main")  # type: ignore[attr-defined]
+        era5_like(k + 1, k + 1, offset=5.0 * k).to_zarr(session.store, zarr_format=3, consolidated=False)
+        first[repo_path] = session.commit("first")
+        repo.create_tag("v1", first[repo_path])  # type: ignore[attr-defined]
+        repo.create_branch("dev", first[repo_path])  # type: ignore[attr-defined]
+        session = repo.writable_session("main")  # type: ignore[attr-defined]
+        era5_like(k + 1, 10 + k, offset=9.0).to_zarr(session.store, mode="a", zarr_format=3, consolidated=False)
+        session.commit("main moves on")
+    template = tmp_path / "template.nc"
+    era5_like(1, 1, offset=0.0).to_netcdf(template)
+    drafted = publish([template], "era5")
+    # a snapshot ref names one repository's snapshot: publish the first month only then
+    glob = "repos/era5_2001-01.icechunk" if ref == "snapshot" else "repos/era5_*.icechunk"
+    named = f"snapshot:{first[repos[0]]}" if ref == "snapshot" else ref
+    xml, n = re.subn(r'<files glob="[^"]+"', f'<files glob="{glob}" ref="{named}" aggregate="time"',
+                     drafted.read_text())
+    assert n == 1
+    (root / "era5.dstp.xml").write_text(re.sub(r' aggregate="time" aggregate="time"', ' aggregate="time"', xml))
+    catalog = Catalog.scan(root, settle_s=0)
+    try:
+        assert not catalog.problems, catalog.problems
+        served = repos[:1] if ref == "snapshot" else repos
+        assert [f.path.name for f in catalog.get("era5").files] == [f"{r.name}@{named}" for r in served]
+        at = {"snapshot_id": first[repos[0]]} if ref == "snapshot" else \
+            {"tag": "v1"} if ref.startswith("tag") else {"branch": "dev"}
+        records = oracle_records(_truth_at(served, **at), ["temp", "humid"], ["time", "lat", "lon"])
+        main = oracle_records(_truth_at(served, branch="main"), ["temp", "humid"], ["time", "lat", "lon"])
+        assert not main["temp"].equals(records["temp"])  # main moved on: reading main would be wrong
+        for sql in QUERIES:
+            assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
+        before = catalog.get("era5").version
+        session = _repo(repos[0]).writable_session("main")  # type: ignore[attr-defined]
+        era5_like(1, 20, offset=2.0).to_zarr(session.store, mode="a", zarr_format=3, consolidated=False)
+        session.commit("main moves again")
+        catalog.refresh()
+        assert catalog.get("era5").version == before  # a commit to main changes no tag, snapshot or other branch
+    finally:
+        catalog.close()
+
+
+def test_a_tag_the_repository_lacks_is_refused_naming_repository_and_tag(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "repos").mkdir(parents=True)
+    session = _repo(root / "repos" / "era5_2001-01.icechunk").writable_session("main")  # type: ignore[attr-defined]
+    era5_like(1, 1, offset=0.0).to_zarr(session.store, zarr_format=3, consolidated=False)
+    session.commit("first")
+    era5_like(1, 1, offset=0.0).to_netcdf(tmp_path / "template.nc")
+    drafted = publish([tmp_path / "template.nc"], "era5")
+    xml = re.sub(r'<files glob="[^"]+"', '<files glob="repos/*.icechunk" ref="tag:v9"', drafted.read_text())
+    (root / "era5.dstp.xml").write_text(xml)
+    catalog = Catalog.scan(root, settle_s=0)
+    try:
+        text = "\n".join(h.reason for h in catalog.held_back)
+        assert "era5_2001-01.icechunk: the Icechunk repository cannot be read at tag 'v9' (IcechunkError: ref not found `v9`)" in text, text
+    finally:
+        catalog.close()
