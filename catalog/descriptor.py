@@ -298,9 +298,9 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
     if desc.files_store is not None and desc.parts:
         raise DescriptorError("<part> is not supported with <files store=…> yet; publish each part as a dataset",
                               path=where, line=root.find(_NS + "files").sourceline)
-    if desc.files_ref is not None and (desc.files_store is not None or desc.parts):
-        raise DescriptorError("ref= (an Icechunk branch, tag or snapshot) is supported for local repositories "
-                              "without <part> only", path=where, line=root.find(_NS + "files").sourceline)
+    if desc.files_ref is not None and desc.parts:
+        raise DescriptorError("ref= (an Icechunk branch, tag or snapshot) is not supported with <part> yet; publish "
+                              "each part as a dataset", path=where, line=root.find(_NS + "files").sourceline)
     if len(set(desc.parts)) != len(desc.parts):
         raise DescriptorError("two <part> elements have the same glob; give each part its own",
                               path=where, line=root.find(_NS + "files").sourceline)

@@ -713,10 +713,9 @@ def _glob_of(descriptor: Descriptor) -> str | None:
     """Return the glob the index keeps for a descriptor (a store's is marked); None for a remote dataset."""
     if descriptor.remote is not None:
         return None
-    if descriptor.files_ref is not None:
-        return with_ref(descriptor.files_glob, descriptor.files_ref)
-    return store_glob(descriptor.files_store, descriptor.files_glob) if descriptor.files_store is not None \
+    glob = store_glob(descriptor.files_store, descriptor.files_glob) if descriptor.files_store is not None \
         else descriptor.files_glob
+    return with_ref(glob, descriptor.files_ref) if descriptor.files_ref is not None else glob
 
 
 def _still_there(ds: GriddedDataset) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 from dstp.errors import DataFileError
 
 __all__ = ["REF_MARK", "ZarrFiles", "folder_identity", "icechunk_identity", "icechunk_ref", "is_icechunk", "is_zarr_source",
-           "open_in_store", "open_source", "split_ref", "with_ref", "zarr_meta"]
+           "icechunk_versions", "open_in_store", "open_source", "split_ref", "with_ref", "zarr_meta"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -244,12 +244,90 @@ def open_source(path: Path, stores: Mapping[str, Any]) -> Any:
     return open_references(text, Where(name=path.name, local=path), stores)
 
 
+def icechunk_versions(store: Any, pattern: str, ref: str | None) -> list[Any]:
+    """Return one version per Icechunk repository of ``store`` whose folder matches ``pattern``: its key the
+    folder, its ETag a digest of the keys and ETags of the objects of ``ref`` (default branch main) — a commit to
+    that branch rewrites one; a tag or a snapshot never changes."""
+    import hashlib
+
+    from dstp.catalog.stores import ObjectVersion
+
+    kind, name = _ref_parts(ref or "main")
+    repos: dict[str, list[Any]] = {}
+    for obj in store.list_objects(f"{pattern}/refs/**"):
+        root, _, rest = obj.key.partition("/refs/")
+        members = repos.setdefault(root, [])
+        if kind != "snapshot" and rest.startswith(f"{kind}.{name}/"):
+            members.append(obj)
+    out = []
+    for root, members in sorted(repos.items()):
+        digest = hashlib.sha256(f"{kind}:{name}\n".encode() + "\n".join(
+            f"{m.key}\0{m.etag}" for m in sorted(members, key=lambda m: m.key)).encode()).hexdigest()
+        out.append(ObjectVersion(root, sum(m.size for m in members), digest,
+                                 max((m.mtime_ns for m in members), default=0)))
+    return out
+
+
+def _icechunk_storage(store: Any, key: str) -> Any:
+    """Return the icechunk Storage of the repository at ``key`` of a configured store: its endpoint, region and
+    credentials (the operator's; never the repository's)."""
+    import os
+    from urllib.parse import urlsplit
+
+    import icechunk
+
+    config = store.config
+    parts = urlsplit(config.url)
+    if config.scheme == "file":
+        return icechunk.local_filesystem_storage(str(Path(store.root) / key))
+    if parts.scheme != "s3":
+        raise DataFileError(f"{key} in {config.where()}: Icechunk repositories are read from S3 stores (or local "
+                            "folders), not over HTTP(S)")
+    if config.profile is not None:
+        raise DataFileError(f"{key} in {config.where()}: Icechunk repositories cannot be read with an AWS profile "
+                            "yet; name the credentials' environment variables (access_key_id_env, …)")
+    kwargs: dict[str, Any] = {"bucket": parts.netloc, "prefix": "/".join(p for p in (parts.path.strip("/"), key) if p),
+                              "region": config.region, "endpoint_url": config.endpoint,
+                              "allow_http": (config.endpoint or "").startswith("http:"),
+                              "force_path_style": config.endpoint is not None}
+    if config.anonymous:
+        kwargs["anonymous"] = True
+    elif config.access_key_id_env is not None:
+        kwargs["access_key_id"] = os.environ.get(config.access_key_id_env)
+        kwargs["secret_access_key"] = os.environ.get(config.secret_access_key_env or "")
+        if config.session_token_env is not None:
+            kwargs["session_token"] = os.environ.get(config.session_token_env)
+    else:
+        kwargs["from_env"] = True
+    return icechunk.s3_storage(**kwargs)
+
+
 def open_in_store(stores: Mapping[str, Any], name: str, key: str, version: Any, shown: str) -> Any:
     """Return the Zarr group of the Zarr-like source ``key`` of store ``name``: a Zarr store, or a reference file
     (that version of it; relative targets in the same store)."""
     from dstp.catalog.zarr_references import Where, is_reference, open_references
 
     store = stores[name]
+    _, mark, ref = shown.partition(REF_MARK)
+    if mark or key.endswith(".icechunk"):
+        import zarr
+
+        kind, ref_name = _ref_parts(ref or "main")
+        try:
+            import icechunk
+
+            repo = icechunk.Repository.open(_icechunk_storage(store, key))
+            session = repo.readonly_session(snapshot_id=ref_name) if kind == "snapshot" else \
+                repo.readonly_session(tag=ref_name) if kind == "tag" else repo.readonly_session(branch=ref_name)
+            return zarr.open_group(session.store, mode="r")
+        except DataFileError:
+            raise
+        except ImportError as exc:
+            raise DataFileError(f"{shown} is an Icechunk repository, and this server has no icechunk installed "
+                                "(pip install 'dstp[icechunk]')") from exc
+        except Exception as exc:  # noqa: BLE001 - its message may quote the endpoint or a request: not shown
+            raise DataFileError(f"{key} in {store.config.where()}: the Icechunk repository cannot be read at {kind} "
+                                f"{ref_name!r} ({type(exc).__name__})") from exc
     if not is_reference(key):
         return store.zarr_group(key)
     (text,) = store.read_ranges(version, [(0, version.size)])

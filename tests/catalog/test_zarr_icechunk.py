@@ -147,3 +147,56 @@ def test_a_tag_the_repository_lacks_is_refused_naming_repository_and_tag(tmp_pat
         assert "era5_2001-01.icechunk: the Icechunk repository cannot be read at tag 'v9' (IcechunkError: ref not found `v9`)" in text, text
     finally:
         catalog.close()
+
+
+def test_icechunk_repositories_in_an_s3_store_answer_as_xarray_at_their_ref(tmp_path: Path) -> None:
+    import os
+
+    from store_servers import S3Server
+
+    from dstp.catalog.objects import ObjectFiles
+    from dstp.catalog.stores import StoreConfig, open_store
+
+    local = tmp_path / "local"
+    repos = [local / f"era5_2001-{m:02d}.icechunk" for m in (1, 2)]
+    for k, repo_path in enumerate(repos):
+        repo = _repo(repo_path)
+        session = repo.writable_session("main")  # type: ignore[attr-defined]
+        era5_like(k + 1, k + 1, offset=5.0 * k).to_zarr(session.store, zarr_format=3, consolidated=False)
+        repo.create_tag("v1", session.commit("first"))  # type: ignore[attr-defined]
+        session = repo.writable_session("main")  # type: ignore[attr-defined]
+        era5_like(k + 1, 10 + k, offset=9.0).to_zarr(session.store, mode="a", zarr_format=3, consolidated=False)
+        session.commit("main moves on")
+    era5_like(1, 1, offset=0.0).to_netcdf(tmp_path / "template.nc")
+    server = S3Server()
+    try:
+        server.client().create_bucket(Bucket="arco")
+        server.upload_tree("arco", local, "era5/repos", "*")
+        os.environ["DSTP_TEST_ICE_KEY"], os.environ["DSTP_TEST_ICE_SECRET"] = server.access_key, server.secret_key
+        config = StoreConfig("arco", "s3://arco/era5", endpoint=server.endpoint, region="us-east-1",
+                             access_key_id_env="DSTP_TEST_ICE_KEY", secret_access_key_env="DSTP_TEST_ICE_SECRET")
+        for ref, at in ((None, {"branch": "main"}), ("tag:v1", {"tag": "v1"})):
+            root = tmp_path / f"root-{ref or 'main'}".replace(":", "-")
+            root.mkdir()
+            drafted = publish([tmp_path / "template.nc"], "era5")
+            named = f' ref="{ref}"' if ref else ""
+            xml = re.sub(r'<files glob="[^"]+"', f'<files store="arco" glob="repos/era5_*.icechunk"{named} aggregate="time"',
+                         drafted.read_text())
+            drafted.unlink()
+            (root / "era5.dstp.xml").write_text(re.sub(r' aggregate="time" aggregate="time"', ' aggregate="time"', xml))
+            objects = ObjectFiles({"arco": open_store(config)}, tmp_path / "cache")
+            catalog = Catalog.scan(root, objects=objects)
+            try:
+                assert not catalog.problems, catalog.problems
+                suffix = f"@{ref}" if ref else ""
+                assert [f.path.name for f in catalog.get("era5").files] == [r.name + suffix for r in repos]
+                records = oracle_records(_truth_at(repos, **at), ["temp", "humid"], ["time", "lat", "lon"])
+                for sql in QUERIES:
+                    assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
+                text = "".join(str(f.path) for f in catalog.get("era5").files)
+                assert server.endpoint not in text and server.access_key not in text
+            finally:
+                catalog.close()
+                objects.close()
+    finally:
+        server.stop()
