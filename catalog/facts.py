@@ -186,8 +186,10 @@ def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None,
     try:
         meta, identity = handles.inspect_current(path)
     except DataFileError as exc:
-        seen = stat_identity(path)
-        return Unreadable(path, seen, exc.message) if seen is not None else None
+        # an object of a store has no stat: the version its listing holds (else every refusal read "it vanished")
+        seen = handles.objects.current(path) if handles.objects is not None and handles.is_object(path) \
+            else stat_identity(path)
+        return Unreadable(path, seen, exc.message) if seen is not None else None  # type: ignore[arg-type]
     key, meta = headers.encode(meta)
     facts = FileFacts(path, identity, meta, key)
     if handles.is_object(path) and handles.chunks is not None and meta.format.startswith("NETCDF4"):

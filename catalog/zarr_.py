@@ -56,6 +56,8 @@ def zarr_meta(group: Any, path: Path) -> Any:
     v3 = group.metadata.zarr_format == 3
     #: arrays of a reference file whose fill value is netCDF's default (:mod:`.zarr_references`): not _FillValue
     defaulted: frozenset[str] = getattr(group.store, "defaulted", frozenset())
+    #: a reference file describes a netCDF file, whose variables may be shorter than their unlimited dimension
+    full = netcdf_shapes(group) if hasattr(group.store, "defaulted") else {}
     dimensions: dict[str, int] = {}
     variables: dict[str, VariableMeta] = {}
     for name, array in sorted(group.arrays()):
@@ -75,16 +77,65 @@ def zarr_meta(group: Any, path: Path) -> Any:
                 values["_FillValue"] = _fill_value_v3(attrs["_FillValue"], dtype)
         elif array.fill_value is not None and name not in defaulted:
             values["_FillValue"] = dtype.type(array.fill_value) if dtype.kind in "iufb" else array.fill_value
-        for dim, size in zip(dims, array.shape):
+        shape = full.get(name, tuple(int(n) for n in array.shape))
+        for dim, size in zip(dims, shape):
             if dimensions.setdefault(dim, int(size)) != int(size):
                 raise DataFileError(f"{path.name}: dimension {dim!r} is {dimensions[dim]} long in one array and "
                                     f"{size} in {name!r}")
         default = dtype.type(array.fill_value) if name in defaulted and "_FillValue" not in values else None
-        variables[name] = VariableMeta(name=name, dimensions=dims, shape=tuple(int(s) for s in array.shape),
-                                       dtype=dtype, attrs=cf_spelling(values), default_fill=default)
+        variables[name] = VariableMeta(name=name, dimensions=dims, shape=shape, dtype=dtype,
+                                       attrs=cf_spelling(values), default_fill=default)
     attrs = {k: _attr_value(v) for k, v in dict(group.attrs).items()}
     return FileMeta(path=path, format=f"ZARR{group.metadata.zarr_format}", dimensions=dimensions, unlimited=(),
                     variables=variables, attrs=attrs)
+
+
+def netcdf_shapes(group: Any) -> dict[str, tuple[int, ...]]:
+    """Return, by array, the shape netCDF-C gives it: each dimension as long as its longest array (kept on the
+    group's store). A netCDF-4 variable whose last records were never written is shorter in HDF5 — and in the
+    references kerchunk makes of it — than its unlimited dimension; netCDF-C reads those records as fill values."""
+    store = group.store
+    known: dict[str, tuple[int, ...]] | None = getattr(store, "netcdf_shapes", None)
+    if known is None:
+        lengths: dict[str, int] = {}
+        named = []
+        for name, array in group.arrays():
+            attrs = dict(array.attrs)
+            dims = tuple(array.metadata.dimension_names or ()) if group.metadata.zarr_format == 3 else \
+                tuple(attrs.get(DIMENSION_KEY, ()))
+            if len(dims) == len(array.shape):
+                named.append((name, dims))
+                for dim, size in zip(dims, array.shape):
+                    lengths[dim] = max(lengths.get(dim, 0), int(size))
+        known = {name: tuple(lengths[d] for d in dims) for name, dims in named}
+        store.netcdf_shapes = known
+    return known
+
+
+def _padded(array: Any, full: tuple[int, ...], index: Sequence[slice | int]) -> np.ndarray:
+    """Return ``array[index]`` on its netCDF shape ``full``: elements beyond the stored ones are its fill value."""
+    dtype = np.dtype(array.dtype.to_native_dtype() if hasattr(array.dtype, "to_native_dtype") else array.dtype)
+    fill = array.fill_value
+    if fill is None:
+        raise DataFileError(f"{array.path!r} is shorter than its dimensions and has no fill value to read the rest as")
+    picks = list(index) + [slice(None)] * (len(full) - len(index))
+    source: list[Any] = []
+    target: list[np.ndarray] = []
+    shape: list[int] = []
+    scalar: list[int] = []
+    for axis, (pick, n_full, n) in enumerate(zip(picks, full, array.shape)):
+        positions = np.arange(n_full)[pick]
+        if positions.ndim == 0:
+            scalar.append(axis)
+            positions = positions.reshape(1)
+        inside = np.nonzero(positions < n)[0]
+        shape.append(len(positions))
+        target.append(inside)
+        source.append(positions[inside])
+    out = np.full(shape, fill, dtype=dtype)
+    if all(len(s) for s in source):
+        out[np.ix_(*target)] = np.asarray(array.oindex[tuple(source)]).reshape([len(t) for t in target])
+    return out.reshape([n for axis, n in enumerate(shape) if axis not in scalar])
 
 
 class ZarrFiles:
@@ -113,6 +164,9 @@ class ZarrFiles:
     def read(group: Any, path: Path, variable: str, index: Sequence[slice | int]) -> np.ndarray:
         try:
             array = group[variable]
+            full = netcdf_shapes(group).get(variable) if hasattr(group.store, "defaulted") else None
+            if full is not None and full != tuple(array.shape):
+                return _padded(array, full, index)
             return np.asarray(array[tuple(index)] if index else array[...])
         except DataFileError:
             raise

@@ -198,5 +198,21 @@ def test_icechunk_repositories_in_an_s3_store_answer_as_xarray_at_their_ref(tmp_
             finally:
                 catalog.close()
                 objects.close()
+        root = tmp_path / "root-missing"
+        root.mkdir()
+        drafted = publish([tmp_path / "template.nc"], "era5")
+        (root / "era5.dstp.xml").write_text(re.sub(r'<files glob="[^"]+"', '<files store="arco" glob='
+                                                   '"repos/era5_2001-01.icechunk" ref="tag:v9"', drafted.read_text()))
+        drafted.unlink()
+        objects = ObjectFiles({"arco": open_store(config)}, tmp_path / "cache")
+        catalog = Catalog.scan(root, objects=objects)
+        try:
+            text = "\n".join(h.reason for h in catalog.held_back)
+            assert "repos/era5_2001-01.icechunk in store 'arco' (s3://arco/era5): the Icechunk repository cannot be " \
+                   "read at tag 'v9' (IcechunkError)" in text, text
+            assert server.endpoint not in text and server.access_key not in text
+        finally:
+            catalog.close()
+            objects.close()
     finally:
         server.stop()

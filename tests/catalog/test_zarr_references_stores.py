@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -105,6 +106,29 @@ def test_a_target_missing_from_the_store_is_refused_naming_reference_key_and_sto
         assert "reference file arch_01.json: key " in text and "names target s3://arco/era5/nc/gone.nc: nc/gone.nc " \
                "is no longer in store 'arco' (s3://arco/era5)" in text, text
         assert server.endpoint not in text and server.secret_key not in text
+    finally:
+        catalog.close()
+        objects.close()
+
+
+def test_a_reference_file_in_the_store_whose_target_is_gone_is_refused_naming_it(
+        s3_archive: tuple[S3Server, Path, list[Path]], tmp_path: Path) -> None:
+    server, local, paths = s3_archive
+    spec = json.loads((local / "refs" / "arch_00.json").read_text())
+    for value in spec["refs"].values():
+        if isinstance(value, list):
+            value[0] = "../nc/gone.nc"
+    server.client().put_object(Bucket="arco", Key="era5/refs-bad/arch_00.json", Body=json.dumps(spec).encode())
+    root = tmp_path / "root"
+    root.mkdir()
+    publish_references(root, paths[:1], "refs-bad/arch_*.json", store="arco")
+    objects = _objects(server, tmp_path / "cache")
+    catalog = Catalog.scan(root, objects=objects)
+    try:
+        text = "\n".join(h.reason for h in catalog.held_back)
+        assert re.search(r"@arco/refs-bad/arch_00\.json cannot be opened \(reference file arch_00\.json: key '[^']+' "
+                         r"names target \.\./nc/gone\.nc: nc/gone\.nc is no longer in store 'arco' \(s3://arco/era5\)\)",
+                         text), text
     finally:
         catalog.close()
         objects.close()
