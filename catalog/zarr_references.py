@@ -307,7 +307,7 @@ def _defaults(references: dict[str, Any]) -> frozenset[str]:
         except ValueError:
             continue
         dtype = _numeric(meta.get("dtype"))
-        if meta.get("fill_value") is None and dtype is not None and dtype.itemsize > 1:
+        if meta.get("fill_value") is None and dtype is not None:  # (1-byte types too: read as -127, not masked)
             default = netCDF4.default_fillvals.get(dtype.str[1:])
             if default is not None:
                 meta["fill_value"] = default.item() if hasattr(default, "item") else default

@@ -240,3 +240,19 @@ def test_a_netcdf_variable_shorter_than_its_unlimited_dimension_reads_its_unwrit
         assert records["temp"].isna().sum() >= 6  # the unwritten record: missing, never 0
     finally:
         catalog.close()
+
+
+def test_dstp_publish_drafts_a_descriptor_from_the_reference_files_themselves(tmp_path: Path) -> None:
+    (tmp_path / "nc").mkdir()
+    paths = write_archive(SPEC, tmp_path / "nc")
+    refs = make_references(paths, tmp_path / "refs")
+    drafted = publish(refs, "arch")
+    assert drafted.parent == tmp_path / "refs" and '<files glob="arch_*.json" aggregate="time"/>' in drafted.read_text()
+    catalog = Catalog.scan(tmp_path)
+    try:
+        assert not catalog.problems, _problems(catalog)
+        records = oracle_records(reference_oracle(paths), ["temp", "humid"], ["time", "lat", "lon"])
+        sql = "select time, lat, lon, temp, humid from arch"
+        assert_same_records(dstp_answer(catalog, sql), run_sql(records, sql, "arch"))
+    finally:
+        catalog.close()
