@@ -525,12 +525,12 @@ class FileHandles:
     def _is_zarr(self, path: Path) -> bool:
         """Return whether ``path`` is read through zarr-python: a Zarr store of a store, or a Zarr-like source
         (a kerchunk/VirtualiZarr reference file, :mod:`.zarr_references`) local or in a store."""
-        from dstp.catalog.zarr_ import is_zarr_source
-
         if self.objects is not None and self.objects.owns(path):
             return self.objects.is_zarr(path)
         known = self._zarr_kinds.get(path)
         if known is None:
+            from dstp.catalog.zarr_ import is_zarr_source
+
             known = self._zarr_kinds[path] = is_zarr_source(path)
         return known
 
