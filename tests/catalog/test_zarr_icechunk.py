@@ -149,6 +149,17 @@ def test_a_tag_the_repository_lacks_is_refused_naming_repository_and_tag(tmp_pat
         catalog.close()
 
 
+def _sync(server: object, local: Path, uploaded: set[str]) -> None:
+    """Upload what a commit wrote, as icechunk writing to the bucket would: its new objects, and the branch refs
+    it rewrites (snapshots, manifests and chunks are never rewritten; tags never change)."""
+    client = server.client()  # type: ignore[attr-defined]
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        key = f"era5/repos/{path.relative_to(local).as_posix()}"
+        if key not in uploaded or "/refs/branch." in key:
+            client.upload_file(str(path), "arco", key)
+            uploaded.add(key)
+
+
 def test_icechunk_repositories_in_an_s3_store_answer_as_xarray_at_their_ref(tmp_path: Path) -> None:
     import os
 
@@ -171,7 +182,7 @@ def test_icechunk_repositories_in_an_s3_store_answer_as_xarray_at_their_ref(tmp_
     server = S3Server()
     try:
         server.client().create_bucket(Bucket="arco")
-        server.upload_tree("arco", local, "era5/repos", "*")
+        uploaded = set(server.upload_tree("arco", local, "era5/repos", "*"))
         os.environ["DSTP_TEST_ICE_KEY"], os.environ["DSTP_TEST_ICE_SECRET"] = server.access_key, server.secret_key
         config = StoreConfig("arco", "s3://arco/era5", endpoint=server.endpoint, region="us-east-1",
                              access_key_id_env="DSTP_TEST_ICE_KEY", secret_access_key_env="DSTP_TEST_ICE_SECRET")
@@ -195,6 +206,20 @@ def test_icechunk_repositories_in_an_s3_store_answer_as_xarray_at_their_ref(tmp_
                     assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
                 text = "".join(str(f.path) for f in catalog.get("era5").files)
                 assert server.endpoint not in text and server.access_key not in text
+                # a commit to main, uploaded: a new version at the next listing for main, none for the tag
+                before = catalog.get("era5").version
+                session = _repo(repos[1]).writable_session("main")  # type: ignore[attr-defined]
+                era5_like(2, 30 + len(ref or ""), offset=3.0).to_zarr(session.store, mode="a", zarr_format=3,
+                                                                      consolidated=False)
+                session.commit("second month corrected")
+                _sync(server, local, uploaded)
+                objects.expire()
+                catalog.refresh()
+                assert not catalog.problems, catalog.problems
+                assert (catalog.get("era5").version != before) == (ref is None)
+                records = oracle_records(_truth_at(repos, **at), ["temp", "humid"], ["time", "lat", "lon"])
+                for sql in QUERIES:
+                    assert_same_records(answer_table(catalog, sql, SETTINGS), run_sql(records, sql, "era5"))
             finally:
                 catalog.close()
                 objects.close()
