@@ -138,6 +138,8 @@ class Descriptor:
     remote: RemoteSpec | None = None
     #: The store the files are objects of (``<files store="era5" glob=…/>``); None: files beside the descriptor.
     files_store: str | None = None
+    #: The version Icechunk repositories are read at (``<files ref="tag:v1"/>``, :mod:`.zarr_`); None: branch main.
+    files_ref: str | None = None
 
     def attribute(self, name: str) -> AttributeSpec | None:
         """Return the attribute column called ``name``, if any."""
@@ -277,6 +279,7 @@ def _from_tree(root: etree._Element, path: Path | None) -> Descriptor:
         remote=RemoteSpec(remote_el.get("server"), remote_el.get("dataset"), remote_el.get("credential") or "")
         if remote_el is not None else None,
         files_store=files.get("store"),
+        files_ref=files.get("ref"),
     )
     _check_consistency(desc, root)
     return desc
@@ -295,6 +298,9 @@ def _check_consistency(desc: Descriptor, root: etree._Element) -> None:
     if desc.files_store is not None and desc.parts:
         raise DescriptorError("<part> is not supported with <files store=…> yet; publish each part as a dataset",
                               path=where, line=root.find(_NS + "files").sourceline)
+    if desc.files_ref is not None and desc.parts:
+        raise DescriptorError("ref= (an Icechunk branch, tag or snapshot) is not supported with <part> yet; publish "
+                              "each part as a dataset", path=where, line=root.find(_NS + "files").sourceline)
     if len(set(desc.parts)) != len(desc.parts):
         raise DescriptorError("two <part> elements have the same glob; give each part its own",
                               path=where, line=root.find(_NS + "files").sourceline)
@@ -380,7 +386,7 @@ def render_descriptor(desc: Descriptor) -> bytes:
             sub(kw, "keyword", k)
     if desc.remote is None:
         files = sub(root, "files", store=desc.files_store, glob=desc.files_glob, aggregate=desc.aggregate,
-                    group=desc.group)
+                    group=desc.group, ref=desc.files_ref)
         for part in desc.parts:
             sub(files, "part", glob=part)
         coords = sub(root, "coordinates")

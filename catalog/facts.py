@@ -122,14 +122,20 @@ def _with_path(meta: FileMeta, path: Path) -> FileMeta:
 
 def stat_identity(path: Path) -> FileIdentity | None:
     """Return the version of ``path`` on disk now, from one stat (None when it is gone or not a file)."""
+    import stat as _stat
+
+    from dstp.catalog.zarr_ import icechunk_identity
+
     try:
         st = os.stat(path)
     except OSError:
-        return None
-    import stat as _stat
-
-    if not _stat.S_ISREG(st.st_mode):
-        return None
+        st = None
+    if st is None or not _stat.S_ISREG(st.st_mode):
+        try:  # an Icechunk repository (``x.icechunk`` or ``x.icechunk@tag:v1``) is one file of a dataset
+            found: FileIdentity | None = icechunk_identity(path)
+        except OSError:
+            return None
+        return found
     return FileIdentity.of(os.path.realpath(path), st)
 
 
@@ -180,8 +186,10 @@ def gather(handles: FileHandles, path: Path, prefetch: Prefetch | None,
     try:
         meta, identity = handles.inspect_current(path)
     except DataFileError as exc:
-        seen = stat_identity(path)
-        return Unreadable(path, seen, exc.message) if seen is not None else None
+        # an object of a store has no stat: the version its listing holds (else every refusal read "it vanished")
+        seen = handles.objects.current(path) if handles.objects is not None and handles.is_object(path) \
+            else stat_identity(path)
+        return Unreadable(path, seen, exc.message) if seen is not None else None  # type: ignore[arg-type]
     key, meta = headers.encode(meta)
     facts = FileFacts(path, identity, meta, key)
     if handles.is_object(path) and handles.chunks is not None and meta.format.startswith("NETCDF4"):

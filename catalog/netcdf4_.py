@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import netCDF4
 import numpy as np
@@ -49,6 +49,7 @@ from dstp.errors import DataFileError
 if TYPE_CHECKING:
     from dstp.catalog.objects import ObjectFiles
     from dstp.catalog.readahead import ReadAhead
+    from dstp.catalog.zarr_ import ZarrFiles
 
 log = logging.getLogger("dstp.catalog")
 
@@ -240,6 +241,10 @@ class FileHandles:
         self.opened = 0
         #: Coordinates HDF-EOS5 grids define by formula, by (file, version, variable); None: the file holds it.
         self._computed: dict[tuple[Path, FileIdentity | None, str], np.ndarray | None] = {}
+        #: Local Zarr-like sources (reference files) opened, by (path, version) (:mod:`.zarr_`).
+        self._local_zarr: "ZarrFiles | None" = None
+        #: Whether each local path is a Zarr-like source (asked on every read: one stat at its first).
+        self._zarr_kinds: dict[Path, bool] = {}
 
     def describe(self) -> str:
         """Return how this cache reads files, for the server's log (what is in effect, not what was asked)."""
@@ -414,7 +419,7 @@ class FileHandles:
         version: FileIdentity | None = None,
     ) -> np.ndarray:
         """Return the raw (still packed) values of ``variable[index]`` from ``path`` (as ``version``, if given)."""
-        if self.objects is not None and self.objects.is_zarr(path):
+        if self._is_zarr(path):
             array = self._zarr_read(path, variable, index, version)
             if stats is not None:
                 stats.add(array)
@@ -470,7 +475,7 @@ class FileHandles:
         with netCDF-4 string variables that the process holds open already --
         two datasets over the same files, say.
         """
-        if self.objects is not None and self.objects.is_zarr(path):
+        if self._is_zarr(path):
             return self._zarr_meta(path, None)[0]
         with NETCDF_LOCK:
             ds = self._get(path)
@@ -496,10 +501,8 @@ class FileHandles:
 
     def inspect_current(self, path: Path) -> tuple[FileMeta, FileIdentity]:
         """Return the metadata of the version of ``path`` on disk now, and that version (not yet published)."""
-        if self.objects is not None and self.objects.is_zarr(path):
-            current = self.objects.current(path)
-            assert isinstance(current, FileIdentity)
-            return self._zarr_meta(path, current)
+        if self._is_zarr(path):
+            return self._zarr_meta(path, self._zarr_current(path))
         with NETCDF_LOCK:
             ds = self._get(path, current=True)
             try:
@@ -519,26 +522,66 @@ class FileHandles:
         """Return the metadata and version of a Zarr store of a store (:mod:`.zarr_`)."""
         from dstp.catalog.zarr_ import zarr_meta
 
-        assert self.objects is not None
         if version is None:
             with self._identity_lock:
                 version = self._identity.get(path)
             if version is None:
-                current = self.objects.current(path)
-                assert isinstance(current, FileIdentity)
+                current = self._zarr_current(path)
                 with self._identity_lock:
                     version = self._identity.setdefault(path, current)
-        return zarr_meta(self.objects.zarr_group(path, version), path), version
+        return zarr_meta(self._zarr_group(path, version), path), version
+
+    def _is_zarr(self, path: Path) -> bool:
+        """Return whether ``path`` is read through zarr-python: a Zarr store of a store, or a Zarr-like source
+        (a kerchunk/VirtualiZarr reference file, :mod:`.zarr_references`) local or in a store."""
+        if self.objects is not None and self.objects.owns(path):
+            return self.objects.is_zarr(path)
+        known = self._zarr_kinds.get(path)
+        if known is None:
+            from dstp.catalog.zarr_ import is_zarr_source
+
+            known = self._zarr_kinds[path] = is_zarr_source(path)
+        return known
+
+    def _zarr_current(self, path: Path) -> FileIdentity:
+        """Return the version of the Zarr-like source ``path`` now (a store's listing, else a stat)."""
+        if self.objects is not None and self.objects.owns(path):
+            current = self.objects.current(path)
+            assert isinstance(current, FileIdentity)
+            return current
+        from dstp.catalog.zarr_ import icechunk_identity
+
+        try:
+            repo: FileIdentity | None = icechunk_identity(path)
+            return repo if repo is not None else FileIdentity.of(os.path.realpath(path), path.stat())
+        except OSError as exc:
+            raise DataFileError(f"{path.name} is no longer readable: {exc.strerror}") from exc
+
+    def _zarr_group(self, path: Path, version: FileIdentity) -> Any:
+        """Return the open Zarr group of that version of the Zarr-like source ``path``."""
+        from dstp.catalog.zarr_ import ZarrFiles, open_source
+
+        if self.objects is not None and self.objects.owns(path):
+            return self.objects.zarr_group(path, version)
+        if self._local_zarr is None:
+            self._local_zarr = ZarrFiles()
+        stores = self.objects.stores if self.objects is not None else {}
+
+        def opener() -> Any:
+            if self._zarr_current(path) != version:
+                raise _replaced(path)
+            return open_source(path, stores)
+
+        return self._local_zarr.group(path, hash(version) & (2**63 - 1), opener)
 
     def _zarr_read(self, path: Path, variable: str, index: Sequence[slice | int],
                    version: FileIdentity | None) -> np.ndarray:
         from dstp.catalog.zarr_ import ZarrFiles
 
-        assert self.objects is not None
         expected = version or self.identity(path)
         if expected is None:
             expected = self._zarr_meta(path, None)[1]
-        return ZarrFiles.read(self.objects.zarr_group(path, expected), path, variable, index)
+        return ZarrFiles.read(self._zarr_group(path, expected), path, variable, index)
 
     def _check_unchanged(self, path: Path, version: FileIdentity | None = None) -> None:
         if self.objects is not None and self.objects.owns(path):

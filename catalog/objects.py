@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from dstp.catalog.stores import ObjectVersion, Store
-from dstp.catalog.zarr_ import ZarrFiles
+from dstp.catalog.zarr_ import REF_MARK, ZarrFiles, icechunk_versions, open_in_store, split_ref
+from dstp.catalog.zarr_references import is_reference
 from dstp.errors import DataFileError
 
 __all__ = ["MARK", "ObjectFiles", "store_glob"]
@@ -58,7 +59,7 @@ def store_glob(store: str, glob: str) -> str:
 class _Located:
     store: str
     key: str
-    #: A Zarr store (a folder of objects) rather than one object.
+    #: Read through zarr-python: a Zarr store (a folder of objects), or a reference file (:mod:`.zarr_references`).
     zarr: bool = False
 
 
@@ -129,7 +130,8 @@ class ObjectFiles:
         """Return the open Zarr group of that version of ``path``."""
         version = self.version(path, identity)
         where = self._where[path]
-        return self._zarr.group(path, version.token(), lambda: self.stores[where.store].zarr_group(where.key))
+        return self._zarr.group(path, version.token(),
+                                lambda: open_in_store(self.stores, where.store, where.key, version, path.name))
 
     # -- listing --------------------------------------------------------------------------------------------
 
@@ -150,13 +152,16 @@ class ObjectFiles:
             cached = self._listed.get(key)
         if cached is not None and not force and now - cached[0] < store.config.list_s:
             return cached[1]
+        pattern, ref = split_ref(pattern)  # <files ref=…>: Icechunk repositories at that ref (:mod:`.zarr_`)
         zarr = pattern.rstrip("/").endswith(".zarr")
-        found = store.list_zarr(pattern.rstrip("/")) if zarr else store.list_objects(pattern)
+        icechunk = ref is not None or pattern.rstrip("/").endswith(".icechunk")
+        found = icechunk_versions(store, pattern.rstrip("/"), ref) if icechunk else \
+            store.list_zarr(pattern.rstrip("/")) if zarr else store.list_objects(pattern)
         out: list[tuple[str, object]] = []
         with self._lock:
             for version in found:
-                path = folder / f"@{name}" / version.key
-                self._where[path] = _Located(name, version.key, zarr)
+                path = folder / f"@{name}" / (version.key + (f"{REF_MARK}{ref}" if ref is not None else ""))
+                self._where[path] = _Located(name, version.key, zarr or icechunk or is_reference(version.key))
                 self._versions[(name, version.token())] = version
                 out.append((str(path), FileIdentity(f"store://{name}/{version.key}", 0, version.token(),
                                                     version.size, version.mtime_ns, 0)))

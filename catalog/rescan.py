@@ -41,6 +41,7 @@ from dstp.catalog.facts import FactsReader, FileFacts, Headers, Prefetch, Unread
 from dstp.catalog.index import CatalogIndex, StoredEntry
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity
 from dstp.catalog.objects import ObjectFiles, store_glob
+from dstp.catalog.zarr_ import REF_MARK, folder_identity, is_icechunk, split_ref, with_ref
 from dstp.catalog.remote import RemoteDataset
 from dstp.errors import CatalogError, DataFileError, DescriptorError
 
@@ -113,6 +114,7 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
     path is inside the descriptor's folder, in name order (paths as text: no Path is made for 100,000 files
     that did not change).
     """
+    files_glob, ref = split_ref(files_glob)
     real_folder = _real_folder(folder)
     inside = real_folder.rstrip(os.sep) + os.sep
     direct = "/" not in files_glob and os.sep not in files_glob
@@ -143,6 +145,9 @@ def list_files(folder: Path, files_glob: str) -> list[tuple[str, FileIdentity]]:
             continue  # gone between the listing and the stat
         if stat.S_ISREG(st.st_mode) and real.startswith(inside):
             out.append((text, FileIdentity.of(real, st)))
+        elif stat.S_ISDIR(st.st_mode) and real.startswith(inside) and is_icechunk(Path(real)):
+            # an Icechunk repository: one file, named with the ref it is read at (:mod:`.zarr_`)
+            out.append((text if ref is None else f"{text}{REF_MARK}{ref}", folder_identity(real, st, ref)))
     return out
 
 
@@ -708,8 +713,9 @@ def _glob_of(descriptor: Descriptor) -> str | None:
     """Return the glob the index keeps for a descriptor (a store's is marked); None for a remote dataset."""
     if descriptor.remote is not None:
         return None
-    return store_glob(descriptor.files_store, descriptor.files_glob) if descriptor.files_store is not None \
+    glob = store_glob(descriptor.files_store, descriptor.files_glob) if descriptor.files_store is not None \
         else descriptor.files_glob
+    return with_ref(glob, descriptor.files_ref) if descriptor.files_ref is not None else glob
 
 
 def _still_there(ds: GriddedDataset) -> bool:

@@ -118,7 +118,7 @@ class Settings:
     store_read_ahead_bytes: int = _setting(
         128 * 2**20, "Most bytes of decoded chunks one scan of files in an object store reads ahead of the block it is "
         "on (0: none): the next blocks' chunks are fetched while one is decoded, as many compressed bytes in flight "
-        "as the store's measured latency × rate (docs/stores.md, Read-ahead)."
+        "as the store's measured latency × rate (docs/object-stores.md, Read-ahead)."
     )
     open_files: int = _setting(32, "netCDF files kept open in the handle cache (one cache for all datasets).")
     chunk_cache_bytes: int = _setting(
