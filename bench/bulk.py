@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import dstp
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 from bench import bulk_tools as tools
 from bench.bulk_catalog import BulkCatalog, BulkFile, make_catalog
@@ -371,7 +371,7 @@ def summarize(name: str, runs: list[Run]) -> dict[str, Any]:
 
 def udt_channel_settings() -> dict[str, int]:
     """Return the MSS, buffers and flow windows dstp's UDT channel uses on loopback (server sends, client receives)."""
-    from dstp.transport import udt
+    from dstp.transport.wire import udt
     from dstp.transport.udt_socket import flow_window_for, tuned_options
 
     mss = min(udt.MAX_MSS, udt.path_mtu("127.0.0.1", 9))

@@ -49,9 +49,9 @@ from dstp.query.execute import warm_up
 from dstp.service import ChannelInfo, DstpService, Executor, LocalExecutor
 from dstp.service.audit import close_audit_file, open_audit_file
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.frames import CIPHERS
-from dstp.transport.tcp import TcpListener, allowed_congestion_controls
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.wire.frames import CIPHERS
+from dstp.transport.wire.tcp import TcpListener, allowed_congestion_controls
 
 __all__ = ["DstpServer", "catalog_index_file", "default_catalog_root", "scan_catalog", "tls_material"]
 
@@ -309,7 +309,7 @@ class DstpServer:
                 congestion_controls=allowed_congestion_controls(), cipher=cipher,
             ))
         if s.udt_port >= 0:
-            from dstp.transport import udt
+            from dstp.transport.wire import udt
 
             if not udt.available():
                 log.warning("UDT channel not offered: %s", udt.unavailable_reason())

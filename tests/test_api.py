@@ -8,11 +8,11 @@ import dstp.client
 import dstp.errors
 import dstp.query
 import dstp.service
-import dstp.transport.codec
+import dstp.transport.wire.codec
 
 
 def test_exports_resolve() -> None:
-    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query, dstp.service, dstp.transport.codec):
+    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query, dstp.service, dstp.transport.wire.codec):
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{module.__name__}.{name}"
 

@@ -28,7 +28,7 @@ def test_the_core_imports_no_grpc_socket_web_or_client_module() -> None:
     code = (
         "import sys, dstp.errors, dstp.catalog, dstp.query\n"
         f"assert not {{m for m in sys.modules if m.split('.')[0] in {ADAPTER_MODULES!r}}}, 'adapter loaded'\n"
-        "assert 'dstp.transport.tcp' not in sys.modules and 'dstp.client' not in sys.modules\n"
+        "assert 'dstp.transport.wire.tcp' not in sys.modules and 'dstp.client' not in sys.modules\n"
         "assert 'socket' not in sys.modules or 'dstp.transport' not in sys.modules\n"
         "import dstp\n"
         "assert 'dstp.client' not in sys.modules, 'import dstp loaded the client'\n"

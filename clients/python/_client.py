@@ -7,7 +7,7 @@ arrive, ``query_pandas`` and :func:`dstp.client.to_xarray` convert.
 
 The client is three parts: the rpcs (:mod:`._rpc`), the channel policy that
 decides how data travels (:mod:`._policy`), and the wire codec shared with
-the server (:mod:`dstp.transport.codec`); this module puts them together.
+the server (:mod:`dstp.transport.wire.codec`); this module puts them together.
 
 A server that needs a token gets one from ``token=`` or, when that is not
 given, the ``DSTP_TOKEN`` environment variable; ``tls=True`` (implied by
@@ -32,9 +32,9 @@ from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.credentials import client_credentials
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
-from dstp.transport.channels import DataChannel
-from dstp.transport.codec import QueryInfo, TransferSummary
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.codec import QueryInfo, TransferSummary
+from dstp.transport.client.tuning import AutoTuner
 
 if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor dstp.metadata)
     import pyarrow as pa

@@ -1,6 +1,6 @@
 """The control plane's calls: one method per rpc, every gRPC failure turned into a dstp error.
 
-Requests and answers go through the wire codec (:mod:`dstp.transport.codec`);
+Requests and answers go through the wire codec (:mod:`dstp.transport.wire.codec`);
 the streams that carry data (Fetch, Run, FetchFile) are opened with the
 codec's parsers, so an IPC message or a file block arrives as a view of the
 bytes gRPC received, not as a protobuf copy.
@@ -24,9 +24,9 @@ from dstp.errors import (DstpError, IntegrityError, LimitExceededError, ServerUn
                          error_from_status)
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport import codec
-from dstp.transport.codec import QueryInfo
-from dstp.transport.tickets import fetch_proof
+from dstp.transport.wire import codec
+from dstp.transport.wire.codec import QueryInfo
+from dstp.transport.server.tickets import fetch_proof
 
 if TYPE_CHECKING:  # built by codec when a listing or description arrives
     import pyarrow as pa

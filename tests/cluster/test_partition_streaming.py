@@ -26,8 +26,8 @@ from dstp.cluster.partitions import partition_prepared, plan_partitions
 from dstp.cluster.worker import PartitionStore
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.tcp import TcpChannel, TcpListener
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.wire.tcp import TcpChannel, TcpListener
 
 pytestmark = pytest.mark.timeout(120)
 

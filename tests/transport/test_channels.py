@@ -27,16 +27,16 @@ from clock import Clock
 from dstp.catalog.registry import Catalog
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer, Listener
-from dstp.transport.channels import DataChannel
-from dstp.transport.codec import TransferSummary
-from dstp.transport.files import FileSink, RemoteFile
-from dstp.transport.frames import Kind, control_payload, recv_frame, send_frame
-from dstp.transport.ipc import BatchDecoder
-from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
-from dstp.transport.receiver import StripedReceiver
-from dstp.transport.tcp import TcpChannel, TcpListener
-from dstp.transport.tickets import hello_proof
+from dstp.transport.server.channel_server import DataChannelServer, Listener
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.codec import TransferSummary
+from dstp.transport.client.files import FileSink, RemoteFile
+from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
+from dstp.transport.wire.ipc import BatchDecoder
+from dstp.transport.wire.memory import MemoryChannel, MemoryListener, pipe
+from dstp.transport.client.receiver import StripedReceiver
+from dstp.transport.wire.tcp import TcpChannel, TcpListener
+from dstp.transport.server.tickets import hello_proof
 from faults import Fault, FaultyChannel, FaultyListener, SendFault
 from query_cases import CASES
 
@@ -446,14 +446,14 @@ class TestUdt(ChannelConformance):
 
     @classmethod
     def make_listener(cls) -> Any:
-        from dstp.transport import udt
+        from dstp.transport.wire import udt
 
         assert udt.available(), f"the UDT channel is {udt.unavailable_reason()}"
         return udt.UdtChannelListener("127.0.0.1", 0)
 
     @classmethod
     def make_channel(cls, listener: Any) -> DataChannel:
-        from dstp.transport import udt
+        from dstp.transport.wire import udt
 
         host, port = listener.endpoint.rsplit(":", 1)
         return udt.UdtChannel(host, int(port), rtt_s=0.001)

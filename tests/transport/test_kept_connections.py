@@ -2,7 +2,7 @@
 
 The service runs in process with a channel server on a real TCP port (or
 in-process pipes), as in test_channels.py; the client end is a channel with a
-:class:`~dstp.transport.pool.ConnectionPool`. Time on the server moves only by
+:class:`~dstp.transport.client.pool.ConnectionPool`. Time on the server moves only by
 the test's clock, and idle expiry is run by calling the server's
 ``expire_idle`` (what its janitor calls every tick), so no test waits out a
 timer.
@@ -22,15 +22,15 @@ from clock import Clock
 from dstp.catalog.registry import Catalog
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.codec import TransferSummary
-from dstp.transport.frames import Kind, control_payload, recv_frame, send_frame
-from dstp.transport.ipc import BatchDecoder
-from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
-from dstp.transport.pool import ConnectionPool
-from dstp.transport.receiver import StripedReceiver
-from dstp.transport.tcp import TcpChannel, TcpConn, TcpListener
-from dstp.transport.tickets import hello_proof
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.wire.codec import TransferSummary
+from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
+from dstp.transport.wire.ipc import BatchDecoder
+from dstp.transport.wire.memory import MemoryChannel, MemoryListener, pipe
+from dstp.transport.client.pool import ConnectionPool
+from dstp.transport.client.receiver import StripedReceiver
+from dstp.transport.wire.tcp import TcpChannel, TcpConn, TcpListener
+from dstp.transport.server.tickets import hello_proof
 
 BIG = "select time, lev, lat, lon, temperature, humidity, cloud from ccm3"
 SMALL = "select temperature from ccm3 limit 10"
@@ -48,7 +48,7 @@ class Warm:
         self.kind = "udt" if udt else "striped"
         self.listener: Any
         if udt:
-            from dstp.transport import udt as udt_channel
+            from dstp.transport.wire import udt as udt_channel
 
             assert udt_channel.available(), f"the UDT channel is {udt_channel.unavailable_reason()}"
             self.listener = udt_channel.UdtChannelListener("127.0.0.1", 0)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dstp.errors import TransportError, TransportUnavailableError
-from dstp.transport.channels import StripedChannel
-from dstp.transport.pool import ConnectionPool
+from dstp.transport.client.channels import StripedChannel
+from dstp.transport.client.pool import ConnectionPool
 
 __all__ = [
     "KernelLimits",

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from dstp.errors import IntegrityError, ProtocolError
 from dstp.transport import native
-from dstp.transport.crc import combine, crc32c
+from dstp.transport.wire.crc import combine, crc32c
 
 __all__ = ["Block", "DiskWriteError", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "split_ranges",
            "subtract_ranges"]

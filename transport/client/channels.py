@@ -8,15 +8,15 @@
     transfer.close()                            # early: stops the transfer (messages() ends it too)
 
 Every implementation runs the same frames, HELLO/ACK/resume protocol and
-receiver (:mod:`dstp.transport.frames`, :mod:`dstp.transport.receiver`); what
+receiver (:mod:`dstp.transport.wire.frames`, :mod:`dstp.transport.client.receiver`); what
 differs is only ``connect`` — how one stripe's connection is made: a TCP
-socket (:class:`~dstp.transport.tcp.TcpChannel`), a UDT socket
-(:class:`~dstp.transport.udt.UdtChannel`) or a pair of in-process pipes
-(:class:`~dstp.transport.memory.MemoryChannel`). A channel that wraps
+socket (:class:`~dstp.transport.wire.tcp.TcpChannel`), a UDT socket
+(:class:`~dstp.transport.wire.udt.UdtChannel`) or a pair of in-process pipes
+(:class:`~dstp.transport.wire.memory.MemoryChannel`). A channel that wraps
 another's connections — to inject faults, count bytes, go through a proxy —
 subclasses :class:`StripedChannel` and overrides ``connect``.
 
-A channel given a :class:`~dstp.transport.pool.ConnectionPool` keeps its
+A channel given a :class:`~dstp.transport.client.pool.ConnectionPool` keeps its
 stripes warm between transfers: they come from the pool under
 ``(*pool_scope, cipher)`` and go back to it after a clean end (the server
 permitting), so the next transfer to the same server starts on connections
@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Protocol
 
-from dstp.transport.frames import Conn
-from dstp.transport.pool import ConnectionPool
-from dstp.transport.receiver import MessageSink, StripedReceiver
+from dstp.transport.wire.frames import Conn
+from dstp.transport.client.pool import ConnectionPool
+from dstp.transport.client.receiver import MessageSink, StripedReceiver
 
 __all__ = ["DataChannel", "StripedChannel"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from dstp.errors import TransportError
 from dstp.transport import udt_socket
-from dstp.transport.channels import StripedChannel
-from dstp.transport.pool import ConnectionPool
+from dstp.transport.client.channels import StripedChannel
+from dstp.transport.client.pool import ConnectionPool
 from dstp.transport.udt_socket import UdtOptions, available, tuned_options, unavailable_reason
 
 __all__ = ["UdtChannel", "UdtChannelListener", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]

@@ -81,7 +81,7 @@ CHANNEL_KINDS: Mapping[str, int] = {
 }
 _CHANNEL_NAMES = {v: k for k, v in CHANNEL_KINDS.items()}
 
-#: Compression names and their wire values (what each means to Arrow: dstp.transport.ipc).
+#: Compression names and their wire values (what each means to Arrow: dstp.transport.wire.ipc).
 COMPRESSIONS: Mapping[str, int] = {
     "none": pb.COMPRESSION_NONE,
     "lz4": pb.COMPRESSION_LZ4_FRAME,

@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from dstp.errors import TransportError
-from dstp.transport.channels import StripedChannel
+from dstp.transport.client.channels import StripedChannel
 
 __all__ = ["MemoryChannel", "MemoryConn", "MemoryListener", "pipe"]
 
