@@ -94,7 +94,7 @@ def importtime(argv: Sequence[str], work: Path, env: dict[str, str] | None = Non
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
         if m:
             cumulative[m.group(4)] = int(m.group(2)) / 1000
-    wanted = ("grpc", "dstp.proto.dstp_pb2", "dstp.transport.wire.codec", "dstp.metadata", "dstp.transport.client.receiver",
+    wanted = ("grpc", "dstp.proto.dstp_pb2", "dstp.client._codec", "dstp.metadata", "dstp.transport.client.receiver",
               "dstp.transport.client.tuning", "dstp.client._policy", "dstp.client._download", "cryptography",
               "encodings.idna", "dstp.client", "dstp.cli", "dstp.agent", "rich")
     return {k: cumulative[k] for k in wanted if k in cumulative} | {"all": sum(

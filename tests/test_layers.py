@@ -38,6 +38,19 @@ def test_the_core_imports_no_grpc_socket_web_or_client_module() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_service_loads_no_protobuf_or_grpc() -> None:
+    # The service owns the values that cross the wire (dstp.transport.wire.values); their protobuf mapping
+    # lives beside the gRPC door (dstp/grpc_codec.py) and in the client (clients/python/_codec.py).
+    code = (
+        "import dstp.service, sys\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'grpc' or m.startswith('google.protobuf'))\n"
+        "assert not loaded, loaded[:5]\n"
+        "assert 'dstp.proto.dstp_pb2' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
 def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: set[str] = set()
@@ -151,14 +164,15 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # values xarray expects (shared with the Python client).
     "formats": ("dstp.cf_encoding", "dstp.zarr_v3", "dstp.edr", "dstp.opendap", "dstp.render",
                 "dstp.result_files", "dstp.result_grid", "dstp.erddap"),
-    "adapters": ("dstp.grpc_app", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
+    "adapters": ("dstp.grpc_app", "dstp.grpc_codec", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
                  "dstp.webhooks", "dstp.cluster"),
     "clients": ("dstp.client", "dstp.credentials", "dstp.commands", "dstp.agent", "dstp", "dstp.federation"),
     "assembly": ("dstp.server", "dstp.maintenance", "dstp.cli", "dstp.cli_feed", "dstp.cli_agent", "dstp.cli_tokens"),
 }
 #: Imports allowed inside one layer (an adapter and its own helpers; the client side's commands and agent).
 SAME_LAYER = {
-    ("dstp.grpc_app", "dstp.grpc_feed"), ("dstp.grpc_feed", "dstp.grpc_app"), ("dstp.flight", "dstp._flight_sql"),
+    ("dstp.grpc_app", "dstp.grpc_feed"), ("dstp.grpc_feed", "dstp.grpc_app"), ("dstp.grpc_app", "dstp.grpc_codec"),
+    ("dstp.grpc_feed", "dstp.grpc_codec"), ("dstp.flight", "dstp._flight_sql"),
     ("dstp.catalog", "dstp.auth"), ("dstp.auth", "dstp.catalog"),
     ("dstp.query", "dstp.metadata"), ("dstp.metadata", "dstp.query"), ("dstp.listings", "dstp.metadata"),
     ("dstp.samples", "dstp.query"), ("dstp.transport", "dstp.proto"), ("dstp.transport", "dstp.connections"),

@@ -11,7 +11,7 @@ from dstp.client._policy import ChannelChoice, ChannelPolicy
 from dstp.client._stream import Progress, QueryStream
 from dstp.result_grid import to_xarray
 from dstp.transport.client.channels import DataChannel
-from dstp.transport.wire.codec import ChannelOffer, QueryInfo, TransferSummary
+from dstp.transport.wire.values import ChannelOffer, QueryInfo, TransferSummary
 
 __all__ = ["ChannelChoice", "ChannelOffer", "ChannelPolicy", "Client", "DataChannel", "Progress", "QueryInfo",
            "QueryStream", "TransferSummary", "connect", "to_xarray"]

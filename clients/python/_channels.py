@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dstp.errors import IntegrityError
 from dstp.proto import dstp_pb2 as pb
-from dstp.transport.wire import codec
-from dstp.transport.wire.codec import TransferSummary
+from dstp.client import _codec as codec
+from dstp.transport.wire.values import TransferSummary
 from dstp.transport.client.receiver import StripedReceiver
 
 if TYPE_CHECKING:  # pyarrow loads on the first query, so `dstp get` starts faster

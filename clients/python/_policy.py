@@ -49,7 +49,7 @@ from typing import Callable, Collection
 from dstp.errors import DstpError, TransportUnavailableError
 from dstp.transport.client.channels import DataChannel
 from dstp.transport.client.pool import ConnectionPool
-from dstp.transport.wire.codec import ChannelOffer, TransferSummary, reachable_address
+from dstp.transport.wire.values import ChannelOffer, TransferSummary, reachable_address
 from dstp.transport.wire.tcp import kernel_limits
 from dstp.transport.client.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
 

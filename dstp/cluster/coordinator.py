@@ -75,7 +75,7 @@ from dstp.service import DstpService
 from dstp.service.files import FileHandle
 from dstp.service.queries import row_bytes
 from dstp.settings import Settings
-from dstp.transport.wire.codec import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
+from dstp.transport.wire.values import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
 from dstp.transport.client.files import split_ranges
 
 __all__ = ["ClusterQuery", "Coordinator"]

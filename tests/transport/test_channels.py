@@ -29,7 +29,7 @@ from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
 from dstp.transport.server.channel_server import DataChannelServer, Listener
 from dstp.transport.client.channels import DataChannel
-from dstp.transport.wire.codec import TransferSummary
+from dstp.transport.wire.values import TransferSummary
 from dstp.transport.client.files import FileSink, RemoteFile
 from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
 from dstp.transport.wire.ipc import BatchDecoder

@@ -23,7 +23,7 @@ from dstp.catalog.registry import Catalog
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
 from dstp.transport.server.channel_server import DataChannelServer
-from dstp.transport.wire.codec import TransferSummary
+from dstp.transport.wire.values import TransferSummary
 from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
 from dstp.transport.wire.ipc import BatchDecoder
 from dstp.transport.wire.memory import MemoryChannel, MemoryListener, pipe

@@ -165,7 +165,7 @@ def test_results_and_files_learn_their_stream_counts_apart(tmp_path: Path) -> No
     from dataclasses import replace
 
     from dstp.client._policy import ChannelPolicy
-    from dstp.transport.wire.codec import TransferSummary
+    from dstp.transport.wire.values import TransferSummary
 
     policy = ChannelPolicy("srv", lambda: 0.0005, AutoTuner(tmp_path / "t.json"), keep_connections=False)
     bytes_per_s = {"result": lambda n: 866e6 if n == 1 else 744e6, "file": lambda n: 110e6 * min(n, 8)}

@@ -43,7 +43,7 @@ from dstp.errors import (
 )
 from dstp.transport import native
 from dstp.transport.client.files import DiskWriteError
-from dstp.transport.wire.codec import TransferSummary
+from dstp.transport.wire.values import TransferSummary
 from dstp.transport.wire.frames import (
     CIPHERS,
     Conn,
