@@ -56,7 +56,8 @@ from dstp.errors import MethodNotAllowedError, ProtocolError, QueryError, Ticket
 from dstp.incidents import for_client
 from dstp.service import DstpService
 from dstp.transport.server.sources import QuerySource
-from dstp.transport.server.tickets import TICKET_LENGTH, check_proof, fetch_proof
+from dstp.transport.server.tickets import TICKET_LENGTH
+from dstp.transport.wire.proofs import check_proof, fetch_proof
 
 __all__ = ["DstpFlightServer", "flight_error", "start_flight_server"]
 

@@ -53,7 +53,7 @@ from dstp.service.files import FileHandle
 from dstp import grpc_codec as codec
 from dstp.transport.wire.values import ChannelOffer, FilePartInfo, QueryInfo
 from dstp.transport.server.sources import FileSource, MessageSource, QuerySource
-from dstp.transport.server.tickets import check_proof, fetch_proof
+from dstp.transport.wire.proofs import check_proof, fetch_proof
 
 __all__ = ["AuthInterceptor", "DstpServicer", "add_to_server", "fetch_response_bytes", "grpc_errors",
            "principal_of"]

@@ -51,7 +51,7 @@ from dstp.transport.client.channels import DataChannel
 from dstp.transport.client.pool import ConnectionPool
 from dstp.transport.wire.values import ChannelOffer, TransferSummary, reachable_address
 from dstp.transport.wire.tcp import kernel_limits
-from dstp.transport.client.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
+from dstp.transport.client.tuning import AutoTuner, LAN_RTT_S, StripePlan, path_loss, same_path
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "LOOPBACK_GRPC_MAX_RESULT_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
            "CodecCost", "LOOPBACK_RTT_S", "estimate_seconds", "handshake_seconds", "is_loopback", "tune_key", "udt_built"]
@@ -474,14 +474,15 @@ class ChannelPolicy:
         host, port = reachable_address(offer.endpoint, control_target.rpartition(":")[0] or "127.0.0.1")
         channel: DataChannel
         if offer.kind == "udt":
+            from dstp.transport.client.udt_channel import UdtChannel
             from dstp.transport.wire import udt
 
             if not udt.available():
                 raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
-            channel = udt.UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout,
-                                     pool=self.pool)
+            channel = UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout,
+                                 pool=self.pool)
         elif offer.kind == "striped":
-            from dstp.transport.wire.tcp import TcpChannel
+            from dstp.transport.client.channels import TcpChannel
 
             buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
             channel = TcpChannel(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes, pool=self.pool)
@@ -500,7 +501,7 @@ class ChannelPolicy:
         if self.pool is None or self.wrap_channel is not None or self._striped_at is None \
                 or choice.transport != "striped" or choice.streams < 1:
             return
-        from dstp.transport.wire.tcp import TcpChannel
+        from dstp.transport.client.channels import TcpChannel
 
         host, port, cipher = self._striped_at
         channel = TcpChannel(host, port, timeout=self.timeout,

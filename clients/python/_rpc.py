@@ -26,7 +26,7 @@ from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.client import _codec as codec
 from dstp.transport.wire.values import PartitionInfo, QueryInfo
-from dstp.transport.server.tickets import fetch_proof
+from dstp.transport.wire.proofs import fetch_proof
 
 if TYPE_CHECKING:  # built by codec when a listing or description arrives
     import pyarrow as pa

@@ -76,7 +76,7 @@ from dstp.service.files import FileHandle
 from dstp.service.queries import row_bytes
 from dstp.settings import Settings
 from dstp.transport.wire.values import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
-from dstp.transport.client.files import split_ranges
+from dstp.transport.wire.ranges import split_ranges
 
 __all__ = ["ClusterQuery", "Coordinator"]
 

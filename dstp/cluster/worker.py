@@ -57,7 +57,8 @@ from dstp.query.execute import PARTIALS, PreparedQuery, QueryExecution, QuerySum
 from dstp.settings import Settings
 from dstp.transport.server.channel_server import DataChannelServer
 from dstp.transport.server.sources import FileSource, QuerySource
-from dstp.transport.wire.tcp import TcpListener, allowed_congestion_controls
+from dstp.transport.server.listeners import TcpListener
+from dstp.transport.wire.tcp import allowed_congestion_controls
 from dstp.transport.server.tickets import Ticket, TicketStore
 
 __all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "adopt_dataset",
@@ -363,13 +364,14 @@ class WorkerNode:
     def _udt_channel(self, host: str, settings: Settings, sealed: bool) -> DataChannelServer | None:
         if settings.udt_port < 0:
             return None
+        from dstp.transport.server import udt_listener
         from dstp.transport.wire import udt
 
         if not udt.available():
             log.warning("dstp worker: no UDT data channel: %s", udt.unavailable_reason())
             return None
         channel = DataChannelServer(
-            "udt", udt.UdtChannelListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
+            "udt", udt_listener.UdtChannelListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
             sealed=sealed, hello_timeout=settings.hello_timeout_s,
             max_pending_per_address=settings.max_pending_per_address,
         )

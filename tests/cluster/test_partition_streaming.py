@@ -27,7 +27,8 @@ from dstp.cluster.worker import PartitionStore
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
 from dstp.transport.server.channel_server import DataChannelServer
-from dstp.transport.wire.tcp import TcpChannel, TcpListener
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.server.listeners import TcpListener
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,7 +16,7 @@ import dstp
 from dstp.client import _policy
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport.server.tickets import fetch_proof
+from dstp.transport.wire.proofs import fetch_proof
 from dstp.transport.client.tuning import AutoTuner
 
 SQL = "select temperature, time from ccm3 where humidity > 50 limit 700"

@@ -19,7 +19,8 @@ import dstp
 from dstp.server import DstpServer
 from dstp.transport.client.channels import DataChannel
 from dstp.transport.wire.frames import Kind, recv_frame
-from dstp.transport.wire.tcp import TcpChannel, TcpConn
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.wire.tcp import TcpConn
 from dstp.transport.client.tuning import AutoTuner
 from faults import Fault, FaultyChannel
 from proxy import Fault as ProxyFault

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dstp
-from dstp.transport.client.files import STATE_SUFFIX, crc32c_of_file, merge_ranges, split_ranges, subtract_ranges
+from dstp.transport.client.files import STATE_SUFFIX
+from dstp.transport.wire.crc import crc32c_of_file
+from dstp.transport.wire.ranges import merge_ranges, split_ranges, subtract_ranges
 
 NAME = "ccm3_1990-01.nc"
 

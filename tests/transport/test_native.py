@@ -18,7 +18,7 @@ import pytest
 
 from dstp.errors import IntegrityError, TransportError
 from dstp.transport import native
-from dstp.transport.client.files import STATE_SUFFIX, FileSink, RemoteFile, partial_path
+from dstp.transport.client.files import FileSink, RemoteFile, STATE_SUFFIX, partial_path
 from dstp.transport.wire.frames import Kind, encode_header, payload_views, recv_header, send_frame
 from dstp.transport.wire.tcp import TcpConn
 

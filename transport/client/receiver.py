@@ -56,7 +56,7 @@ from dstp.transport.wire.frames import (
     send_frame,
 )
 from dstp.transport.client.pool import ConnectionPool
-from dstp.transport.server.tickets import hello_proof, seal_key
+from dstp.transport.wire.proofs import hello_proof, seal_key
 
 __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
 

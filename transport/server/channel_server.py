@@ -80,7 +80,7 @@ from dstp.transport.wire.frames import (
 )
 from dstp.transport.server.hellos import HelloReader, selectable
 from dstp.transport.server.sources import MessageSource
-from dstp.transport.server.tickets import check_proof, hello_proof, seal_key
+from dstp.transport.wire.proofs import check_proof, hello_proof, seal_key
 from dstp.transport.server.transfer import Transfer
 
 __all__ = ["DataChannelServer", "Listener", "OpenSource"]
