@@ -1,6 +1,6 @@
 """The gRPC adapter: translates the control plane and the Fetch streams to the service.
 
-Thin by design: each rpc converts its request with the wire codec
+Thin by design: each rpc converts its request with the protobuf codec
 (:mod:`dstp.grpc_codec`), calls :class:`DstpService`, and converts the
 answer back. A ticket becomes data only through ``service.open_source``
 (Fetch, FetchFile); ``Run`` plans and starts its query directly, with no

@@ -1,6 +1,6 @@
 """The dstp Python client (installed as ``dstp.client``; ``dstp.connect`` is the entry point).
 
-    Client          the rpcs, a channel policy, the wire codec (``_client``, ``_rpc``, ``_policy``)
+    Client          the rpcs, a channel policy, the protobuf codec (``_client``, ``_rpc``, ``_policy``, ``_codec``)
     QueryStream     a query's batches as they arrive, then its TransferSummary (``_stream``)
     ChannelPolicy   which data channel, how many stripes, learned per server (``_policy``)
     to_xarray       records back onto their grid (``_xarray``)
