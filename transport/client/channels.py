@@ -100,7 +100,7 @@ class TcpChannel(StripedChannel):
 
 
 class Arrivals(Protocol):
-    """Where a :class:`MemoryChannel`'s pipes arrive: the server's ``MemoryListener``, which the client never imports."""
+    """Where a :class:`MemoryChannel`'s pipes arrive: a server's ``MemoryListener`` (never imported here)."""
 
     def deliver(self, conn: MemoryConn, peer: str) -> None:
         """Queue the server's end of a new pipe for the listener's ``accept``."""

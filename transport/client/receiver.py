@@ -43,7 +43,7 @@ from dstp.errors import (
 )
 from dstp.transport import native
 from dstp.transport.client.files import DiskWriteError
-from dstp.transport.wire.values import TransferSummary
+from dstp.transport.client.pool import ConnectionPool
 from dstp.transport.wire.frames import (
     CIPHERS,
     Conn,
@@ -55,8 +55,8 @@ from dstp.transport.wire.frames import (
     recv_payload,
     send_frame,
 )
-from dstp.transport.client.pool import ConnectionPool
 from dstp.transport.wire.proofs import hello_proof, seal_key
+from dstp.transport.wire.values import TransferSummary
 
 __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
 

@@ -66,6 +66,9 @@ from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
 from dstp.incidents import for_client
+from dstp.transport.server.hellos import HelloReader, selectable
+from dstp.transport.server.sources import MessageSource
+from dstp.transport.server.transfer import Transfer
 from dstp.transport.wire.frames import (
     HEADER,
     MAX_CONTROL_PAYLOAD,
@@ -78,10 +81,7 @@ from dstp.transport.wire.frames import (
     recv_payload,
     send_frame,
 )
-from dstp.transport.server.hellos import HelloReader, selectable
-from dstp.transport.server.sources import MessageSource
 from dstp.transport.wire.proofs import check_proof, hello_proof, seal_key
-from dstp.transport.server.transfer import Transfer
 
 __all__ = ["DataChannelServer", "Listener", "OpenSource"]
 

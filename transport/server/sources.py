@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from dstp.errors import DstpError
 from dstp.transport import native
-from dstp.transport.wire.values import TransferSummary, query_transfer_summary
 from dstp.transport.wire.ipc import BatchEncoder, IpcMessage
+from dstp.transport.wire.values import TransferSummary, query_transfer_summary
 
 __all__ = ["DEFAULT_BLOCK", "UNWATCHED", "FileSource", "MessageSource", "Pace", "QueryRun", "QuerySource"]
 
