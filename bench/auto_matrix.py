@@ -75,7 +75,7 @@ def _check(table: Any) -> list[Any]:
 def drive(server: str, sizes: Sequence[float], repeats: int, peers: Sequence[str]) -> list[dict[str, Any]]:
     """Return one record per timed request (peer, size, mode, seconds, channel, choice, check)."""
     import dstp
-    from dstp.transport.tuning import AutoTuner
+    from dstp.transport.client.tuning import AutoTuner
 
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dstp-auto-matrix-") as tmp:
@@ -124,7 +124,7 @@ def one(server: str, peer: str, size: float, tuner: Path) -> dict[str, Any]:
     """Return the record of one request by a new client in this (new) process: its construction, connection and
     query are timed, the imports not."""
     import dstp
-    from dstp.transport.tuning import AutoTuner
+    from dstp.transport.client.tuning import AutoTuner
 
     started = time.perf_counter()
     with dstp.Client(server, timeout=600, tuner=AutoTuner(tuner)) as client:

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import dstp
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 from bench import bulk_tools as tools
 from bench.bulk_catalog import BulkCatalog, BulkFile, make_catalog
@@ -371,11 +371,12 @@ def summarize(name: str, runs: list[Run]) -> dict[str, Any]:
 
 def udt_channel_settings() -> dict[str, int]:
     """Return the MSS, buffers and flow windows dstp's UDT channel uses on loopback (server sends, client receives)."""
-    from dstp.transport import udt
+    from dstp.transport.server.udt_listener import UdtChannelListener
+    from dstp.transport.wire import udt
     from dstp.transport.udt_socket import flow_window_for, tuned_options
 
     mss = min(udt.MAX_MSS, udt.path_mtu("127.0.0.1", 9))
-    send_buffer = int(inspect.signature(udt.UdtChannelListener).parameters["buffer_bytes"].default)
+    send_buffer = int(inspect.signature(UdtChannelListener).parameters["buffer_bytes"].default)
     client = tuned_options(0.001, 1e9, mss)  # the client's dial(): RTT floored at 1 ms, 1 Gb/s assumed
     return {"mss": mss, "recv_buffer": client["buffer_bytes"], "recv_fc": client["flow_window"],
             "send_buffer": send_buffer, "send_fc": flow_window_for(send_buffer, mss)}

@@ -17,7 +17,7 @@ import netCDF4
 import numpy as np
 
 from dstp.catalog.publish import publish
-from dstp.transport.files import crc32c_of_file
+from dstp.transport.wire.crc import crc32c_of_file
 
 __all__ = ["BulkCatalog", "DATASET", "make_catalog"]
 

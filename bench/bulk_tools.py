@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX, crc32c_of_file, partial_path
+from dstp.transport.client.files import PARTIAL_SUFFIX, STATE_SUFFIX, partial_path
+from dstp.transport.wire.crc import crc32c_of_file
 
 from bench.bulk_catalog import DATASET, BulkFile
 from bench.dstp_process import AgentProcess, ServerProcess

@@ -44,7 +44,7 @@ def codecs(root: Path) -> dict[str, Any]:
     from bench.peers.sql import table4_sql
     from dstp.server import DstpServer
     from dstp.settings import Settings
-    from dstp.transport.tuning import AutoTuner
+    from dstp.transport.client.tuning import AutoTuner
 
     settings = Settings(catalog_root=root, port=0, http_port=-1, data_port=0, udt_port=-1)
     with tempfile.TemporaryDirectory() as tmp, DstpServer(settings) as srv:
@@ -84,7 +84,7 @@ def client_main(url: str, variant: str, size: int) -> dict[str, Any]:
     """Return one fresh client's timed query (``python -m bench.compression --client``)."""
     import dstp
     from bench.peers.sql import table4_sql
-    from dstp.transport.tuning import AutoTuner
+    from dstp.transport.client.tuning import AutoTuner
 
     with tempfile.TemporaryDirectory() as tmp:
         client = dstp.Client(url, timeout=600, tuner=AutoTuner(Path(tmp) / "t.json"))

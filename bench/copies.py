@@ -18,7 +18,7 @@ Two paths are measured, both on the same batches:
   made: ``RecordBatch.serialize()``, ``Buffer.to_pybytes()``,
   ``FetchResponse(ipc_message=…)``, ``SerializeToString()`` (gRPC), and
   ``serialize()`` then ``sendmsg([header, payload])`` (data channels).
-* ``now`` — the code as it is: :class:`dstp.transport.ipc.BatchEncoder` parts,
+* ``now`` — the code as it is: :class:`dstp.transport.wire.ipc.BatchEncoder` parts,
   the gRPC adapter's response serializer, the frame's send parts.
 
 gRPC's own copy of a serialized message into its slice buffer (C core) and the
@@ -134,7 +134,7 @@ def _before_channel() -> list[Stage]:
 
 def _now_grpc(schema: pa.Schema) -> list[Stage]:
     from dstp.grpc_app import fetch_response_bytes
-    from dstp.transport.ipc import BatchEncoder
+    from dstp.transport.wire.ipc import BatchEncoder
 
     encoder = BatchEncoder(schema)
     return [("BatchEncoder.encode", encoder.encode),
@@ -142,7 +142,7 @@ def _now_grpc(schema: pa.Schema) -> list[Stage]:
 
 
 def _now_channel(schema: pa.Schema) -> list[Stage]:
-    from dstp.transport.ipc import BatchEncoder
+    from dstp.transport.wire.ipc import BatchEncoder
 
     encoder = BatchEncoder(schema)
     return [("BatchEncoder.encode", encoder.encode), ("sendmsg parts", lambda message: list(message.parts))]

@@ -94,8 +94,8 @@ def importtime(argv: Sequence[str], work: Path, env: dict[str, str] | None = Non
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
         if m:
             cumulative[m.group(4)] = int(m.group(2)) / 1000
-    wanted = ("grpc", "dstp.proto.dstp_pb2", "dstp.transport.codec", "dstp.metadata", "dstp.transport.receiver",
-              "dstp.transport.tuning", "dstp.client._policy", "dstp.client._download", "cryptography",
+    wanted = ("grpc", "dstp.proto.dstp_pb2", "dstp.client._codec", "dstp.metadata", "dstp.transport.client.receiver",
+              "dstp.transport.client.tuning", "dstp.client._policy", "dstp.client._download", "cryptography",
               "encodings.idna", "dstp.client", "dstp.cli", "dstp.agent", "rich")
     return {k: cumulative[k] for k in wanted if k in cumulative} | {"all": sum(
         int(m.group(1)) for m in re.finditer(r"import time:\s+(\d+) \|", done.stderr)) / 1000}

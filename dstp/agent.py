@@ -510,7 +510,7 @@ class Agent:
     def _run(self, watcher: _Watcher, out: Path, key: tuple[str, str, bool, str], request: dict[str, Any],
              send: Callable[[dict[str, Any]], None]) -> None:
         from dstp.errors import DstpError
-        from dstp.transport.files import STATE_SUFFIX, partial_path
+        from dstp.transport.client.files import STATE_SUFFIX, partial_path
 
         with self._output_lock(out):
             client, kept = self.clients.take(key)

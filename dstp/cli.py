@@ -433,7 +433,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def _get_directly(args: argparse.Namespace, out: Path, show: bool) -> dict[str, Any] | int:
     """Download in this process; return the summary, or the exit status of an interrupted download."""
-    from dstp.transport.files import STATE_SUFFIX, partial_path
+    from dstp.transport.client.files import STATE_SUFFIX, partial_path
 
     progress, finish = progress_display(show)
     kept = _kept(out, str(partial_path(out)), f"{out}{STATE_SUFFIX}")

@@ -44,7 +44,7 @@ def progress_display(enabled: bool) -> tuple[Callable[[Any], None] | None, Calla
         return None, lambda complete=False: None
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    from dstp.transport.codec import UNBOUNDED_ROWS
+    from dstp.transport.wire.values import UNBOUNDED_ROWS
 
     bar = Progress(
         TextColumn("{task.description}"),

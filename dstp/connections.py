@@ -2,7 +2,7 @@
 
 Every door holds a connection cap, a cap per source address and an idle or
 handshake timeout (SECURITY.md, "Connections"). HTTP (``dstp/http/limits.py``)
-and the data channels (``transport/channel_server.py``) enforce theirs where
+and the data channels (``transport/server/channel_server.py``) enforce theirs where
 they accept. gRPC's core has a total cap (``grpc.max_allowed_incoming_connections``:
 a connection over it is closed as it is accepted), an idle timeout and a
 handshake timeout, but nothing per address; Arrow Flight exposes none of these

@@ -21,7 +21,7 @@ ADBC's Flight SQL driver connects. Datasets are tables of catalog ``dstp``,
 schema ``main``.
 
 A Flight ticket is the dstp ticket followed by its fetch proof (an HMAC with
-the offer's key, transport/tickets.py): like every Flight ticket it is a
+the offer's key, transport/server/tickets.py): like every Flight ticket it is a
 bearer capability, single-use and expiring, and when the caller
 authenticated it is bound to that principal too. Identity arrives through
 Flight server middleware (``authorization: Bearer <token>``), never parsed
@@ -55,8 +55,9 @@ from dstp.connections import Warden, peer_address
 from dstp.errors import MethodNotAllowedError, ProtocolError, QueryError, TicketError
 from dstp.incidents import for_client
 from dstp.service import DstpService
-from dstp.transport.sources import QuerySource
-from dstp.transport.tickets import TICKET_LENGTH, check_proof, fetch_proof
+from dstp.transport.server.sources import QuerySource
+from dstp.transport.server.tickets import TICKET_LENGTH
+from dstp.transport.wire.proofs import check_proof, fetch_proof
 
 __all__ = ["DstpFlightServer", "flight_error", "start_flight_server"]
 

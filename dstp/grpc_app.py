@@ -1,7 +1,7 @@
 """The gRPC adapter: translates the control plane and the Fetch streams to the service.
 
-Thin by design: each rpc converts its request with the wire codec
-(:mod:`dstp.transport.codec`), calls :class:`DstpService`, and converts the
+Thin by design: each rpc converts its request with the protobuf codec
+(:mod:`dstp.grpc_codec`), calls :class:`DstpService`, and converts the
 answer back. A ticket becomes data only through ``service.open_source``
 (Fetch, FetchFile); ``Run`` plans and starts its query directly, with no
 ticket to issue and redeem (or, asked with ``inline_max_bytes`` when the
@@ -50,10 +50,10 @@ from dstp.metadata import dataset_summary
 from dstp.service.feed import MAX_PAGE
 from dstp.service.queries import max_result_bytes
 from dstp.service.files import FileHandle
-from dstp.transport import codec
-from dstp.transport.codec import ChannelOffer, FilePartInfo, QueryInfo
-from dstp.transport.sources import FileSource, MessageSource, QuerySource
-from dstp.transport.tickets import check_proof, fetch_proof
+from dstp import grpc_codec as codec
+from dstp.transport.wire.values import ChannelOffer, FilePartInfo, QueryInfo
+from dstp.transport.server.sources import FileSource, MessageSource, QuerySource
+from dstp.transport.wire.proofs import check_proof, fetch_proof
 
 __all__ = ["AuthInterceptor", "DstpServicer", "add_to_server", "fetch_response_bytes", "grpc_errors",
            "principal_of"]

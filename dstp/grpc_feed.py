@@ -18,7 +18,7 @@ from dstp.errors import LimitExceededError
 from dstp.proto import dstp_pb2 as pb
 from dstp.service import DstpService
 from dstp.service.feed import FeedPage
-from dstp.transport.feed_codec import change_pb
+from dstp.grpc_codec import change_pb
 
 __all__ = ["KEEPALIVE_S", "Watchers", "max_watchers", "watch_catalog"]
 

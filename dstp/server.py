@@ -49,9 +49,10 @@ from dstp.query.execute import warm_up
 from dstp.service import ChannelInfo, DstpService, Executor, LocalExecutor
 from dstp.service.audit import close_audit_file, open_audit_file
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.frames import CIPHERS
-from dstp.transport.tcp import TcpListener, allowed_congestion_controls
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.wire.frames import CIPHERS
+from dstp.transport.server.listeners import TcpListener
+from dstp.transport.wire.tcp import allowed_congestion_controls
 
 __all__ = ["DstpServer", "catalog_index_file", "default_catalog_root", "scan_catalog", "tls_material"]
 
@@ -309,13 +310,14 @@ class DstpServer:
                 congestion_controls=allowed_congestion_controls(), cipher=cipher,
             ))
         if s.udt_port >= 0:
-            from dstp.transport import udt
+            from dstp.transport.server import udt_listener
+            from dstp.transport.wire import udt
 
             if not udt.available():
                 log.warning("UDT channel not offered: %s", udt.unavailable_reason())
             else:
                 channel = DataChannelServer(
-                    "udt", udt.UdtChannelListener(s.host, s.udt_port), service.open_source,
+                    "udt", udt_listener.UdtChannelListener(s.host, s.udt_port), service.open_source,
                     window_bytes=s.window_bytes, clock=self.clock, timer=self.timer, sealed=bool(cipher),
                     hello_timeout=s.hello_timeout_s, max_pending_per_address=s.max_pending_per_address,
                     idle_timeout=s.data_idle_timeout_s, max_idle_connections=s.max_idle_data_connections,

@@ -17,7 +17,7 @@ import grpc
 
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport.frames import HEADER, MAGIC, VERSION, Kind
+from dstp.transport.wire.frames import HEADER, MAGIC, VERSION, Kind
 
 #: 990 terms of ``+1``, as a balanced tree (the chain form is refused by the depth limit already).
 def planning_bomb(terms: int = 990) -> str:

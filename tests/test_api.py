@@ -5,14 +5,17 @@ from __future__ import annotations
 import dstp
 import dstp.catalog
 import dstp.client
+import dstp.client._codec
 import dstp.errors
+import dstp.grpc_codec
 import dstp.query
 import dstp.service
-import dstp.transport.codec
+import dstp.transport.wire.values
 
 
 def test_exports_resolve() -> None:
-    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query, dstp.service, dstp.transport.codec):
+    for module in (dstp, dstp.catalog, dstp.client, dstp.errors, dstp.query, dstp.service,
+                   dstp.transport.wire.values, dstp.grpc_codec, dstp.client._codec):
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{module.__name__}.{name}"
 

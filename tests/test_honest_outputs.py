@@ -25,7 +25,7 @@ import pytest
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.files import STATE_SUFFIX, partial_path
+from dstp.transport.client.files import STATE_SUFFIX, partial_path
 
 DSTP = [sys.executable, "-m", "dstp.cli"]
 BIG_QUERY = "select * from ccm3"  # 196,608 records, about 8 MB of Arrow

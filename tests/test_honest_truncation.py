@@ -25,7 +25,7 @@ import dstp
 import oracle
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 ROWS_CUT = "select temperature from ccm3"  # 196,608 records: cut at max_result_rows=5000
 BYTES_CUT = "select lat, temperature from ccm3"  # cut at max_result_bytes=30000 first

@@ -28,11 +28,24 @@ def test_the_core_imports_no_grpc_socket_web_or_client_module() -> None:
     code = (
         "import sys, dstp.errors, dstp.catalog, dstp.query\n"
         f"assert not {{m for m in sys.modules if m.split('.')[0] in {ADAPTER_MODULES!r}}}, 'adapter loaded'\n"
-        "assert 'dstp.transport.tcp' not in sys.modules and 'dstp.client' not in sys.modules\n"
+        "assert 'dstp.transport.wire.tcp' not in sys.modules and 'dstp.client' not in sys.modules\n"
         "assert 'socket' not in sys.modules or 'dstp.transport' not in sys.modules\n"
         "import dstp\n"
         "assert 'dstp.client' not in sys.modules, 'import dstp loaded the client'\n"
         "assert callable(dstp.connect) and 'dstp.client' in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_service_loads_no_protobuf_or_grpc() -> None:
+    # The service owns the values that cross the wire (dstp.transport.wire.values); their protobuf mapping
+    # lives beside the gRPC door (dstp/grpc_codec.py) and in the client (clients/python/_codec.py).
+    code = (
+        "import dstp.service, sys\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'grpc' or m.startswith('google.protobuf'))\n"
+        "assert not loaded, loaded[:5]\n"
+        "assert 'dstp.proto.dstp_pb2' not in sys.modules\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
@@ -45,9 +58,10 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            if node.module == "dstp":  # from dstp import client
-                found.update(f"dstp.{a.name}" for a in node.names)
+            if node.module in ("dstp", "dstp.transport"):  # from dstp import client; from dstp.transport import native
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            if node.module != "dstp.transport":  # a package of sub-packages, no unit itself
+                found.add(node.module)
     return found
 
 
@@ -143,26 +157,38 @@ LAYERS: dict[str, tuple[str, ...]] = {
                    "dstp._chunk_index", "dstp._storage_layout", "dstp._error_tables", "dstp.__version__"),
     "catalog": ("dstp.catalog", "dstp.auth"),
     "query": ("dstp.query", "dstp.metadata", "dstp.listings", "dstp.samples"),
-    # Tickets, sources, frames and the protobuf codec: the service issues tickets and yields sources, so this
-    # sits under it today (issue 34, item 4: split wire formats, server channels and client channels).
-    "transport": ("dstp.transport", "dstp.proto", "dstp.connections"),
+    # What crosses a data channel, the same for both ends: frames, CRC-32C, Arrow IPC, the links (TCP, UDT, pipes),
+    # ticket proofs, and the values the service answers with; the compiled extensions' loaders beside them.
+    "wire": ("dstp.transport.wire", "dstp.transport.native", "dstp.transport._native", "dstp.transport.udt_socket"),
+    # The server's side of the data channels: tickets, sources, transfers, listeners; the doors' connection caps.
+    "server channels": ("dstp.transport.server", "dstp.connections"),
     "service": ("dstp.service",),
+    # The gRPC spec and its generated code, with the tables both protobuf codecs read: above the service, which
+    # never loads protobuf (test_the_service_loads_no_protobuf_or_grpc), under the gRPC door and the client.
+    "proto": ("dstp.proto",),
     # What a protocol's documents and answers are, free of web code: Zarr v3, EDR, OPeNDAP, map tiles, and the
     # values xarray expects (shared with the Python client).
     "formats": ("dstp.cf_encoding", "dstp.zarr_v3", "dstp.edr", "dstp.opendap", "dstp.render",
                 "dstp.result_files", "dstp.result_grid", "dstp.erddap"),
-    "adapters": ("dstp.grpc_app", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
+    "adapters": ("dstp.grpc_app", "dstp.grpc_codec", "dstp.grpc_feed", "dstp.http", "dstp.flight", "dstp._flight_sql",
                  "dstp.webhooks", "dstp.cluster"),
-    "clients": ("dstp.client", "dstp.credentials", "dstp.commands", "dstp.agent", "dstp", "dstp.federation"),
+    # The client's side of the data channels (receiver, kept connections, tuner, downloads) sits here: no
+    # server layer may import it (test_the_server_and_the_client_sides_never_import_each_other).
+    "clients": ("dstp.transport.client", "dstp.client", "dstp.credentials", "dstp.commands", "dstp.agent", "dstp",
+                "dstp.federation"),
     "assembly": ("dstp.server", "dstp.maintenance", "dstp.cli", "dstp.cli_feed", "dstp.cli_agent", "dstp.cli_tokens",
                  "dstp.cli_references"),
 }
 #: Imports allowed inside one layer (an adapter and its own helpers; the client side's commands and agent).
 SAME_LAYER = {
-    ("dstp.grpc_app", "dstp.grpc_feed"), ("dstp.grpc_feed", "dstp.grpc_app"), ("dstp.flight", "dstp._flight_sql"),
+    ("dstp.grpc_app", "dstp.grpc_feed"), ("dstp.grpc_feed", "dstp.grpc_app"), ("dstp.grpc_app", "dstp.grpc_codec"),
+    ("dstp.grpc_feed", "dstp.grpc_codec"), ("dstp.flight", "dstp._flight_sql"),
     ("dstp.catalog", "dstp.auth"), ("dstp.auth", "dstp.catalog"),
     ("dstp.query", "dstp.metadata"), ("dstp.metadata", "dstp.query"), ("dstp.listings", "dstp.metadata"),
-    ("dstp.samples", "dstp.query"), ("dstp.transport", "dstp.proto"), ("dstp.transport", "dstp.connections"),
+    ("dstp.samples", "dstp.query"),
+    ("dstp.transport.wire", "dstp.transport.native"), ("dstp.transport.wire", "dstp.transport.udt_socket"),
+    ("dstp.transport.native", "dstp.transport._native"),
+    ("dstp.client", "dstp.transport.client"), ("dstp.agent", "dstp.transport.client"),
     ("dstp.agent", "dstp.commands"), ("dstp.commands", "dstp.client"), ("dstp.agent", "dstp.client"),
     ("dstp", "dstp.client"), ("dstp.federation", "dstp.client"), ("dstp.client", "dstp.credentials"),
     ("dstp.cli", "dstp.cli_feed"), ("dstp.cli", "dstp.cli_agent"), ("dstp.cli", "dstp.cli_tokens"), ("dstp.cli", "dstp.cli_references"),
@@ -176,6 +202,8 @@ AGAINST_THE_LAYERS: dict[tuple[str, str], str] = {}
 
 def _unit(module: str) -> str:
     parts = module.split(".")
+    if parts[:2] == ["dstp", "transport"] and len(parts) > 2:  # its sub-packages are units of their own
+        return ".".join(parts[:3])
     return "dstp" if len(parts) == 1 else ".".join(parts[:2])
 
 
@@ -218,10 +246,31 @@ def test_every_pair_of_units_imports_one_way() -> None:
     assert set(AGAINST_THE_LAYERS) - against == set(), "gone: remove these from AGAINST_THE_LAYERS"
 
 
+#: Units only a server runs (its data channels, the service, the doors), and units only a client runs.
+SERVER_SIDE = ("dstp.transport.server", "dstp.connections", "dstp.service", *LAYERS["adapters"])
+CLIENT_SIDE_UNITS = LAYERS["clients"]
+
+
+def test_the_server_and_the_client_sides_never_import_each_other() -> None:
+    pairs = _unit_imports()
+    outside = CLIENT_SIDE_UNITS + LAYERS["assembly"]  # the assembly (dstp serve, the CLI) may use both
+    server_to_client = {(a, b) for a, b in pairs if b in CLIENT_SIDE_UNITS and a not in outside}
+    client_to_server = {(a, b) for a, b in pairs if a in CLIENT_SIDE_UNITS and b in SERVER_SIDE}
+    assert server_to_client == set(), "server code imports the client side (dstp.transport.client, dstp.client)"
+    assert client_to_server == set(), "the client side imports server channels, the service or a door"
+    both = {("dstp.transport.client", "dstp.transport.wire"), ("dstp.transport.server", "dstp.transport.wire")}
+    assert both <= pairs, "both sides build on the wire"
+
+
 def test_the_contract_catches_upward_and_sideways_imports() -> None:
-    assert _against({("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"), ("dstp.service", "dstp.transport"),
-                     ("dstp.flight", "dstp.grpc_app"), ("dstp.http", "dstp.service")}) == \
-        {("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"), ("dstp.flight", "dstp.grpc_app")}
+    assert _against({("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"),
+                     ("dstp.service", "dstp.transport.server"), ("dstp.flight", "dstp.grpc_app"),
+                     ("dstp.http", "dstp.service"), ("dstp.service", "dstp.proto"),
+                     ("dstp.transport.server", "dstp.transport.client"),
+                     ("dstp.transport.wire", "dstp.transport.server"), ("dstp.transport.client", "dstp.transport.wire")}) == \
+        {("dstp.catalog", "dstp.service"), ("dstp.query", "dstp.http"), ("dstp.flight", "dstp.grpc_app"),
+         ("dstp.service", "dstp.proto"), ("dstp.transport.server", "dstp.transport.client"),
+         ("dstp.transport.wire", "dstp.transport.server")}
 
 
 def test_every_path_in_the_architecture_page_exists() -> None:

@@ -4,9 +4,9 @@
 when a compiler is there) computes a frame's CRC-32C and sends it — a file
 block by ``sendfile`` from the published file — and receives a payload into
 its buffer with its CRC-32C computed as the bytes arrive, every call with the
-GIL released (a file block is then written at its place with ``pwrite``). The frames are exactly those of :mod:`dstp.transport.frames`; only
+GIL released (a file block is then written at its place with ``pwrite``). The frames are exactly those of :mod:`dstp.transport.wire.frames`; only
 who moves the bytes differs. It is used for plaintext frames on a plain TCP
-connection (:class:`~dstp.transport.tcp.TcpConn` itself, not a wrapper:
+connection (:class:`~dstp.transport.wire.tcp.TcpConn` itself, not a wrapper:
 a connection that wraps another, to inject faults or count bytes, sees every
 byte in Python); sealed transfers, UDT and in-memory pipes keep the Python path.
 
@@ -64,7 +64,7 @@ def reason() -> str:
 def fd_of(conn: Any) -> int:
     """Return the socket descriptor the native path may use for ``conn``, or -1 (Python path).
 
-    Only a blocking :class:`~dstp.transport.tcp.TcpConn` qualifies — looked up on its type, so a
+    Only a blocking :class:`~dstp.transport.wire.tcp.TcpConn` qualifies — looked up on its type, so a
     wrapper that forwards attributes to the connection it wraps still sees its own bytes.
     """
     if not _ENABLED:

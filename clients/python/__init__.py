@@ -1,6 +1,6 @@
 """The dstp Python client (installed as ``dstp.client``; ``dstp.connect`` is the entry point).
 
-    Client          the rpcs, a channel policy, the wire codec (``_client``, ``_rpc``, ``_policy``)
+    Client          the rpcs, a channel policy, the protobuf codec (``_client``, ``_rpc``, ``_policy``, ``_codec``)
     QueryStream     a query's batches as they arrive, then its TransferSummary (``_stream``)
     ChannelPolicy   which data channel, how many stripes, learned per server (``_policy``)
     to_xarray       records back onto their grid (``_xarray``)
@@ -10,8 +10,8 @@ from dstp.client._client import Client, connect
 from dstp.client._policy import ChannelChoice, ChannelPolicy
 from dstp.client._stream import Progress, QueryStream
 from dstp.result_grid import to_xarray
-from dstp.transport.channels import DataChannel
-from dstp.transport.codec import ChannelOffer, QueryInfo, TransferSummary
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.values import ChannelOffer, QueryInfo, TransferSummary
 
 __all__ = ["ChannelChoice", "ChannelOffer", "ChannelPolicy", "Client", "DataChannel", "Progress", "QueryInfo",
            "QueryStream", "TransferSummary", "connect", "to_xarray"]

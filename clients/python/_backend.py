@@ -54,7 +54,7 @@ from dstp.cf_encoding import TimeEncoding, to_numpy, variable_attrs
 from dstp.cf_encoding import time_encoding as _time_encoding
 from dstp.cf_encoding import xarray_dtype as _dtype
 from dstp.metadata import ColumnInfo, DatasetDetails
-from dstp.transport.codec import TransferSummary
+from dstp.transport.wire.values import TransferSummary
 
 __all__ = ["Connection", "DstpBackendArray", "DstpBackendEntrypoint", "ReadLog", "axis_values", "parse_url",
            "record_reads"]

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dstp.errors import IntegrityError
 from dstp.proto import dstp_pb2 as pb
-from dstp.transport import codec
-from dstp.transport.codec import TransferSummary
-from dstp.transport.receiver import StripedReceiver
+from dstp.client import _codec as codec
+from dstp.transport.wire.values import TransferSummary
+from dstp.transport.client.receiver import StripedReceiver
 
 if TYPE_CHECKING:  # pyarrow loads on the first query, so `dstp get` starts faster
     import pyarrow as pa
@@ -29,7 +29,7 @@ def receive_grpc(call: Any, schema: pa.Schema, report: Report, on_summary: Calla
     The call's responses are IPC messages (views of the received bytes) and,
     last, a FetchResponse with the summary.
     """
-    from dstp.transport.ipc import BatchDecoder
+    from dstp.transport.wire.ipc import BatchDecoder
 
     decoder = BatchDecoder(schema, compressed=compression != "none")
     rows = nbytes = batches = 0
@@ -67,7 +67,7 @@ def receive_stripes(receiver: StripedReceiver, schema: pa.Schema, report: Report
     """Yield the batches of an opened data-channel transfer (TCP, UDT, in memory), reassembled in order.
 
     ``compression``: what the offer says the batches carry (picks the decoder's faster path)."""
-    from dstp.transport.ipc import BatchDecoder
+    from dstp.transport.wire.ipc import BatchDecoder
 
     decoder = BatchDecoder(schema, compressed=compression != "none")
     rows = batches = 0

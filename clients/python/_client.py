@@ -6,8 +6,9 @@ never escapes. Records come back as Arrow: ``query`` collects a
 arrive, ``query_pandas`` and :func:`dstp.client.to_xarray` convert.
 
 The client is three parts: the rpcs (:mod:`._rpc`), the channel policy that
-decides how data travels (:mod:`._policy`), and the wire codec shared with
-the server (:mod:`dstp.transport.codec`); this module puts them together.
+decides how data travels (:mod:`._policy`), and the protobuf codec (:mod:`._codec`)
+over the values the server answers with (:mod:`dstp.transport.wire.values`); this
+module puts them together.
 
 A server that needs a token gets one from ``token=`` or, when that is not
 given, the ``DSTP_TOKEN`` environment variable; ``tls=True`` (implied by
@@ -32,9 +33,9 @@ from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
 from dstp.credentials import client_credentials
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
-from dstp.transport.channels import DataChannel
-from dstp.transport.codec import QueryInfo, TransferSummary
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.values import QueryInfo, TransferSummary
+from dstp.transport.client.tuning import AutoTuner
 
 if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow (nor dstp.metadata)
     import pyarrow as pa
@@ -117,7 +118,7 @@ class Client:
         time ranges, with versions (``dstp.catalog.changes.ChangeFeed``; ask again with ``since=feed.version``).
         With the ``epoch`` of an earlier feed, ``complete`` is False when the server's index was rebuilt since."""
         from dstp.catalog.changes import ChangeFeed
-        from dstp.transport.feed_codec import change_from_pb
+        from dstp.client._codec import change_from_pb
 
         messages = self._rpc.watch(since, epoch or "", follow=False)
         head = next(messages)
@@ -129,7 +130,7 @@ class Client:
         """Yield each change of the catalog as the server publishes it (``since=None``: from now on; a number:
         first those after that catalog version). Stops only when you stop iterating or the connection breaks
         (then resume with ``since`` = the last change's ``seq``)."""
-        from dstp.transport.feed_codec import change_from_pb
+        from dstp.client._codec import change_from_pb
 
         messages = self._rpc.watch(-1 if since is None else since, epoch or "", follow=True)
         try:

@@ -23,9 +23,9 @@ from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback
 from dstp.errors import IntegrityError, TicketError, TransportError
 from dstp.proto import dstp_pb2 as pb
-from dstp.transport import codec
-from dstp.transport.codec import ChannelOffer, FilePartInfo, TransferSummary
-from dstp.transport.files import FileSink, RemoteFile
+from dstp.client import _codec as codec
+from dstp.transport.wire.values import ChannelOffer, FilePartInfo, TransferSummary
+from dstp.transport.client.files import FileSink, RemoteFile
 
 __all__ = ["SHARE_ATTEMPTS", "download"]
 

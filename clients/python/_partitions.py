@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 from dstp.client._channels import receive_stripes
 from dstp.client._stream import QueryStream
 from dstp.errors import DstpError, TicketError, TransportError
-from dstp.transport.codec import PartitionInfo, QueryInfo, TransferSummary
+from dstp.transport.wire.values import PartitionInfo, QueryInfo, TransferSummary
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -9,7 +9,7 @@ One policy serves queries and downloads alike:
 
 ``auto`` takes the gRPC stream when the transfer is known to be small, and
 otherwise striped TCP with the stream count, buffers and congestion control
-the auto-tuner (GridCopy's rule, :mod:`dstp.transport.tuning`) learned for this
+the auto-tuner (GridCopy's rule, :mod:`dstp.transport.client.tuning`) learned for this
 server — or UDT where it measured faster. Query results and files learn their
 stream counts apart (:func:`tune_key`): on one path they want opposite counts
 (loopback, 1.1 GB: a result 866 MB/s on 1 stream, 744 on 4; a file 467 on 1,
@@ -31,7 +31,7 @@ before the Query rpc, which carries it): none, LZ4 or zstd, whichever the cost m
 path. A compression the caller names is never overridden.
 
 Striped TCP and UDT connections are kept warm between transfers (``pool``,
-:mod:`dstp.transport.pool`): the next transfer to the same data endpoint
+:mod:`dstp.transport.client.pool`): the next transfer to the same data endpoint
 starts on connections whose congestion window (UDT: sending rate) and RTT
 estimate are grown, and
 :meth:`ChannelPolicy.predial` opens the stripes that the pool lacks while the
@@ -47,11 +47,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Collection
 
 from dstp.errors import DstpError, TransportUnavailableError
-from dstp.transport.channels import DataChannel
-from dstp.transport.pool import ConnectionPool
-from dstp.transport.codec import ChannelOffer, TransferSummary, reachable_address
-from dstp.transport.tcp import kernel_limits
-from dstp.transport.tuning import LAN_RTT_S, AutoTuner, StripePlan, path_loss, same_path
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.client.pool import ConnectionPool
+from dstp.transport.wire.values import ChannelOffer, TransferSummary, reachable_address
+from dstp.transport.wire.tcp import kernel_limits
+from dstp.transport.client.tuning import AutoTuner, LAN_RTT_S, StripePlan, path_loss, same_path
 
 __all__ = ["CODECS", "GRPC_MAX_BYTES", "LOOPBACK_GRPC_MAX_RESULT_BYTES", "RTT_MAX_AGE_S", "TRANSPORTS", "ChannelChoice", "ChannelPolicy",
            "CodecCost", "LOOPBACK_RTT_S", "estimate_seconds", "handshake_seconds", "is_loopback", "tune_key", "udt_built"]
@@ -384,7 +384,7 @@ class ChannelPolicy:
                            reason=f"auto: grpc ({what} {size}){self._codec_note(choice, upper_bytes)}")
         kind, why = self.tuner.choose_channel(self.key, data, choice.rtt_s)
         if kind == "udt":
-            from dstp.transport import udt  # loading libudt costs 0.1 s: only when UDT is chosen
+            from dstp.transport.wire import udt  # loading libudt costs 0.1 s: only when UDT is chosen
 
             if not udt.available():  # installed but does not load
                 data = [k for k in data if k != "udt"]
@@ -474,14 +474,15 @@ class ChannelPolicy:
         host, port = reachable_address(offer.endpoint, control_target.rpartition(":")[0] or "127.0.0.1")
         channel: DataChannel
         if offer.kind == "udt":
-            from dstp.transport import udt
+            from dstp.transport.client.udt_channel import UdtChannel
+            from dstp.transport.wire import udt
 
             if not udt.available():
                 raise TransportUnavailableError(f"this client's UDT channel is {udt.unavailable_reason()}")
-            channel = udt.UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout,
-                                     pool=self.pool)
+            channel = UdtChannel(host, port, rtt_s=choice.rtt_s or self.rtt(), timeout=self.timeout,
+                                 pool=self.pool)
         elif offer.kind == "striped":
-            from dstp.transport.tcp import TcpChannel
+            from dstp.transport.client.channels import TcpChannel
 
             buffer_bytes = choice.plan.buffer_bytes if choice.plan else 0
             channel = TcpChannel(host, port, timeout=self.timeout, buffer_bytes=buffer_bytes, pool=self.pool)
@@ -500,7 +501,7 @@ class ChannelPolicy:
         if self.pool is None or self.wrap_channel is not None or self._striped_at is None \
                 or choice.transport != "striped" or choice.streams < 1:
             return
-        from dstp.transport.tcp import TcpChannel
+        from dstp.transport.client.channels import TcpChannel
 
         host, port, cipher = self._striped_at
         channel = TcpChannel(host, port, timeout=self.timeout,

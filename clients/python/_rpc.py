@@ -1,6 +1,6 @@
 """The control plane's calls: one method per rpc, every gRPC failure turned into a dstp error.
 
-Requests and answers go through the wire codec (:mod:`dstp.transport.codec`);
+Requests and answers go through the client's protobuf codec (``_codec.py``);
 the streams that carry data (Fetch, Run, FetchFile) are opened with the
 codec's parsers, so an IPC message or a file block arrives as a view of the
 bytes gRPC received, not as a protobuf copy.
@@ -24,9 +24,9 @@ from dstp.errors import (DstpError, IntegrityError, LimitExceededError, ServerUn
                          error_from_status)
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport import codec
-from dstp.transport.codec import QueryInfo
-from dstp.transport.tickets import fetch_proof
+from dstp.client import _codec as codec
+from dstp.transport.wire.values import PartitionInfo, QueryInfo
+from dstp.transport.wire.proofs import fetch_proof
 
 if TYPE_CHECKING:  # built by codec when a listing or description arrives
     import pyarrow as pa
@@ -216,7 +216,7 @@ class Rpc:
             raise self.error(exc) from None
         return codec.query_info_from_pb(reply)
 
-    def resolve(self, query_id: str, partition: int) -> codec.PartitionInfo:
+    def resolve(self, query_id: str, partition: int) -> PartitionInfo:
         """Return where partition ``partition`` of a partitioned query can be fetched now (a fresh ticket)."""
         try:
             reply = self._stub.Resolve(pb.ResolveRequest(query_id=query_id, partition=partition),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dstp.errors import DstpTruncationWarning, TruncatedResultError
-from dstp.transport.codec import QueryInfo, TransferSummary
+from dstp.transport.wire.values import QueryInfo, TransferSummary
 
 if TYPE_CHECKING:  # imported where used: `dstp get` never needs pyarrow
     import pyarrow as pa
@@ -57,7 +57,7 @@ class QueryStream:
     """The records of one query as they arrive: iterate it for RecordBatches.
 
     ``schema`` is known before the first batch; ``summary`` (a
-    :class:`~dstp.transport.codec.TransferSummary`: rows, bytes, truncated,
+    :class:`~dstp.transport.wire.values.TransferSummary`: rows, bytes, truncated,
     what the server read, what the channel saw) once iteration has finished. A
     result the server cut at ``max_result_rows``/``max_result_bytes`` raises
     :class:`~dstp.errors.TruncatedResultError` once its last batch has been

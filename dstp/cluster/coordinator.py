@@ -75,8 +75,8 @@ from dstp.service import DstpService
 from dstp.service.files import FileHandle
 from dstp.service.queries import row_bytes
 from dstp.settings import Settings
-from dstp.transport.codec import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
-from dstp.transport.files import split_ranges
+from dstp.transport.wire.values import ChannelOffer, FilePartInfo, OrderKeyInfo, PartitionInfo, QueryInfo
+from dstp.transport.wire.ranges import split_ranges
 
 __all__ = ["ClusterQuery", "Coordinator"]
 

@@ -4,7 +4,7 @@
 ``client.register_plugin(DstpWorkerPlugin(settings))``) gives each worker
 process one :class:`WorkerNode`: the catalog scanned from the same root as
 the coordinator's (a shared filesystem, or the same files at the same path),
-and a striped-TCP :class:`~dstp.transport.channel_server.DataChannelServer`
+and a striped-TCP :class:`~dstp.transport.server.channel_server.DataChannelServer`
 on a port of its own, on the host the worker is reachable at.
 
 A partition task (:func:`run_partition`, submitted by the coordinator) plans
@@ -14,9 +14,9 @@ limits, time limit) and *keeps* the result on the worker; what goes back to
 the coordinator is only where and how to fetch it: the endpoint, a ticket and
 its key. A streamed partition's ticket goes back first, as a Dask event, and
 the held result is filled as it is computed: a transfer may start at once and
-sends each batch as it arrives (:class:`HeldPartition`). Tickets are the server's own (:class:`~dstp.transport.tickets.TicketStore`:
+sends each batch as it arrives (:class:`HeldPartition`). Tickets are the server's own (:class:`~dstp.transport.server.tickets.TicketStore`:
 single-use, expiring, bound by key — every HELLO proves it), and the result
-leaves as :class:`~dstp.transport.sources.QuerySource` messages, exactly as a
+leaves as :class:`~dstp.transport.server.sources.QuerySource` messages, exactly as a
 single server's query does. A held result is dropped once a transfer of it
 has sent everything, or when its tickets expire (``ticket_ttl_s``).
 
@@ -55,10 +55,11 @@ from dstp.cluster.partitions import (
 from dstp.errors import CatalogError, DstpError, LimitExceededError, TicketError, TransportError
 from dstp.query.execute import PARTIALS, PreparedQuery, QueryExecution, QuerySummary, prepare_query, sql_schema
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.sources import FileSource, QuerySource
-from dstp.transport.tcp import TcpListener, allowed_congestion_controls
-from dstp.transport.tickets import Ticket, TicketStore
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.server.sources import FileSource, QuerySource
+from dstp.transport.server.listeners import TcpListener
+from dstp.transport.wire.tcp import allowed_congestion_controls
+from dstp.transport.server.tickets import Ticket, TicketStore
 
 __all__ = ["FileShare", "HeldPartition", "PartitionResult", "PartitionStore", "WorkerNode", "adopt_dataset",
            "dataset_identities", "merge_partials", "node_of", "open_file_shares", "published", "reissue", "run_partial", "run_partition",
@@ -363,13 +364,14 @@ class WorkerNode:
     def _udt_channel(self, host: str, settings: Settings, sealed: bool) -> DataChannelServer | None:
         if settings.udt_port < 0:
             return None
-        from dstp.transport import udt
+        from dstp.transport.server import udt_listener
+        from dstp.transport.wire import udt
 
         if not udt.available():
             log.warning("dstp worker: no UDT data channel: %s", udt.unavailable_reason())
             return None
         channel = DataChannelServer(
-            "udt", udt.UdtChannelListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
+            "udt", udt_listener.UdtChannelListener(host, 0), self.open_source, window_bytes=settings.window_bytes,
             sealed=sealed, hello_timeout=settings.hello_timeout_s,
             max_pending_per_address=settings.max_pending_per_address,
         )

@@ -34,7 +34,7 @@ from dstp.http.snippets import Endpoints
 from dstp.service import DstpService
 from dstp.service.feed import MAX_PAGE
 from dstp.settings import Settings
-from dstp.transport.codec import reachable_endpoint
+from dstp.transport.wire.values import reachable_endpoint
 
 __all__ = ["PAGE_ERRORS", "catalog_router", "endpoints"]
 

@@ -131,7 +131,7 @@ class _Facade:
         return str(request.base_url).rstrip("/")
 
     def links(self, request: Request) -> stac.Links:
-        from dstp.transport.codec import reachable_endpoint
+        from dstp.transport.wire.values import reachable_endpoint
 
         host = request.url.hostname or self.settings.host
         grpc = self.service.channels.get("grpc")

@@ -26,7 +26,7 @@ from dstp.auth import Principal
 from dstp.errors import DstpError
 from dstp.metadata import DatasetDetails, file_axis, units_label
 from dstp.service import DstpService, QueryHandle
-from dstp.transport.codec import size_estimate
+from dstp.transport.wire.values import size_estimate
 from dstp.http import STATIC_DIR, TEMPLATES_DIR
 from dstp.http.quicklook import geographic_columns, plain_number
 from dstp.http.builder import AGGREGATES, OPERATORS, TIME_BUCKETS, BuilderState, sql_identifier

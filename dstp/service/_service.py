@@ -26,8 +26,8 @@ from dstp.service.offers import ChannelInfo, Offers
 from dstp.service.queries import Execution, Queries, QueryHandle
 from dstp.service.quotas import Quota, Quotas, Usage
 from dstp.settings import Settings
-from dstp.transport.sources import MessageSource
-from dstp.transport.tickets import Ticket, TicketStore
+from dstp.transport.server.sources import MessageSource
+from dstp.transport.server.tickets import Ticket, TicketStore
 
 __all__ = ["DstpService"]
 
@@ -154,7 +154,7 @@ class DstpService:
         The one way a ticket becomes data, for every channel (gRPC Fetch and
         FetchFile, striped TCP, UDT). ``proof(ticket key)`` says whether the
         redeemer proved it holds the ticket's key (an HMAC over the ticket,
-        transport/tickets.py); ``principal``, when the channel authenticates its
+        transport/server/tickets.py); ``principal``, when the channel authenticates its
         caller (gRPC), must be the one the ticket was issued to. Either failing
         leaves the ticket to its owner (TicketError). It takes a transfer slot
         (LimitExceededError if none is free), given back when the source is

@@ -25,7 +25,7 @@ from dstp.query.execute import PreparedQuery
 if TYPE_CHECKING:
     from dstp.service._service import DstpService
     from dstp.service.files import FileHandle
-    from dstp.transport.codec import FilePartInfo, PartitionInfo, QueryInfo
+    from dstp.transport.wire.values import FilePartInfo, PartitionInfo, QueryInfo
 
 __all__ = ["Executor", "LocalExecutor"]
 

@@ -30,8 +30,8 @@ from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
-from dstp.transport.files import crc32c_of_file
-from dstp.transport.sources import FileSource
+from dstp.transport.wire.crc import crc32c_of_file
+from dstp.transport.server.sources import FileSource
 
 __all__ = ["FileHandle", "FileRequest", "Files"]
 

@@ -10,7 +10,7 @@ planned query or a checked file request), the principal that asked, the
 channel and the terms agreed for it (streams, compression, congestion
 control). The ticket itself carries nothing that could be edited to reach
 another request; its key (``Ticket.key``) goes only to the principal that
-asked, who proves it to redeem (transport/tickets.py).
+asked, who proves it to redeem (transport/server/tickets.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from dstp.auth import ANONYMOUS, Principal
 from dstp.errors import TransportUnavailableError
-from dstp.transport.ipc import COMPRESSIONS
-from dstp.transport.tickets import Ticket, TicketStore
+from dstp.transport.wire.ipc import COMPRESSIONS
+from dstp.transport.server.tickets import Ticket, TicketStore
 
 __all__ = ["CHANNELS", "ChannelInfo", "Grant", "Offer", "Offers"]
 

@@ -41,7 +41,7 @@ from dstp.service.audit import AuditLog
 from dstp.service.prepared import PreparedQueries
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
-from dstp.transport.sources import QuerySource
+from dstp.transport.server.sources import QuerySource
 
 __all__ = ["Execution", "Queries", "QueryHandle", "row_bytes"]
 

@@ -25,7 +25,7 @@ import pytest
 import dstp
 from authcase import AFTER, BEFORE
 from dstp.server import DstpServer
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 PRINCIPALS = ("anonymous", "alice", "bob")
 DATASETS = ("ccm3", "members", "polar", "embargoed")

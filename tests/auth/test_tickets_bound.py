@@ -21,7 +21,7 @@ from dstp.auth import TokenStore
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
-from dstp.transport.tickets import fetch_proof
+from dstp.transport.wire.proofs import fetch_proof
 
 SQL = "select humidity from ccm3 limit 5"
 

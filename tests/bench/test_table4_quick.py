@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
 from bench import table4  # noqa: E402
 from bench.report import RESULTS  # noqa: E402
 from dstp.samples import generate_samples  # noqa: E402
-from dstp.transport import udt  # noqa: E402
+from dstp.transport.wire import udt  # noqa: E402
 
 
 @pytest.fixture(scope="module")

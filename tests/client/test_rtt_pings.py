@@ -13,7 +13,7 @@ import pytest
 
 from dstp.client._policy import LOOPBACK_RTT_S, RTT_CHECK_BELOW_S, RTT_SAMPLES, ChannelPolicy
 from dstp.errors import DstpError
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 
 class Pings:

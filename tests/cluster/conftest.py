@@ -25,7 +25,7 @@ import pytest
 import dstp
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.channels import StripedChannel
+from dstp.transport.client.channels import StripedChannel
 
 DASK = str(Path(sys.executable).parent / "dask")
 START_TIMEOUT_S = 90

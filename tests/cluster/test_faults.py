@@ -19,7 +19,7 @@ import oracle
 from cluster.conftest import KillVictimOnDial, start_dask, stop_dask
 from dstp.client._partitions import fetch_partitions
 from dstp.server import DstpServer
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -26,8 +26,9 @@ from cluster.conftest import DaskCluster, KillVictimOnDial, running_coordinator,
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
-from dstp.transport.files import STATE_SUFFIX, merge_ranges
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.files import STATE_SUFFIX
+from dstp.transport.wire.ranges import merge_ranges
+from dstp.transport.client.tuning import AutoTuner
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -26,8 +26,9 @@ from dstp.cluster.partitions import partition_prepared, plan_partitions
 from dstp.cluster.worker import PartitionStore
 from dstp.query.execute import QueryExecution, prepare_query
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.tcp import TcpChannel, TcpListener
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.server.listeners import TcpListener
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ import pytest
 import dstp
 import oracle
 from dstp.server import DstpServer
-from dstp.transport.channels import StripedChannel
+from dstp.transport.client.channels import StripedChannel
 from query_cases import CASES
 
 pytestmark = pytest.mark.timeout(180)
@@ -101,7 +101,7 @@ class _Concurrent(StripedChannel):
 
 
 def test_endpoints_are_fetched_in_parallel(coordinator: DstpServer, client, tmp_path) -> None:
-    from dstp.transport.tuning import AutoTuner
+    from dstp.transport.client.tuning import AutoTuner
 
     gate = threading.Barrier(3, timeout=30)
     seen: list[int] = []

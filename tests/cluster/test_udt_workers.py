@@ -13,8 +13,8 @@ import dstp
 import oracle
 from cluster.conftest import KillVictimOnDial
 from dstp.server import DstpServer
-from dstp.transport import udt
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.wire import udt
+from dstp.transport.client.tuning import AutoTuner
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -52,7 +52,7 @@ CLIENT = """
 import json, sys, threading
 import distributed, pyarrow as pa
 import dstp
-from dstp.transport.channels import StripedChannel
+from dstp.transport.client.channels import StripedChannel
 target, scheduler, out, queries, pause = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
 with distributed.Client(scheduler, timeout=60) as dask_client:
     dask_client.wait_for_workers(int(sys.argv[6]), timeout=120)

@@ -14,7 +14,7 @@ from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.tickets import fetch_proof
+from dstp.transport.wire.proofs import fetch_proof
 from clock import Clock
 from query_cases import HOSTILE
 

@@ -17,7 +17,7 @@ import pytest
 import dstp
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 SQL = "select time, lev, lat, lon, temperature from ccm3 where humidity > 50"
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import dstp
 from dstp.agent import Agent
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 from faults import WrappedChannel
 
 DSTP = [sys.executable, "-m", "dstp.cli"]

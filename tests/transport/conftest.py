@@ -14,7 +14,7 @@ from dstp.agent import AGENT_ENV
 from dstp.catalog.registry import Catalog
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Faults injected through public seams: connections that misbehave, on either side of a data channel.
 
-* :class:`FaultyChannel` wraps a client's :class:`~dstp.transport.channels.DataChannel`
+* :class:`FaultyChannel` wraps a client's :class:`~dstp.transport.client.channels.DataChannel`
   (any of them: TCP, UDT, in memory) and spoils the bytes one stripe receives —
   a reset, a flipped bit, a stream cut short — like tests/transport/proxy.py does
   on a real TCP path. ``dstp.Client(..., wrap_channel=...)`` takes one too.
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dstp.errors import TransportError
-from dstp.transport.channels import DataChannel, StripedChannel
-from dstp.transport.frames import HEADER, SEALED, Conn, Kind
+from dstp.transport.client.channels import DataChannel, StripedChannel
+from dstp.transport.wire.frames import HEADER, SEALED, Conn, Kind
 
 
 @dataclass

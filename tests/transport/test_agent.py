@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from dstp.agent import AGENT_ENV, Agent, _Clients
-from dstp.transport.crc import crc32c
-from dstp.transport.files import PARTIAL_SUFFIX, STATE_SUFFIX
+from dstp.transport.wire.crc import crc32c
+from dstp.transport.client.files import PARTIAL_SUFFIX, STATE_SUFFIX
 from agents import DSTP, agent_env, gated_agent, refusing_agent
 
 NAME = "ccm3_1990-01.nc"

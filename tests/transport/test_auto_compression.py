@@ -14,7 +14,7 @@ import pytest
 
 import dstp
 from dstp.client._policy import CODECS, ChannelPolicy, estimate_seconds
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.tuning import AutoTuner
 
 KEY = "server:1"
 WAN_RTT = 0.110

@@ -16,8 +16,8 @@ import dstp
 from dstp.client import _policy
 from dstp.proto import dstp_pb2 as pb
 from dstp.proto import dstp_pb2_grpc as pb_grpc
-from dstp.transport.tickets import fetch_proof
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.wire.proofs import fetch_proof
+from dstp.transport.client.tuning import AutoTuner
 
 SQL = "select temperature, time from ccm3 where humidity > 50 limit 700"
 GRPC, STRIPED = pb.CHANNEL_KIND_GRPC_STREAM, pb.CHANNEL_KIND_STRIPED_TCP

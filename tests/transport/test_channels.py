@@ -27,16 +27,19 @@ from clock import Clock
 from dstp.catalog.registry import Catalog
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer, Listener
-from dstp.transport.channels import DataChannel
-from dstp.transport.codec import TransferSummary
-from dstp.transport.files import FileSink, RemoteFile
-from dstp.transport.frames import Kind, control_payload, recv_frame, send_frame
-from dstp.transport.ipc import BatchDecoder
-from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
-from dstp.transport.receiver import StripedReceiver
-from dstp.transport.tcp import TcpChannel, TcpListener
-from dstp.transport.tickets import hello_proof
+from dstp.transport.server.channel_server import DataChannelServer, Listener
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.values import TransferSummary
+from dstp.transport.client.files import FileSink, RemoteFile
+from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
+from dstp.transport.wire.ipc import BatchDecoder
+from dstp.transport.client.channels import MemoryChannel
+from dstp.transport.server.listeners import MemoryListener
+from dstp.transport.wire.memory import pipe
+from dstp.transport.client.receiver import StripedReceiver
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.server.listeners import TcpListener
+from dstp.transport.wire.proofs import hello_proof
 from faults import Fault, FaultyChannel, FaultyListener, SendFault
 from query_cases import CASES
 
@@ -450,17 +453,18 @@ class TestUdt(ChannelConformance):
 
     @classmethod
     def make_listener(cls) -> Any:
-        from dstp.transport import udt
+        from dstp.transport.server.udt_listener import UdtChannelListener
+        from dstp.transport.wire import udt
 
         assert udt.available(), f"the UDT channel is {udt.unavailable_reason()}"
-        return udt.UdtChannelListener("127.0.0.1", 0)
+        return UdtChannelListener("127.0.0.1", 0)
 
     @classmethod
     def make_channel(cls, listener: Any) -> DataChannel:
-        from dstp.transport import udt
+        from dstp.transport.client.udt_channel import UdtChannel
 
         host, port = listener.endpoint.rsplit(":", 1)
-        return udt.UdtChannel(host, int(port), rtt_s=0.001)
+        return UdtChannel(host, int(port), rtt_s=0.001)
 
 
 class TestUdtSealed(TestUdt):

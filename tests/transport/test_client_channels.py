@@ -17,10 +17,11 @@ import pytest
 
 import dstp
 from dstp.server import DstpServer
-from dstp.transport.channels import DataChannel
-from dstp.transport.frames import Kind, recv_frame
-from dstp.transport.tcp import TcpChannel, TcpConn
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client.channels import DataChannel
+from dstp.transport.wire.frames import Kind, recv_frame
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.wire.tcp import TcpConn
+from dstp.transport.client.tuning import AutoTuner
 from faults import Fault, FaultyChannel
 from proxy import Fault as ProxyFault
 from proxy import Proxy

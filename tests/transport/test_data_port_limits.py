@@ -23,9 +23,9 @@ from attacks import TricklingHellos, hello_frame, host_port
 from clock import Clock
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.frames import HEADER, MAGIC, MAX_PAYLOAD, VERSION, Kind, fresh_buffer, recv_frame, send_frame
-from dstp.transport.tcp import TcpConn
-from dstp.transport.tickets import hello_proof
+from dstp.transport.wire.frames import HEADER, Kind, MAGIC, MAX_PAYLOAD, VERSION, fresh_buffer, recv_frame, send_frame
+from dstp.transport.wire.tcp import TcpConn
+from dstp.transport.wire.proofs import hello_proof
 
 TINY = "select temperature from ccm3 where lat > 80 limit 3"
 

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dstp
-from dstp.transport.files import STATE_SUFFIX, crc32c_of_file, merge_ranges, split_ranges, subtract_ranges
+from dstp.transport.client.files import STATE_SUFFIX
+from dstp.transport.wire.crc import crc32c_of_file
+from dstp.transport.wire.ranges import merge_ranges, split_ranges, subtract_ranges
 
 NAME = "ccm3_1990-01.nc"
 
@@ -77,7 +79,7 @@ def test_corrupted_output_is_caught_by_the_final_checksum(data_client, catalog_r
     with open(out, "r+b") as f:
         f.seek(100)
         f.write(b"garbage")
-    from dstp.transport.files import RemoteFile
+    from dstp.transport.client.files import RemoteFile
 
     st = _source(catalog_root).stat()
     (tmp_path / ("bad.nc" + STATE_SUFFIX)).write_text(__import__("json").dumps({

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dstp.errors import IntegrityError, ProtocolError, TransportError
-from dstp.transport.frames import HEADER, MAX_PAYLOAD, Kind, encode_header, recv_frame, send_frame
-from dstp.transport.tcp import TcpConn
+from dstp.transport.wire.frames import HEADER, MAX_PAYLOAD, Kind, encode_header, recv_frame, send_frame
+from dstp.transport.wire.tcp import TcpConn
 
 
 @pytest.fixture()

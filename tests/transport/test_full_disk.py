@@ -18,7 +18,7 @@ import pytest
 import dstp
 from dstp.server import DstpServer
 from dstp.settings import Settings
-from dstp.transport.files import DiskWriteError
+from dstp.transport.client.files import DiskWriteError
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dstp.errors import IntegrityError
-from dstp.transport.ipc import BatchDecoder, BatchEncoder
+from dstp.transport.wire.ipc import BatchDecoder, BatchEncoder
 
 TYPES = [pa.float32(), pa.float64(), pa.int16(), pa.int64(), pa.uint8(), pa.timestamp("us"), pa.string(), pa.bool_()]
 

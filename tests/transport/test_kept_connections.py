@@ -2,7 +2,7 @@
 
 The service runs in process with a channel server on a real TCP port (or
 in-process pipes), as in test_channels.py; the client end is a channel with a
-:class:`~dstp.transport.pool.ConnectionPool`. Time on the server moves only by
+:class:`~dstp.transport.client.pool.ConnectionPool`. Time on the server moves only by
 the test's clock, and idle expiry is run by calling the server's
 ``expire_idle`` (what its janitor calls every tick), so no test waits out a
 timer.
@@ -22,15 +22,19 @@ from clock import Clock
 from dstp.catalog.registry import Catalog
 from dstp.service import ChannelInfo, DstpService
 from dstp.settings import Settings
-from dstp.transport.channel_server import DataChannelServer
-from dstp.transport.codec import TransferSummary
-from dstp.transport.frames import Kind, control_payload, recv_frame, send_frame
-from dstp.transport.ipc import BatchDecoder
-from dstp.transport.memory import MemoryChannel, MemoryListener, pipe
-from dstp.transport.pool import ConnectionPool
-from dstp.transport.receiver import StripedReceiver
-from dstp.transport.tcp import TcpChannel, TcpConn, TcpListener
-from dstp.transport.tickets import hello_proof
+from dstp.transport.server.channel_server import DataChannelServer
+from dstp.transport.wire.values import TransferSummary
+from dstp.transport.wire.frames import Kind, control_payload, recv_frame, send_frame
+from dstp.transport.wire.ipc import BatchDecoder
+from dstp.transport.client.channels import MemoryChannel
+from dstp.transport.server.listeners import MemoryListener
+from dstp.transport.wire.memory import pipe
+from dstp.transport.client.pool import ConnectionPool
+from dstp.transport.client.receiver import StripedReceiver
+from dstp.transport.client.channels import TcpChannel
+from dstp.transport.server.listeners import TcpListener
+from dstp.transport.wire.tcp import TcpConn
+from dstp.transport.wire.proofs import hello_proof
 
 BIG = "select time, lev, lat, lon, temperature, humidity, cloud from ccm3"
 SMALL = "select temperature from ccm3 limit 10"
@@ -48,10 +52,12 @@ class Warm:
         self.kind = "udt" if udt else "striped"
         self.listener: Any
         if udt:
-            from dstp.transport import udt as udt_channel
+            from dstp.transport.client.udt_channel import UdtChannel
+            from dstp.transport.server.udt_listener import UdtChannelListener
+            from dstp.transport.wire import udt
 
-            assert udt_channel.available(), f"the UDT channel is {udt_channel.unavailable_reason()}"
-            self.listener = udt_channel.UdtChannelListener("127.0.0.1", 0)
+            assert udt.available(), f"the UDT channel is {udt.unavailable_reason()}"
+            self.listener = UdtChannelListener("127.0.0.1", 0)
         else:
             self.listener = MemoryListener() if memory else TcpListener("127.0.0.1", 0)
         self.server = DataChannelServer(self.kind, self.listener, self.service.open_source, window_bytes=2 * 2**20,
@@ -65,7 +71,7 @@ class Warm:
         if memory:
             self.channel = MemoryChannel(self.listener, pool=self.pool)
         elif udt:
-            self.channel = udt_channel.UdtChannel(host, int(port), rtt_s=0.001, pool=self.pool)
+            self.channel = UdtChannel(host, int(port), rtt_s=0.001, pool=self.pool)
         else:
             self.channel = TcpChannel(host, int(port), pool=self.pool)
         self.server.start()

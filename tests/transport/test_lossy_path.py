@@ -60,7 +60,7 @@ def lossy_path() -> Iterator[object]:
 @pytest.mark.netns
 @pytest.mark.timeout(300)
 def test_udt_and_striped_equal_the_grpc_stream_under_loss(lossy_path, catalog_root: Path, tmp_path: Path) -> None:
-    from dstp.transport import udt
+    from dstp.transport.wire import udt
 
     assert udt.available(), f"the UDT channel is {udt.unavailable_reason()}"
     from bench.dstp_process import serve

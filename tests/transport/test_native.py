@@ -1,7 +1,7 @@
 """The native data path (dstp.transport._native): the same CRC, the same frames, the same resume, clear failures.
 
 Every check compares the native functions with an independent oracle: the ``crc32c``
-package, the Python frame encoder of transport/frames.py, the source bytes.
+package, the Python frame encoder of transport/wire/frames.py, the source bytes.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 from dstp.errors import IntegrityError, TransportError
 from dstp.transport import native
-from dstp.transport.files import STATE_SUFFIX, FileSink, RemoteFile, partial_path
-from dstp.transport.frames import Kind, encode_header, payload_views, recv_header, send_frame
-from dstp.transport.tcp import TcpConn
+from dstp.transport.client.files import FileSink, RemoteFile, STATE_SUFFIX, partial_path
+from dstp.transport.wire.frames import Kind, encode_header, payload_views, recv_header, send_frame
+from dstp.transport.wire.tcp import TcpConn
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native data path {native.reason()}")
 

@@ -11,7 +11,7 @@ from dstp.catalog.registry import Catalog
 from dstp.errors import CancelledError
 from dstp.service import DstpService
 from dstp.settings import Settings
-from dstp.transport.ipc import BatchDecoder
+from dstp.transport.wire.ipc import BatchDecoder
 
 SQL = "select temperature, time, lat from ccm3 where humidity > 40"
 

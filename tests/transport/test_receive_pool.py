@@ -13,7 +13,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dstp.transport.frames import LAZY_BUFFER_BYTES, ReceivePool, fresh_buffer
+from dstp.transport.wire.frames import LAZY_BUFFER_BYTES, ReceivePool, fresh_buffer
 
 HOLDERS = ("view", "slice", "arrow", "batch", "numpy")
 

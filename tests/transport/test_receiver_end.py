@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import dstp
-from dstp.transport import receiver
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.client import receiver
+from dstp.transport.client.tuning import AutoTuner
 from faults import WrappedChannel
 
 SQL = "select temperature, time from ccm3 where humidity > 50 limit 5000"

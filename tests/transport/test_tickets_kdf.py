@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dstp.transport.tickets import derive_key, hello_proof, seal_key
+from dstp.transport.wire.proofs import derive_key, hello_proof, seal_key
 
 
 def hkdf(key: bytes, label: bytes) -> bytes:

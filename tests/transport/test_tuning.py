@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dstp.transport.tcp import KernelLimits, buffer_plan
-from dstp.transport.tuning import AutoTuner
+from dstp.transport.wire.tcp import KernelLimits, buffer_plan
+from dstp.transport.client.tuning import AutoTuner
 
 MB = 2**20
 
@@ -92,7 +92,7 @@ def test_buffers_only_where_they_beat_autotuning() -> None:
 
 
 def test_gridcopy_buffer_rule(tmp_path: Path, monkeypatch) -> None:
-    import dstp.transport.tuning as tuning
+    import dstp.transport.client.tuning as tuning
 
     monkeypatch.setattr(tuning, "buffer_plan", lambda wanted: wanted)
     tuner = AutoTuner(tmp_path / "t.json")
@@ -126,7 +126,7 @@ def test_a_clean_fast_path_never_probes_udt(tmp_path: Path) -> None:
 
 
 def test_path_loss_from_the_servers_stripes() -> None:
-    from dstp.transport.tuning import path_loss
+    from dstp.transport.client.tuning import path_loss
 
     paths = {"0": {"retransmits": 3, "segments": 1000}, "1": {"retransmits": 1, "segments": 1000}}
     assert path_loss(paths) == 0.002
@@ -165,7 +165,7 @@ def test_results_and_files_learn_their_stream_counts_apart(tmp_path: Path) -> No
     from dataclasses import replace
 
     from dstp.client._policy import ChannelPolicy
-    from dstp.transport.codec import TransferSummary
+    from dstp.transport.wire.values import TransferSummary
 
     policy = ChannelPolicy("srv", lambda: 0.0005, AutoTuner(tmp_path / "t.json"), keep_connections=False)
     bytes_per_s = {"result": lambda n: 866e6 if n == 1 else 744e6, "file": lambda n: 110e6 * min(n, 8)}

@@ -4,7 +4,7 @@
 //   * crc32c(buffer, value): CRC-32C (Castagnoli), SSE4.2 `crc32` instructions on three
 //     interleaved streams where the CPU has them, slicing-by-8 tables otherwise; the same
 //     values as the `crc32c` package (continuing from `value`, pre/post inverted);
-//   * send_frame(...): one frame -- the 32-byte header (transport/frames.py) with its checksum
+//   * send_frame(...): one frame -- the 32-byte header (transport/wire/frames.py) with its checksum
 //     over payload then blank header, then the payload -- written to a socket with sendmsg,
 //     or, for a file block, the header then sendfile() from the file (no copy in user space);
 //   * recv_payload(...): a frame's payload received into caller memory, its CRC-32C computed

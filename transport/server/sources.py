@@ -1,7 +1,7 @@
 """What a data channel sends: the messages of a query result or of a file.
 
 A source yields ``(payload, offset)`` pairs, payloads being zero-copy: a
-query's IPC messages as their parts (:class:`dstp.transport.ipc.IpcMessage`:
+query's IPC messages as their parts (:class:`dstp.transport.wire.ipc.IpcMessage`:
 metadata and the batch's own buffers), a file's blocks as slices of one
 memory map. Once exhausted it knows its :class:`TransferSummary`. Channels
 number the messages and frame them; sources never see a socket.
@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from dstp.errors import DstpError
 from dstp.transport import native
-from dstp.transport.codec import TransferSummary, query_transfer_summary
-from dstp.transport.ipc import BatchEncoder, IpcMessage
+from dstp.transport.wire.ipc import BatchEncoder, IpcMessage
+from dstp.transport.wire.values import TransferSummary, query_transfer_summary
 
 __all__ = ["DEFAULT_BLOCK", "UNWATCHED", "FileSource", "MessageSource", "Pace", "QueryRun", "QuerySource"]
 

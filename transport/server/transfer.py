@@ -39,7 +39,8 @@ from typing import Any, Callable
 from dstp.errors import DstpError, ProtocolError, TicketError, TransportError
 from dstp.incidents import for_client
 from dstp.transport import native
-from dstp.transport.frames import (
+from dstp.transport.server.sources import MessageSource
+from dstp.transport.wire.frames import (
     MAX_CONTROL_PAYLOAD,
     Conn,
     Frame,
@@ -50,7 +51,6 @@ from dstp.transport.frames import (
     recv_payload,
     send_frame,
 )
-from dstp.transport.sources import MessageSource
 
 __all__ = ["Transfer"]
 

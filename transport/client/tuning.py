@@ -27,7 +27,7 @@ a "decrease" flag. The rule:
   bandwidth-delay product of a 1 Gb/s path fits one stream's window anyway.
 
 Explicit socket buffers are requested only when they beat the kernel's own
-autotuning (:func:`dstp.transport.tcp.buffer_plan`); congestion control is BBR
+autotuning (:func:`dstp.transport.wire.tcp.buffer_plan`); congestion control is BBR
 when the server allows it and the path is not a LAN (RTT ≥ ``LAN_RTT_S``), since BBR
 holds a lossy long path full where CUBIC collapses. Transfers under
 ``min_bytes`` teach nothing (latency dominates) and are not recorded.
@@ -45,7 +45,7 @@ from typing import Any, Mapping, Sequence
 
 import platformdirs
 
-from dstp.transport.tcp import buffer_plan
+from dstp.transport.wire.tcp import buffer_plan
 
 __all__ = ["LAN_RTT_S", "AutoTuner", "ChannelRecord", "StripePlan", "TuneRecord", "path_loss", "same_path"]
 

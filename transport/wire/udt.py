@@ -1,10 +1,13 @@
 """The UDT data channel: the same frames, tickets and resume as striped TCP, over libudt.
 
-Only the connection differs: :class:`UdtConn` and :class:`UdtChannelListener`
-adapt :mod:`dstp.transport.udt_socket` (the pybind11 extension over the
-reference UDT4 library) to the channel's ``Conn``/``Listener`` protocols, so
-``DataChannelServer``, ``Transfer`` and ``StripedReceiver`` run unchanged;
-:class:`UdtChannel` is the client's ``DataChannel``.
+Only the connection differs: :class:`UdtConn` adapts
+:mod:`dstp.transport.udt_socket` (the pybind11 extension over the reference
+UDT4 library) to the channel's ``Conn`` protocol, so ``DataChannelServer``,
+``Transfer`` and ``StripedReceiver`` run unchanged. The server's
+``UdtChannelListener`` (:mod:`dstp.transport.server.listeners`) accepts them,
+the client's ``UdtChannel`` (:mod:`dstp.transport.client.channels`) dials them
+with :func:`dial`; both import this module only when UDT is used (loading
+libudt costs 0.1 s).
 
 Tuning: UDT_MSS counts the whole IP packet, so it is set to the path MTU (the
 route's MTU from the kernel, capped at 9000); buffers are twice the
@@ -17,17 +20,13 @@ frame protocol tolerates because its END frame marks the end of the data.
 
 from __future__ import annotations
 
-import math
 import socket
-from typing import Any
 
 from dstp.errors import TransportError
 from dstp.transport import udt_socket
-from dstp.transport.channels import StripedChannel
-from dstp.transport.pool import ConnectionPool
 from dstp.transport.udt_socket import UdtOptions, available, tuned_options, unavailable_reason
 
-__all__ = ["UdtChannel", "UdtChannelListener", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
+__all__ = ["MAX_MSS", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
 
 MAX_MSS = 9000
 
@@ -101,39 +100,6 @@ class UdtConn:
         self.close()
 
 
-class UdtChannelListener:
-    """The UDT channel's listening socket."""
-
-    def __init__(self, host: str, port: int, *, mss: int = 0, buffer_bytes: int = 64 * 2**20) -> None:
-        if not available():
-            raise TransportError(f"the UDT data channel is {unavailable_reason()}")
-        mss = mss or min(MAX_MSS, path_mtu(host, port or 9))
-        self.options = UdtOptions(mss=mss, buffer_bytes=buffer_bytes, linger_s=10)
-        self.listener = udt_socket.listen(host, port, options=self.options, backlog=64)
-        bound = self.listener.address
-        self.endpoint = f"{bound[0]}:{bound[1]}"
-        self._closed = False
-
-    def accept(self) -> tuple[UdtConn, str]:
-        if self._closed:
-            raise OSError("listener closed")
-        try:
-            conn, peer = self.listener.accept(None)  # close() from another thread wakes it
-        except TransportError as exc:
-            raise OSError(str(exc)) from exc
-        return UdtConn(conn), f"{peer[0]}:{peer[1]}"
-
-    def configure(self, conn: Any, options: dict[str, Any]) -> None:
-        """UDT options are inherited from the listener; nothing is negotiated per transfer."""
-
-    def close(self) -> None:
-        self._closed = True
-        try:
-            self.listener.close()
-        except TransportError:
-            pass
-
-
 def dial(host: str, port: int, *, rtt_s: float, rate_bps: float = 1e9, timeout: float = 10.0) -> UdtConn:
     """Return a UDT connection tuned for the path to ``host:port``."""
     mtu = min(MAX_MSS, path_mtu(host, port))
@@ -141,24 +107,3 @@ def dial(host: str, port: int, *, rtt_s: float, rate_bps: float = 1e9, timeout: 
     connection = udt_socket.connect(host, port, options=UdtOptions.from_tuned(tuned, linger_s=10),
                                     timeout=timeout)
     return UdtConn(connection)
-
-
-class UdtChannel(StripedChannel):
-    """UDT to ``host:port``, tuned for a path of ``rtt_s`` seconds (one stripe: UDT paces itself).
-
-    With a ``pool`` its connection is kept between transfers, as striped TCP's are: the next
-    transfer skips UDT's handshake and starts at the sending rate the last one reached. A kept
-    connection is good for paths whose RTT is within a factor of two of the one it was tuned for
-    (its buffers and flow window follow the RTT).
-    """
-
-    def __init__(self, host: str, port: int, *, rtt_s: float, timeout: float = 10.0,
-                 pool: ConnectionPool | None = None, **receiver_options: object) -> None:
-        super().__init__(pool=pool, **receiver_options)
-        self.host, self.port = host, port
-        self.rtt_s = rtt_s
-        self.timeout = timeout
-        self.pool_scope = ("udt", host, port, round(math.log2(max(rtt_s, 0.001) * 1e3)))
-
-    def connect(self, stripe: int) -> UdtConn:
-        return dial(self.host, self.port, rtt_s=self.rtt_s, timeout=self.timeout)

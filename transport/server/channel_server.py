@@ -1,9 +1,9 @@
 """The server side of a data channel: accept connections, check tickets, run transfers.
 
-Transport-neutral: it takes a :class:`Listener` (TCP in ``transport/tcp.py``,
-UDT in ``transport/udt.py``, in-process pipes in ``transport/memory.py``) and
+Transport-neutral: it takes a :class:`Listener` (TCP in ``transport/wire/tcp.py``,
+UDT in ``transport/wire/udt.py``, in-process pipes in ``transport/wire/memory.py``) and
 the service's ``open_source(ticket, kind, cancel)``, which redeems a ticket
-and returns what to send (:class:`~dstp.transport.sources.MessageSource`)
+and returns what to send (:class:`~dstp.transport.server.sources.MessageSource`)
 and the ticket's key. A redemption may wait for a transfer slot, so it runs
 outside the server's lock: other HELLOs, stripe joins and resumes go on
 meanwhile, and a second stripe of the same ticket waits for it (one pending
@@ -21,7 +21,7 @@ cannot lock out the transfers of others (nor a fast client behind the same
 address, whose HELLO is done in a round trip).
 
 TCP connections are read by one thread until their HELLO is whole
-(:class:`~dstp.transport.hellos.HelloReader`: ``max_pending`` of them at most,
+(:class:`~dstp.transport.server.hellos.HelloReader`: ``max_pending`` of them at most,
 the oldest of the biggest holder closed beyond that), and kept connections
 wait there for their next HELLO: neither costs a thread. Only a whole HELLO
 takes one of the ``max_connections`` slots (and a thread, for its transfer),
@@ -33,14 +33,14 @@ of the clients that present a ticket. Connections a selector cannot watch
 Every HELLO proves it comes from the client the ticket was issued to: its
 ``proof`` is an HMAC over the ticket, the stripe, an ``attempt`` number and
 ``acked``, keyed from the ticket key only that client received
-(transport/tickets.py). The first HELLO's proof is checked by the service
+(transport/server/tickets.py). The first HELLO's proof is checked by the service
 before the ticket is redeemed; a later stripe's (or a resumed stripe's)
 against the transfer's key before it touches the transfer, and its attempt
 must exceed the last one of that stripe. A stranger holding only the ticket
 gets an ERROR frame; the owner's transfer never notices. With ``sealed`` the
-transfer's frames are sealed with AES-256-GCM (transport/frames.py).
+transfer's frames are sealed with AES-256-GCM (transport/wire/frames.py).
 
-Warm connections (transport/pool.py). A HELLO with ``"keep": true`` asks the
+Warm connections (transport/client/pool.py). A HELLO with ``"keep": true`` asks the
 server to keep its connection after a clean end: when the client's BYE has
 arrived on it and the transfer sent nothing more, the server answers with a
 BYE (sealed, in a sealed transfer) and waits on the connection for the next
@@ -66,7 +66,10 @@ from typing import Any, Callable, Protocol
 
 from dstp.errors import DstpError, ProtocolError, TicketError, TicketExpiredError, TransportError
 from dstp.incidents import for_client
-from dstp.transport.frames import (
+from dstp.transport.server.hellos import HelloReader, selectable
+from dstp.transport.server.sources import MessageSource
+from dstp.transport.server.transfer import Transfer
+from dstp.transport.wire.frames import (
     HEADER,
     MAX_CONTROL_PAYLOAD,
     Conn,
@@ -78,10 +81,7 @@ from dstp.transport.frames import (
     recv_payload,
     send_frame,
 )
-from dstp.transport.hellos import HelloReader, selectable
-from dstp.transport.sources import MessageSource
-from dstp.transport.tickets import check_proof, hello_proof, seal_key
-from dstp.transport.transfer import Transfer
+from dstp.transport.wire.proofs import check_proof, hello_proof, seal_key
 
 __all__ = ["DataChannelServer", "Listener", "OpenSource"]
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dstp.errors import DstpError, ProtocolError
-from dstp.transport.frames import HEADER, MAX_CONTROL_PAYLOAD, Conn, Kind, control_payload, recv_header, send_frame
+from dstp.transport.wire.frames import HEADER, MAX_CONTROL_PAYLOAD, Conn, Kind, control_payload, recv_header, send_frame
 
 __all__ = ["HelloReader", "selectable"]
 

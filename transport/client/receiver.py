@@ -3,7 +3,7 @@
 ``StripedReceiver`` opens ``streams`` connections, presents the ticket on
 each, and one thread per stripe reads frames into place. Each HELLO proves the client
 holds the offer's ticket key (``key``), and a sealed transfer (``cipher``)
-has its frames opened here (transport/frames.py). ``messages()``
+has its frames opened here (transport/wire/frames.py). ``messages()``
 yields the transfer's messages strictly in sequence order, acknowledging them
 to the server as it goes (which frees the server's retransmit window). It
 rejects duplicates, data after END, and a transfer that ends with gaps.
@@ -15,7 +15,7 @@ the server resends only what is missing. After ``max_reconnects`` failures on
 one stripe, or ``stall_timeout`` seconds without any frame, the transfer
 fails with a typed error.
 
-With a ``pool`` (transport/pool.py) the stripes are warm: each comes from the
+With a ``pool`` (transport/client/pool.py) the stripes are warm: each comes from the
 pool when it holds one for ``pool_key`` (else it is dialed), every HELLO asks
 the server to keep its connection (``"keep": true``), and after a clean END
 each stripe waits for the server's answering BYE and goes back to the pool.
@@ -42,9 +42,9 @@ from dstp.errors import (
     error_from_status,
 )
 from dstp.transport import native
-from dstp.transport.files import DiskWriteError
-from dstp.transport.codec import TransferSummary
-from dstp.transport.frames import (
+from dstp.transport.client.files import DiskWriteError
+from dstp.transport.client.pool import ConnectionPool
+from dstp.transport.wire.frames import (
     CIPHERS,
     Conn,
     Kind,
@@ -55,8 +55,8 @@ from dstp.transport.frames import (
     recv_payload,
     send_frame,
 )
-from dstp.transport.pool import ConnectionPool
-from dstp.transport.tickets import hello_proof, seal_key
+from dstp.transport.wire.proofs import hello_proof, seal_key
+from dstp.transport.wire.values import TransferSummary
 
 __all__ = ["MessageSink", "ReceiverStats", "StripedReceiver"]
 
@@ -75,7 +75,7 @@ class MessageSink(Protocol):
 
     A sink may also offer ``receive_in_place(fd, sequence, header)``: receive a plaintext DATA
     frame's payload from socket ``fd`` natively (the GIL released), check it, put it in its place
-    and return what ``received`` would (transport/files.py ``FileSink``).
+    and return what ``received`` would (transport/client/files.py ``FileSink``).
     """
 
     def buffer_for(self, sequence: int, offset: int, length: int) -> memoryview | None:
@@ -133,7 +133,7 @@ class StripedReceiver:
             raise TransportUnavailableError(f"the server seals this transfer with {cipher!r}, which this client "
                                             f"does not speak ({', '.join(CIPHERS)})")
         self.ticket = ticket
-        #: The offer's ticket key: each HELLO proves it (transport/tickets.py ``hello_proof``).
+        #: The offer's ticket key: each HELLO proves it (transport/server/tickets.py ``hello_proof``).
         self.key = key
         #: Opens the sealed frames of a sealed transfer (the offer's ``cipher``); None for plaintext.
         self.seal = Seal(seal_key(key)) if cipher else None

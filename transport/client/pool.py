@@ -23,7 +23,7 @@ ones after ``data_idle_timeout_s`` and caps how many it keeps; a network
 drops them). :meth:`take` discards one whose peer has closed or that holds
 unexpected bytes; one that dies at the moment it is reused is caught by the
 receiver, which dials a fresh connection for that stripe without counting a
-failure (transport/receiver.py). A pooled connection never fails a transfer.
+failure (transport/client/receiver.py). A pooled connection never fails a transfer.
 
 Connections being handed back (their server BYE not yet in) are *pending*:
 ``take`` waits for them, briefly, rather than dialing a connection that would
@@ -38,7 +38,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Callable
 
-from dstp.transport.frames import Conn
+from dstp.transport.wire.frames import Conn
 
 __all__ = ["ConnectionPool", "PoolStats"]
 

@@ -3,19 +3,23 @@
 A download receives blocks out of order on several stripes and checks each
 one as it arrives; :func:`combine` then yields the CRC-32C of the whole range
 from the blocks' CRCs and lengths, so the final end-to-end check needs no
-second pass over a gigabyte of output. It is zlib's ``crc32_combine``
+second pass over a gigabyte of output. :func:`crc32c_of_file` is the
+whole-file value a server publishes and a finished download is checked against. It is zlib's ``crc32_combine``
 (operators over GF(2)) for the Castagnoli polynomial; the operator for a
 length is computed once and cached, and most blocks share one length.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 from dstp.transport import native
 
-__all__ = ["combine", "crc32c"]
+__all__ = ["CHECKSUM_CHUNK", "combine", "crc32c", "crc32c_of_file"]
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 
@@ -82,3 +86,27 @@ def combine(crc1: int, crc2: int, length2: int) -> int:
     if length2 <= 0:
         return crc1
     return _times(_zeros_operator(length2), crc1) ^ crc2
+
+
+#: Bytes checksummed per step of :func:`crc32c_of_file` (a view of the memory map, released after).
+CHECKSUM_CHUNK = 64 * 2**20
+
+
+def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
+    """Return the CRC-32C of ``length`` bytes of ``path`` from ``offset`` (-1: to the end)."""
+    size = os.path.getsize(path)
+    if length < 0:
+        length = size - offset
+    if length == 0:
+        return crc32c(b"")
+    value = 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            for start in range(offset, offset + length, CHECKSUM_CHUNK):
+                chunk = view[start:min(offset + length, start + CHECKSUM_CHUNK)]
+                value = crc32c(chunk, value)
+                chunk.release()
+        finally:
+            view.release()
+    return value

@@ -1,4 +1,8 @@
-"""Bulk file transfer, client and server halves: checksums, in-place writes, resumable state.
+"""A file download's receiving end: in-place writes, resumable state, the final CRC-32C check.
+
+The server's half is :class:`~dstp.transport.server.sources.FileSource`; the byte ranges and
+whole-file checksums both halves use are :mod:`dstp.transport.wire.ranges` and
+:mod:`dstp.transport.wire.crc`.
 
 A download writes each block straight into place: the partial file
 ``OUT.dstp-partial.data`` is pre-sized, and each stripe's reader writes every
@@ -17,22 +21,20 @@ from __future__ import annotations
 
 import errno
 import json
-import mmap
 import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from dstp.errors import IntegrityError, ProtocolError
 from dstp.transport import native
-from dstp.transport.crc import combine, crc32c
+from dstp.transport.wire.crc import combine, crc32c, crc32c_of_file
+from dstp.transport.wire.ranges import merge_ranges, subtract_ranges
 
-__all__ = ["Block", "DiskWriteError", "FileSink", "RemoteFile", "crc32c_of_file", "merge_ranges", "partial_path", "split_ranges",
-           "subtract_ranges"]
+__all__ = ["Block", "DiskWriteError", "FileSink", "PARTIAL_SUFFIX", "RemoteFile", "STATE_SUFFIX", "partial_path"]
 
-CHECKSUM_CHUNK = 64 * 2**20
 STATE_SUFFIX = ".dstp-partial"
 PARTIAL_SUFFIX = STATE_SUFFIX + ".data"
 
@@ -44,76 +46,6 @@ class DiskWriteError(OSError):
 def partial_path(out: Path) -> Path:
     """Return where the bytes of a download to ``out`` are kept until it is complete and verified."""
     return out.with_name(out.name + PARTIAL_SUFFIX)
-
-
-def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
-    """Return the CRC-32C of ``length`` bytes of ``path`` from ``offset`` (-1: to the end)."""
-    size = os.path.getsize(path)
-    if length < 0:
-        length = size - offset
-    if length == 0:
-        return crc32c(b"")
-    value = 0
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            for start in range(offset, offset + length, CHECKSUM_CHUNK):
-                chunk = view[start:min(offset + length, start + CHECKSUM_CHUNK)]
-                value = crc32c(chunk, value)
-                chunk.release()
-        finally:
-            view.release()
-    return value
-
-
-def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Return (start, end) ranges merged and sorted."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(r for r in ranges if r[1] > r[0]):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
-def subtract_ranges(whole: tuple[int, int], done: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Return the (start, end) parts of ``whole`` not covered by ``done``."""
-    missing, cursor = [], whole[0]
-    for start, end in merge_ranges(done):
-        if end <= cursor or start >= whole[1]:
-            continue
-        if start > cursor:
-            missing.append((cursor, min(start, whole[1])))
-        cursor = max(cursor, end)
-    if cursor < whole[1]:
-        missing.append((cursor, whole[1]))
-    return missing
-
-
-def split_ranges(ranges: Sequence[tuple[int, int]], shares: int, align: int = 1) -> list[list[tuple[int, int]]]:
-    """Cut (offset, length) ``ranges`` into at most ``shares`` contiguous shares of about equal bytes.
-
-    Every share but the last holds a multiple of ``align`` bytes (a block size); a share may span
-    several ranges, and none is empty. Together they cover exactly ``ranges``, in order.
-    """
-    total = sum(n for _, n in ranges)
-    if total <= 0 or shares < 1:
-        return []
-    align = max(1, align)
-    each = -(-total // shares)
-    each = -(-each // align) * align
-    out: list[list[tuple[int, int]]] = [[]]
-    room = each
-    for offset, length in ranges:
-        while length > 0:
-            if room == 0:
-                out.append([])
-                room = each
-            take = min(length, room)
-            out[-1].append((offset, take))
-            offset, length, room = offset + take, length - take, room - take
-    return out
 
 
 @dataclass(frozen=True, slots=True)

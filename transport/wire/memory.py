@@ -1,9 +1,9 @@
-"""An in-memory data channel: the real frames, transfers and receiver over in-process pipes.
+"""In-process pipes: the real frames, transfers and receiver with no socket.
 
-    listener = MemoryListener()
+    listener = MemoryListener()                                   # dstp.transport.server.listeners
     channel_server = DataChannelServer("striped", listener, service.open_source)   # as over TCP
     channel_server.start()
-    transfer = MemoryChannel(listener).open(ticket, streams=4)                     # the client end
+    transfer = MemoryChannel(listener).open(ticket, streams=4)    # dstp.transport.client.channels
 
 No socket and no port: each stripe is a :func:`pipe` — two bounded byte
 queues, one per direction — so a transfer exercises exactly the code a TCP or
@@ -20,15 +20,11 @@ read timeout raises TimeoutError.
 
 from __future__ import annotations
 
-import itertools
-import queue
 import threading
-from typing import Any
 
 from dstp.errors import TransportError
-from dstp.transport.channels import StripedChannel
 
-__all__ = ["MemoryChannel", "MemoryConn", "MemoryListener", "pipe"]
+__all__ = ["DEFAULT_CAPACITY", "MemoryConn", "pipe"]
 
 #: Bytes a pipe holds before its writer waits (a socket's buffer, roughly).
 DEFAULT_CAPACITY = 1 * 2**20
@@ -115,49 +111,3 @@ def pipe(capacity: int = DEFAULT_CAPACITY) -> tuple[MemoryConn, MemoryConn]:
     """Return the two connected ends of a new in-memory pipe."""
     forth, back = _Queue(capacity), _Queue(capacity)
     return MemoryConn(back, forth), MemoryConn(forth, back)
-
-
-class MemoryListener:
-    """Where in-memory connections arrive: the server side of a :class:`MemoryChannel`."""
-
-    endpoint = "memory"
-
-    def __init__(self) -> None:
-        self._arrivals: queue.Queue[tuple[MemoryConn, str] | None] = queue.Queue()
-        self._closed = threading.Event()
-
-    def deliver(self, conn: MemoryConn, peer: str) -> None:
-        """Queue a connection for ``accept`` (what a client's connect does)."""
-        if self._closed.is_set():
-            raise TransportError("cannot open an in-memory data connection: the listener is closed")
-        self._arrivals.put((conn, peer))
-
-    def accept(self) -> tuple[MemoryConn, str]:
-        arrival = self._arrivals.get()
-        if arrival is None or self._closed.is_set():
-            self._arrivals.put(None)  # wake any other thread waiting here
-            raise OSError("listener closed")
-        return arrival
-
-    def configure(self, conn: Any, options: dict[str, Any]) -> None:
-        """Nothing to negotiate in memory."""
-
-    def close(self) -> None:
-        self._closed.set()
-        self._arrivals.put(None)
-
-
-class MemoryChannel(StripedChannel):
-    """The client end of an in-memory data channel: each stripe a new pipe to ``listener``."""
-
-    def __init__(self, listener: MemoryListener, *, capacity: int = DEFAULT_CAPACITY,
-                 **receiver_options: Any) -> None:
-        super().__init__(**receiver_options)
-        self.listener = listener
-        self.capacity = capacity
-        self._peers = itertools.count()
-
-    def connect(self, stripe: int) -> MemoryConn:
-        client, server = pipe(self.capacity)
-        self.listener.deliver(server, f"memory:{next(self._peers)}")
-        return client

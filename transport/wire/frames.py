@@ -45,7 +45,7 @@ cannot be edited either; ``length`` counts the sealed payload (plaintext + 28)
 and the checksum covers it as sent, so corruption in transit is still told
 apart (``integrity_error``, resume) from a forgery (a tag that does not
 verify: also ``integrity_error``). The key is HKDF-SHA256 of the ticket key
-(transport/tickets.py ``seal_key``), which only the client that asked
+(transport/server/tickets.py ``seal_key``), which only the client that asked
 received, over TLS. HELLO and ERROR frames are never sealed: HELLO carries
 what finds the transfer and proves the client (its ``proof``), and an ERROR
 may come from a server that never learnt which transfer a connection wanted.
@@ -65,7 +65,7 @@ from typing import Any, Protocol
 
 from dstp.errors import IntegrityError, ProtocolError, TransportError
 from dstp.transport import native
-from dstp.transport.crc import crc32c
+from dstp.transport.wire.crc import crc32c
 
 __all__ = [
     "Conn",
@@ -135,7 +135,7 @@ class Frame:
 
 
 class Seal:
-    """AES-256-GCM over the frames of one transfer (``key``: transport/tickets.py ``seal_key``)."""
+    """AES-256-GCM over the frames of one transfer (``key``: transport/server/tickets.py ``seal_key``)."""
 
     cipher = "aes-256-gcm"
 
@@ -174,7 +174,7 @@ def payload_views(payload: Any) -> list[memoryview]:
     """Return a payload's bytes as views, without copying: one buffer, or a message held in ``parts``.
 
     A query's record batch arrives as an IPC message in parts (its metadata,
-    then the batch's own body buffers: dstp.transport.ipc.IpcMessage); a file
+    then the batch's own body buffers: dstp.transport.wire.ipc.IpcMessage); a file
     block, a schema or a control payload as one buffer.
     """
     parts = getattr(payload, "parts", None)
@@ -192,7 +192,7 @@ def _checksum(header: bytes, views: list[memoryview]) -> tuple[int, int]:
     """Return (frame checksum, CRC-32C of the payload alone).
 
     The payload comes first so that its own CRC falls out of the same pass: a
-    download combines the blocks' CRCs into the whole file's (transport/crc.py).
+    download combines the blocks' CRCs into the whole file's (transport/wire/crc.py).
     """
     body = 0
     for view in views:

@@ -1,5 +1,9 @@
 """TCP for the striped channel: connections, congestion control, buffer limits.
 
+Both ends use it: the server's listener (:mod:`dstp.transport.server.listeners`) accepts
+connections as :class:`TcpConn`, the client's ``TcpChannel`` (:mod:`dstp.transport.client.channels`)
+dials them with :func:`connect`.
+
 Two kernel facts drive the choices here (measured, see docs/transport.md):
 
 * ``SO_SNDBUF``/``SO_RCVBUF`` switch off the kernel's buffer autotuning and
@@ -23,14 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dstp.errors import TransportError, TransportUnavailableError
-from dstp.transport.channels import StripedChannel
-from dstp.transport.pool import ConnectionPool
 
 __all__ = [
     "KernelLimits",
-    "TcpChannel",
     "TcpConn",
-    "TcpListener",
     "allowed_congestion_controls",
     "buffer_plan",
     "connect",
@@ -290,47 +290,3 @@ def connect(
     raise TransportError(
         f"cannot open a data connection to {host}:{port}: {last.strerror if last else 'no address'}"
     )
-
-
-class TcpListener:
-    """The striped channel's listening socket."""
-
-    def __init__(self, host: str, port: int, backlog: int = 128) -> None:
-        self.sock = socket.create_server((host, port), backlog=backlog)
-        bound = self.sock.getsockname()
-        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        self.endpoint = f"{shown}:{bound[1]}"
-
-    def accept(self) -> tuple[TcpConn, str]:
-        sock, addr = self.sock.accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return TcpConn(sock), f"{addr[0]}:{addr[1]}"
-
-    def configure(self, conn: TcpConn, options: dict) -> None:  # type: ignore[type-arg]
-        """Set the sender-side options a transfer negotiated (congestion control, send buffer)."""
-        if options.get("congestion_control"):
-            set_congestion_control(conn.sock, options["congestion_control"])
-        if options.get("buffer_bytes"):
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(options["buffer_bytes"]))
-
-    def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept()
-        except OSError:
-            pass
-        self.sock.close()
-
-
-class TcpChannel(StripedChannel):
-    """Striped TCP: each stripe its own connection to ``host:port`` (buffers set before connecting)."""
-
-    def __init__(self, host: str, port: int, *, timeout: float = 10.0, buffer_bytes: int = 0,
-                 pool: ConnectionPool | None = None, **receiver_options: object) -> None:
-        super().__init__(pool=pool, **receiver_options)
-        self.host, self.port = host, port
-        self.timeout = timeout
-        self.buffer_bytes = buffer_bytes
-        self.pool_scope = ("striped", host, port, buffer_bytes)
-
-    def connect(self, stripe: int) -> TcpConn:
-        return connect(self.host, self.port, timeout=self.timeout, buffer_bytes=self.buffer_bytes)

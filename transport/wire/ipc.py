@@ -9,7 +9,7 @@ frame or ZSTD buffer compression), negotiated per query.
 An encoded batch is an :class:`IpcMessage`: its metadata (a few hundred
 bytes) and the batch's body buffers themselves, never joined. A data channel
 hands those parts to ``sendmsg`` (or UDT's ``sendall_buffers``) and the gRPC
-stream frames them with one copy (:func:`dstp.transport.codec.fetch_response_bytes`);
+stream frames them with one copy (:func:`dstp.grpc_codec.fetch_response_bytes`);
 ``RecordBatch.serialize()``, which copies the whole body into a new buffer,
 is not on the path. Arrow's stream writer produces the parts: given a Python
 sink, it passes body buffers as ``pyarrow.Buffer`` objects over the batch's
