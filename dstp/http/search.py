@@ -167,6 +167,11 @@ class SearchIndex:
 
     def __init__(self, details: Iterable[DatasetDetails]) -> None:
         self._entries = [(d, _fields(d), _attribute_labels(d)) for d in sorted(details, key=lambda d: d.summary.id)]
+        self._by_id = {d.summary.id: d for d, _, _ in self._entries}
+
+    def details(self, dataset_id: str) -> DatasetDetails:
+        """Return the description of one dataset of the index (KeyError if it has none of that id)."""
+        return self._by_id[dataset_id]
 
     def search(self, f: CatalogFilter) -> list[Hit]:
         """Return the datasets matching ``f``, best first."""
