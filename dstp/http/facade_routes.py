@@ -32,7 +32,7 @@ from dstp.http.erddap_meta import all_datasets, erddap_matches, info_table, list
 from dstp.http.error_responses import incident
 from dstp.http.pages import CatalogView
 from dstp.http.paging import DEFAULT_PAGE, erddap_page, next_offset, page_url, summaries
-from dstp.metadata import DatasetDetails
+from dstp.metadata import DatasetDetails, DatasetSummary
 from dstp.service.feed import MAX_PAGE
 from dstp.service import DstpService
 from dstp.settings import Settings
@@ -246,9 +246,9 @@ def facade_router(service: DstpService, settings: Settings,
         if dataset_id == ALL_DATASETS:
             if ext not in LIST_FORMATS:
                 raise QueryError(f"allDatasets answers {', '.join('.' + f for f in LIST_FORMATS)}")
-            query, paged = erddap_paging(request)
+            query, paged = erddap_paging(request, most=None)
             ids = [s.id for s in service.datasets(principal)] if paged is None else \
-                [s.id for s in summaries(service.page(paged[0], paged[1], "", principal))]
+                [s.id for s in pages_of(paged[0], paged[1], principal)]
             listing = all_datasets([service.describe(i, principal) for i in ids], facade.base(request), query)
             return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, ALL_DATASETS), ext, ALL_DATASETS)
         ds = facade.dataset(dataset_id, principal)
@@ -271,6 +271,17 @@ def facade_router(service: DstpService, settings: Settings,
             return _send(fmt.parquet(table), ext, dataset_id)
         return _send(fmt.render(fmt.from_arrow(table, ds, ucum=request_.ucum), ext, dataset_id), ext, dataset_id)
 
+    def pages_of(offset: int, limit: int, principal: Principal) -> list[DatasetSummary]:
+        """Return ``limit`` datasets from ``offset``, by id, in as many of the service's pages (1,000 at most) as it
+        takes: an ERDDAP page of 5,000 was cut to 1,000, and a client reading on at page 2 skipped 4,000."""
+        found: list[DatasetSummary] = []
+        while len(found) < limit:
+            page = service.page(offset + len(found), min(MAX_PAGE, limit - len(found)), "", principal)
+            found += summaries(page)
+            if next_offset(page) is None:
+                break
+        return found
+
     def list_answer(request: Request, ext: str, protocol: str) -> Response:
         if ext not in LIST_FORMATS:
             raise QueryError(f"dataset lists answer {', '.join('.' + f for f in LIST_FORMATS)}")
@@ -278,9 +289,8 @@ def facade_router(service: DstpService, settings: Settings,
         if protocol:  # griddap/index, tabledap/index: one page of those the protocol serves
             details = erddap_slice(request, erddap_matches(view.index(principal), "", protocol))
         else:  # info/index: one page (ERDDAP's page=1&itemsPerPage=1000 unless asked otherwise)
-            offset, limit = erddap_paging(request)[1] or (0, MAX_PAGE)
-            details = [service.describe(s.id, principal)
-                       for s in summaries(service.page(offset, limit, "", principal))]
+            offset, limit = erddap_paging(request, most=None)[1] or (0, ERDDAP_PAGE)
+            details = [service.describe(s.id, principal) for s in pages_of(offset, limit, principal)]
         listing = listing_table(details, facade.base(request))
         return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "datasets"), ext, "datasets")
 

@@ -178,6 +178,16 @@ def test_erddap_search_and_protocol_lists_page_as_erddap(served, who: str) -> No
         assert refused.status_code == 400 and "page='0'" in refused.text
 
 
+def test_erddap_all_datasets_and_info_pages_of_more_than_a_thousand_skip_none(served) -> None:
+    server, tokens, expected = served
+    with _http(server, tokens["alice"]) as http:
+        for page in (1, 2):
+            info = _erddap_ids(http.get("/erddap/info/index.json", params={"page": page, "itemsPerPage": 1100}))
+            listed = list(csv.reader(io.StringIO(http.get(
+                f"/erddap/tabledap/allDatasets.csv?datasetID&page={page}&itemsPerPage=1100").text)))[2:]
+            assert info == [row[0] for row in listed] == expected["alice"][(page - 1) * 1100:page * 1100]
+
+
 def test_erddapy_search_lists_every_match(served) -> None:
     from erddapy import ERDDAP
 
