@@ -17,7 +17,12 @@ Per case, each measured in a fresh ``dstp serve`` process (``bench.dstp_process.
   under a name the glob does not match, then renamed into place: from the rename until a client's query
   ``select t2m … where time = <that day>`` returns its records (N datasets: a new dataset's folder
   renamed into the root, until its first query answers);
-* RSS — the server's resident and peak memory after its start (``/proc``), and its CPU seconds.
+* RSS — the server's resident and peak memory after its start (``/proc``), and its CPU seconds;
+* ``floor`` — measured just before each cold start, on the same files: netCDF-C (netCDF4-python) opening
+  each file, reading its header (dimensions, variables, their attributes) and closing it, in as many processes
+  as the server's ``catalog_build_processes`` (the cores); ``floor + coordinates`` also reads each file's
+  coordinate variables whole, which a cold build must keep too. No index, no dataset, no server: what the
+  machine allows at that moment, so a cold build's files/s reads against the floor of the same minute.
 
 Where the time goes: ``Catalog.scan`` of the largest one-dataset archive, cold and warm, is run once more
 in a process of its own under cProfile; the functions with the most cumulative time are kept in the JSON
@@ -148,6 +153,54 @@ def _header_seconds(log: str) -> float | None:
     return sum(float(s) for _, s in found) if found else None
 
 
+#: One process of the floor: opens each file named on stdin and reads its header (and, with "coordinates", the
+#: values of its 1-D variables named like their dimension), as a cold build must at the least.
+_FLOOR = r"""
+import sys, netCDF4
+coordinates = sys.argv[1] == "coordinates"
+for path in sys.stdin.read().split("\n"):
+    if not path:
+        continue
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_maskandscale(False)  # raw values, as the catalog reads them
+        for d in ds.dimensions.values():
+            len(d), d.isunlimited()
+        for name, v in ds.variables.items():
+            v.dimensions, v.shape, v.dtype
+            for k in v.ncattrs():
+                v.getncattr(k)
+            if coordinates and v.dimensions == (name,):
+                v[...]
+        for k in ds.ncattrs():
+            ds.getncattr(k)
+"""
+
+
+def _floor(root: Path, coordinates: bool) -> dict[str, Any]:
+    """Return the header-read floor over every file of ``root``: files/s of netCDF-C alone, in as many processes
+    as the server reads headers with (the cores), and their CPU seconds."""
+    import resource
+
+    files = sorted(str(p) for p in root.rglob("*.nc"))
+    processes = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", _FLOOR, "coordinates" if coordinates else "header"],
+                              stdin=subprocess.PIPE, text=True) for _ in range(processes)]
+    for k, proc in enumerate(procs):
+        assert proc.stdin is not None
+        proc.stdin.write("\n".join(files[k::processes]))
+        proc.stdin.close()
+    if any(proc.wait() for proc in procs):
+        raise RuntimeError("the header-read floor failed")
+    seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"seconds": seconds, "files_per_s": len(files) / seconds, "cpu_s": cpu, "processes": processes,
+            "load": load}
+
+
 def _start(root: Path, state: Path, n: int) -> dict[str, Any]:
     load = os.getloadavg()[0]
     with _served(root, state) as (server, seconds, log):
@@ -238,6 +291,48 @@ print(json.dumps({{"total_s": total, "rows": [
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+_COLD_SCAN = """
+import json, os, resource, sys, tempfile, time
+from pathlib import Path
+from dstp.catalog.registry import Catalog
+root = Path(sys.argv[1])
+with tempfile.TemporaryDirectory() as state:
+    started = time.monotonic()
+    catalog = Catalog.scan(root, index=Path(state) / "index.sqlite", processes=os.cpu_count() or 1)
+    seconds = time.monotonic() - started
+    files = sum(len(ds.files) for ds in catalog)
+    catalog.close()
+usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(json.dumps({"seconds": seconds, "files": files, "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage)}))
+"""
+
+
+def cold_rounds(root: Path, rounds: int = 3) -> list[dict[str, Any]]:
+    """Return, per round, the floor, the floor with coordinates and a cold ``Catalog.scan`` of ``root`` (index
+    built, helper processes as many as the cores, in a fresh process: its CPU counts the helpers'), one after the
+    other, so that each cold build reads against the floor of the same minute. Prints one line per measurement.
+
+    ``python -c "from bench.archive import cold_rounds; cold_rounds(Path(...))"`` on an archive of
+    :func:`_generate` (``~/.cache/dstp/bench/archive/one-10000``).
+    """
+    out = []
+    for k in range(rounds):
+        floor, coordinates = _floor(root, coordinates=False), _floor(root, coordinates=True)
+        load = os.getloadavg()[0]
+        done = subprocess.run([sys.executable, "-c", _COLD_SCAN, str(root)], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the cold scan failed: {done.stderr[-500:]}")
+        cold = json.loads(done.stdout.strip().splitlines()[-1])
+        cold.update(files_per_s=cold["files"] / cold["seconds"], load=load)
+        row = {"floor": floor, "floor_coordinates": coordinates, "cold_scan": cold}
+        for name, m in row.items():
+            files = cold["files"]
+            print(f"round {k + 1} {name:18s} {m['files_per_s']:7,.0f} files/s  {m['seconds']:6.2f} s  CPU "
+                  f"{m['cpu_s'] / files * 1e3:.3f} ms/file  load {m['load']:.1f}", flush=True)
+        out.append(row)
+    return out
+
+
 def measure(base: Path, n: int, layout: str, quick: bool) -> dict[str, Any]:
     """Return the figures of one archive (generated under ``base`` if need be)."""
     root = base / f"{layout}-{n}"
@@ -251,6 +346,8 @@ def measure(base: Path, n: int, layout: str, quick: bool) -> dict[str, Any]:
             _descriptors(root, n)
         shutil.rmtree(state)
         state.mkdir()
+        row["floor"] = _floor(root, coordinates=False)
+        row["floor_coordinates"] = _floor(root, coordinates=True)
         row["cold"] = _start(root, state, n)
         row["warm"] = _start(root, state, n)
         if not quick and layout == "one" and n == max(SIZES):
@@ -301,9 +398,10 @@ def report(result: dict[str, Any]) -> str:
              f"{g['warm_start_s']:g} s, a new file queryable ≤ {g['new_file_s']:g} s after its rename, cold index "
              f"build ≥ {g['cold_files_per_s']:,.0f} files/s. Machine: {result['machine']['cores']} cores, shared "
              "(the 1-minute load average at each measurement is in archive.json).", "",
-             "| layout | files | publish s | publish files/s | cold start s | cold files/s | headers s | warm start s "
-             "| new file s | RSS warm MB | peak RSS cold MB | CPU s cold | CPU s warm |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| layout | files | publish s | publish files/s | cold start s | cold files/s | floor files/s | floor + "
+             "coordinates files/s | headers s | warm start s | new file s | RSS warm MB | peak RSS cold MB | CPU s cold "
+             "| CPU s warm |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v: Any, digits: int = 2) -> str:
         return "–" if v is None else f"{v:,.{digits}f}"
@@ -312,7 +410,9 @@ def report(result: dict[str, Any]) -> str:
         p = r.get("publish", {})
         lines.append(
             f"| {r['layout']} | {r['files']:,} | {f(p.get('seconds'))} | {f(p.get('files_per_s'), 0)} | "
-            f"{f(r['cold']['seconds'])} | {f(r['cold']['files_per_s'], 0)} | {f(r['cold']['headers_s'])} | "
+            f"{f(r['cold']['seconds'])} | {f(r['cold']['files_per_s'], 0)} | "
+            f"{f(r.get('floor', {}).get('files_per_s'), 0)} | {f(r.get('floor_coordinates', {}).get('files_per_s'), 0)} | "
+            f"{f(r['cold']['headers_s'])} | "
             f"{f(r['warm']['seconds'])} | {f(r['new_file']['seconds'])} | {f(r['warm']['rss_MB'], 0)} | "
             f"{f(r['cold']['peak_rss_MB'], 0)} | {f(r['cold']['cpu_s'], 1)} | {f(r['warm']['cpu_s'], 1)} |")
     for key, title in (("profile_cold", "cold"), ("profile_warm", "warm")):

@@ -8,7 +8,9 @@ from this process (httpx, a kept connection; request sent until the whole body i
 percentile are reported with the body's size:
 
 * ``/stac/collections`` — the first page (100) and the last; ``/datasets.json?limit=100`` — first and last page;
-* ERDDAP ``allDatasets.csv?page=…&itemsPerPage=100`` and ``/erddap/info/index.json?itemsPerPage=100``;
+* ERDDAP ``allDatasets.csv?page=…&itemsPerPage=100`` and ``/erddap/info/index.json?itemsPerPage=100``; ERDDAP's
+  search (``search/index.json?searchFor=…``, a few hits and every dataset's last page) and the
+  ``griddap/index.json`` and ``tabledap/index.json`` lists, 100 a page;
 * the home page ``/`` (100 per page), first and last; ``/changes?since=0``;
 * ``ListDatasets`` (gRPC, one page of 100, ``Client.datasets_page``) and ``dstp ls --limit 100`` (a whole
   process: interpreter start, connect, one page, print);
@@ -59,6 +61,13 @@ def _doors(n: int) -> list[tuple[str, str, bool]]:
         ("/datasets.json (last page)", f"/datasets.json?limit={PAGE}&offset={last}", True),
         ("ERDDAP allDatasets.csv (page 1)", f"/erddap/tabledap/allDatasets.csv?page=1&itemsPerPage={PAGE}", True),
         ("ERDDAP info/index.json (page 1)", f"/erddap/info/index.json?page=1&itemsPerPage={PAGE}", True),
+        ("ERDDAP search/index.json?searchFor=ds_0004 (10 hits)",
+         f"/erddap/search/index.json?searchFor=ds_0004&page=1&itemsPerPage={PAGE}", True),
+        ("ERDDAP search/index.json?searchFor=t2m (last page)",
+         f"/erddap/search/index.json?searchFor=t2m&page={max(1, -(-n // PAGE))}&itemsPerPage={PAGE}", True),
+        ("ERDDAP griddap/index.json (page 1)", f"/erddap/griddap/index.json?page=1&itemsPerPage={PAGE}", True),
+        ("ERDDAP tabledap/index.json (last page)",
+         f"/erddap/tabledap/index.json?page={max(1, -(-n // PAGE))}&itemsPerPage={PAGE}", True),
         ("home page / (first page)", f"/?limit={PAGE}", True),
         ("home page / (last page)", f"/?limit={PAGE}&offset={last}", True),
         ("/changes?since=0", "/changes?since=0", True),

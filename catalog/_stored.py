@@ -100,7 +100,27 @@ class _Pickler(pickle.Pickler):
         names = _constructed(type(obj))
         if names is None:
             return NotImplemented
-        return type(obj), tuple(getattr(obj, n) for n in names)
+        return type(obj), tuple(_in_order(getattr(obj, n)) for n in names)
+
+
+class _SortedSet:
+    """A set of text written in sorted order: a set iterates in the order of its hashes, which differ from process to
+    process, so the same header pickled by a helper process and by the server made two different blobs (and keys)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: frozenset[str] | set[str]) -> None:
+        self.items = items
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self.items), (sorted(self.items),)
+
+
+def _in_order(value: Any) -> Any:
+    """Return ``value``, a set of text wrapped so that it is written in sorted order (read back as the same set)."""
+    if type(value) in (frozenset, set) and len(value) > 1 and all(type(v) is str for v in value):
+        return _SortedSet(value)
+    return value
 
 
 _CONSTRUCTED: dict[type, tuple[str, ...] | None] = {}

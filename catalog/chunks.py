@@ -185,6 +185,8 @@ def _spans(index: slice | int, size: int, chunk: int) -> list[tuple[int, slice, 
 #: chunk index, a stalled network mount) must not hold every other listing behind it: past this the
 #: helper is killed and that read goes through netCDF-C.
 LISTING_WAIT_S = 30.0
+#: Image helpers kept free for the next object (more are started while more images are read at once).
+IDLE_IMAGE_HELPERS = 2
 
 
 class _Lister:
@@ -200,6 +202,10 @@ class _Lister:
         self._lock = threading.Lock()
         self._helper: subprocess.Popen[bytes] | None = None
         self.wait_s = wait_s
+        #: Helpers that read object images (:meth:`image`) and are free: one per image at a time, so that a look
+        #: at a store reads several objects' headers at once (each waits on its GETs); at most IDLE_IMAGE_HELPERS
+        #: are kept for the next.
+        self._idle: list[subprocess.Popen[bytes]] = []
 
     def _running(self) -> subprocess.Popen[bytes]:
         """Return the helper, started if it is not running (hold ``_lock``)."""
@@ -246,45 +252,74 @@ class _Lister:
               max_chunks: int = MAX_LISTED_CHUNKS) -> dict[str, Any]:
         """Return the helper's :func:`~dstp._chunk_index.object_image` of an object of ``size`` bytes whose ranges
         ``read`` fetches (in this process: the store's client, credentials and ``If-Match`` stay here). An error
-        of ``read`` is raised here; a helper that died or hung raises _ListingFailed."""
-        with self._lock:
-            helper = self._running()
-            assert helper.stdin is not None and helper.stdout is not None
-            try:
-                pickle.dump(("image", size, block, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
+        of ``read`` is raised here; a helper that died or hung raises _ListingFailed.
+
+        Each call has an image helper to itself (a free one, or one started): images of several objects are read
+        at once when several threads ask (a look at a store, ``store_header_reads``), each waiting on its own GETs.
+        """
+        helper = self._image_helper()
+        assert helper.stdin is not None and helper.stdout is not None
+        try:
+            pickle.dump(("image", size, block, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
+            helper.stdin.flush()
+            failure: BaseException | None = None
+            while True:
+                if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                    raise TimeoutError(f"no answer about an object in {self.wait_s:g} s")
+                kind, value = pickle.load(helper.stdout)
+                if kind == "done":
+                    break
+                try:
+                    reply: tuple[str, Any] = ("bytes", read(value))
+                except Exception as exc:  # noqa: BLE001 - the store's own error, raised once the helper is done
+                    failure, reply = exc, ("error", type(exc).__name__)
+                pickle.dump(reply, helper.stdin, pickle.HIGHEST_PROTOCOL)
                 helper.stdin.flush()
-                failure: BaseException | None = None
-                while True:
-                    if not select.select([helper.stdout], [], [], self.wait_s)[0]:
-                        raise TimeoutError(f"no answer about an object in {self.wait_s:g} s")
-                    kind, value = pickle.load(helper.stdout)
-                    if kind == "done":
-                        break
-                    try:
-                        reply: tuple[str, Any] = ("bytes", read(value))
-                    except Exception as exc:  # noqa: BLE001 - the store's own error, raised once the helper is done
-                        failure, reply = exc, ("error", type(exc).__name__)
-                    pickle.dump(reply, helper.stdin, pickle.HIGHEST_PROTOCOL)
-                    helper.stdin.flush()
-            except (OSError, EOFError, pickle.UnpicklingError) as exc:
-                _discard(helper)
-                self._helper = None
-                raise _ListingFailed(str(exc)) from exc
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            _discard(helper)
+            raise _ListingFailed(str(exc)) from exc
+        except BaseException:
+            _discard(helper)  # in the middle of an exchange: never handed to the next image
+            raise
+        self._free(helper)
         if failure is not None:
             raise failure
         return value  # type: ignore[no-any-return]
 
+    def _image_helper(self) -> subprocess.Popen[bytes]:
+        with self._lock:
+            while self._idle:
+                helper = self._idle.pop()
+                if helper.poll() is None:
+                    return helper
+                _discard(helper)
+        return subprocess.Popen([sys.executable, "-m", "dstp._chunk_index"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+
+    def _free(self, helper: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            if len(self._idle) < IDLE_IMAGE_HELPERS:
+                self._idle.append(helper)
+                return
+        _end(helper, self.wait_s)
+
     def close(self) -> None:
         with self._lock:
-            helper, self._helper = self._helper, None
-        if helper is not None:
-            assert helper.stdin is not None
-            helper.stdin.close()  # its input ends: it ends, after the listing it may be doing
-            try:
-                helper.wait(timeout=self.wait_s)
-            except subprocess.TimeoutExpired:
-                pass  # hung: killed below
-            _discard(helper)
+            helpers, self._helper, self._idle = [self._helper, *self._idle], None, []
+        for helper in helpers:
+            if helper is not None:
+                _end(helper, self.wait_s)
+
+
+def _end(helper: subprocess.Popen[bytes], wait_s: float) -> None:
+    """End a helper: its input ends, so it ends after what it may be doing (killed when it hangs)."""
+    assert helper.stdin is not None
+    helper.stdin.close()
+    try:
+        helper.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        pass  # hung: killed below
+    _discard(helper)
 
 
 class _ListingFailed(Exception):

@@ -26,6 +26,7 @@ import queue
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -38,7 +39,7 @@ from dstp.catalog.descriptor import Descriptor
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity, FileMeta, ReadStats, resolve_in_group
 from dstp.errors import DataFileError
 
-__all__ = ["FactsReader", "FileFacts", "Headers", "Prefetch", "Unreadable", "gather", "gather_many",
+__all__ = ["FactsReader", "FileFacts", "Headers", "Prefetch", "Unreadable", "fetch_ahead", "gather", "gather_many",
            "serve_gathering", "stat_identity"]
 
 #: A variable read while a dataset is built is kept whole up to this many bytes (bigger ones are read again).
@@ -275,11 +276,38 @@ class _Helper:
             self.process.wait()
 
 
+def fetch_ahead(handles: FileHandles, paths: Sequence[Path], concurrency: int) -> None:
+    """Fetch what netCDF-C will open of the store objects among ``paths`` — the image of each one's header read by
+    ranges, or its whole copy (:meth:`~dstp.catalog.objects.ObjectFiles.local`) — ``concurrency`` at once, outside
+    the netCDF lock: one after another, a cold look at 12 objects 80 ms away waited for each one's GETs in turn.
+    What is fetched is what a later open reads (the same version: the store's last listing); a failure is left for
+    that open to meet again and report."""
+    objects = handles.objects
+    if objects is None or concurrency <= 1:
+        return
+    todo = [p for p in paths if objects.owns(p) and not objects.is_zarr(p)]
+    if len(todo) < 2:
+        return
+
+    def one(path: Path) -> None:
+        try:
+            objects.local(path, objects.current(path))
+        except DataFileError:
+            pass  # the open that follows fails the same way, and says so
+
+    with ThreadPoolExecutor(min(concurrency, len(todo)), thread_name_prefix="dstp-store-header") as pool:
+        for _ in pool.map(one, todo):
+            pass
+
+
 def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | None]], headers: Headers,
-                processes: int) -> Iterator[FileFacts | Unreadable]:
+                processes: int, store_reads: int = 1) -> Iterator[FileFacts | Unreadable]:
     """Yield the facts of many files, read by ``processes`` helper processes (in this one when few); a file gone
-    meanwhile is left out. A batch a helper fails on (it died) is read in this process."""
+    meanwhile is left out. A batch a helper fails on (it died) is read in this process. The headers of objects of
+    stores are fetched ``store_reads`` at once (:func:`fetch_ahead`), then read here."""
     # objects of stores are read here: a helper process has no store (nor their credentials)
+    if any(handles.is_object(p) for p, _ in wanted):
+        fetch_ahead(handles, [p for p, _ in wanted], store_reads)
     if processes <= 1 or len(wanted) < POOL_MIN_FILES or any(handles.is_object(p) for p, _ in wanted):
         for path, prefetch in wanted:
             found = gather(handles, path, prefetch, headers)

@@ -167,7 +167,12 @@ def _dimension_keys(ds: Any) -> Callable[[str, Any], str]:
     and ``/Africa/lat``, both of 4 points; or one ``lat`` dimension in the root
     labelled by each group's own ``lat``), each is known by the path of the group
     whose variable labels it — or, without one, that defines it: ``Europe/lat``.
+
+    A file without groups (most) defines each name once: every dimension is known by its name, without the
+    walk below (a tenth of a millisecond a file, a tenth of a cold index build's reading).
     """
+    if not ds.groups:
+        return _plain_key
     groups = dict(_groups(ds))
 
     def defined_in(dim: Any) -> str:
@@ -219,6 +224,10 @@ def _dimension_keys(ds: Any) -> Callable[[str, Any], str]:
     return key
 
 
+def _plain_key(path: str, dim: Any) -> str:
+    return str(dim.name)
+
+
 def read_header(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
     """Return the metadata of an open file (the caller holds NETCDF_LOCK); ``local``: where its bytes are, when
     ``path`` names an object of a store."""
@@ -231,7 +240,8 @@ def read_header(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
 
         def seen(gpath: str, dim: Any) -> str:
             name = key(gpath, dim)
-            dimensions.setdefault(name, len(dim))
+            if name not in dimensions:  # len() of an unlimited dimension asks netCDF-C to look at every variable
+                dimensions[name] = len(dim)
             if dim.isunlimited() and name not in unlimited:
                 unlimited.append(name)
             if _PHONY.fullmatch(dim.name):  # netCDF-C's name for an HDF5 axis without a dimension scale

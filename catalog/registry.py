@@ -87,7 +87,8 @@ class Catalog:
              *, index: Path | None = None, processes: int = 1, settle_s: float = 1.0,
              decoded_chunk_cache_bytes: int | None = None,
              clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-             objects: ObjectFiles | None = None, remote_source: RemoteSource | None = None) -> "Catalog":
+             objects: ObjectFiles | None = None, remote_source: RemoteSource | None = None,
+             store_reads: int = 4) -> "Catalog":
         """Return the catalog of ``root``; problems are collected, never raised.
 
         ``index`` is the catalog index file (None: kept in memory, for this process only); ``processes`` read
@@ -96,7 +97,8 @@ class Catalog:
         ``wall`` time; ``decoded_chunk_cache_bytes`` sizes the direct reader's cache (None: from memory).
         ``objects`` reads the files of descriptors that name a store (:mod:`.objects`). ``remote_source`` is how
         queries reach the datasets of other servers (``<remote>`` descriptors, also those published by a later
-        refresh); without one they are listed but refused when used.
+        refresh); without one they are listed but refused when used. ``store_reads``: how many store objects' headers
+        are fetched at once when several must be read (1: one after another).
         """
         root = Path(root).resolve()
         if not root.is_dir():
@@ -106,7 +108,7 @@ class Catalog:
         handles = FileHandles(open_files, chunk_cache_bytes, direct_chunks, layouts=store,
                               decoded_chunk_cache_bytes=decoded_chunk_cache_bytes, objects=objects)
         rescanner = Rescanner(root, handles, store, settle_s=settle_s, clock=clock, wall=wall,
-                              processes=max(1, processes))
+                              processes=max(1, processes), store_reads=max(1, store_reads))
         state, _ = rescanner.look(None)
         catalog = cls(root, {}, (), handles=handles, state=state)
         catalog._rescanner, catalog._index = rescanner, store

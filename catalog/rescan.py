@@ -239,13 +239,15 @@ class Rescanner:
 
     def __init__(self, root: Path, handles: FileHandles, index: CatalogIndex, *, settle_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 processes: int = 1) -> None:
+                 processes: int = 1, store_reads: int = 1) -> None:
         self.root = root
         self.handles = handles
         self.index = index
         self.settler = Settler(settle_s, clock)
         self.wall = wall
         self.processes = processes
+        #: Store objects whose headers are fetched at once (facts.fetch_ahead).
+        self.store_reads = store_reads
         self._unreadable: dict[str, Unreadable] = {str(p): u for p, u in index.unreadable().items()}
         #: Datasets grown by an append in the current look: id -> files appended.
         self._appended: dict[str, int] = {}
@@ -495,7 +497,7 @@ class Rescanner:
             return
         started = time.monotonic()
         unreadable: list[Unreadable] = []
-        for found in gather_many(self.handles, missing, headers, self.processes):
+        for found in gather_many(self.handles, missing, headers, self.processes, self.store_reads):
             if isinstance(found, Unreadable):
                 unreadable.append(found)
                 self._unreadable[str(found.path)] = found

@@ -41,8 +41,9 @@ are generated from it: ``python -m dstp._error_tables`` rewrites them, and
     │   └── ProtocolError               INVALID_ARGUMENT     400  protocol_error
     ├── CatalogError                    FAILED_PRECONDITION  409  catalog_error
     │   ├── DescriptorError             FAILED_PRECONDITION  409  bad_descriptor
-    │   └── DataFileError               DATA_LOSS            500  bad_data_file
-    │       └── StoreUnavailableError   UNAVAILABLE          503  store_unavailable
+    │   ├── DataFileError               DATA_LOSS            500  bad_data_file
+    │   │   └── StoreUnavailableError   UNAVAILABLE          503  store_unavailable
+    │   └── ChangesLostError            FAILED_PRECONDITION  409  changes_lost
     ├── MethodNotAllowedError           UNIMPLEMENTED        405  method_not_allowed
     └── ServerError                     INTERNAL             500  internal
 
@@ -58,6 +59,7 @@ __all__ = [
     "BadRequestError",
     "CancelledError",
     "CatalogError",
+    "ChangesLostError",
     "DataFileError",
     "DatasetNotFoundError",
     "DescriptorError",
@@ -395,6 +397,13 @@ class StoreUnavailableError(DataFileError):
     grpc_status = "UNAVAILABLE"
     http_status = 503
     code = "store_unavailable"
+
+
+class ChangesLostError(CatalogError):
+    """A change feed cannot be followed on from where a reader left it: the server's index was rebuilt since (another
+    epoch), or the changes after that point are older than those it keeps. List the catalog again, then follow on."""
+
+    code = "changes_lost"
 
 
 class MethodNotAllowedError(DstpError):

@@ -87,7 +87,8 @@ def scan_catalog(settings: Settings, root: Path, *, clock: Callable[[], float] =
                         direct_chunks=settings.direct_chunks, index=catalog_index_file(settings, root),
                         processes=processes, settle_s=settings.catalog_settle_s, clock=timer, wall=clock,
                         decoded_chunk_cache_bytes=settings.decoded_chunk_cache_bytes,
-                        objects=object_files(settings, timer), remote_source=remote_source)
+                        objects=object_files(settings, timer), remote_source=remote_source,
+                        store_reads=settings.store_header_reads)
 
 
 def object_files(settings: Settings, clock: Callable[[], float] = time.monotonic) -> ObjectFiles | None:

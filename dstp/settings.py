@@ -110,6 +110,12 @@ class Settings:
         "text object listing the keys), "
         "concurrency, coalesce_bytes, list_s}; docs/object-stores.md. Users never see these settings."
     )
+    store_header_reads: int = _setting(
+        4, "Store objects whose headers a look of the catalog fetches at once (a cold open of a store dataset reads "
+        "each new object's header by ranged GETs; one after another, 12 objects 80 ms away took ~5 s). Each one in "
+        "flight has an h5py helper process of its own (started for the look: more than a few cost more CPU than they "
+        "save on 2 cores). 1: one after another."
+    )
     store_cache_bytes: int = _setting(
         8 * 2**30, "Most bytes of whole object copies kept in state_dir/objects: a store's file is fetched whole "
         "once per version to read its header and chunk index (kept in the catalog index), and where its layout "

@@ -26,6 +26,7 @@ SLOW_FILES = frozenset({
     "tests/catalog/test_chunks.py",
     "tests/catalog/test_dimension_oracle.py",
     "tests/catalog/test_dsg.py",
+    "tests/catalog/test_parallel_build.py",
     "tests/catalog/test_store_catalog.py",
     "tests/client/test_xarray_backend.py",
     "tests/cluster/test_executor_doors.py",

@@ -31,6 +31,7 @@ from dstp.client._download import download
 from dstp.client._policy import TRANSPORTS, ChannelPolicy, handshake_seconds, udt_built
 from dstp.client._rpc import Rpc
 from dstp.client._stream import Progress, ProgressCallback, QueryStream, truncation_message
+from dstp.client._watch import Reconnect, follow
 from dstp.credentials import client_credentials
 from dstp.errors import DstpTruncationWarning, TransportError, TransportUnavailableError
 from dstp.transport.client.channels import DataChannel
@@ -126,19 +127,17 @@ class Client:
         version = max([head.version, *(c.seq for c in found)])
         return ChangeFeed(head.epoch, version, found, complete=head.complete)
 
-    def watch(self, since: int | None = None, epoch: str | None = None) -> Iterator["Change"]:
+    def watch(self, since: int | None = None, epoch: str | None = None, *,
+              reconnect: Reconnect | None = Reconnect()) -> Iterator["Change"]:
         """Yield each change of the catalog as the server publishes it (``since=None``: from now on; a number:
-        first those after that catalog version). Stops only when you stop iterating or the connection breaks
-        (then resume with ``since`` = the last change's ``seq``)."""
-        from dstp.client._codec import change_from_pb
+        first those after that catalog version), until you stop iterating.
 
-        messages = self._rpc.watch(-1 if since is None else since, epoch or "", follow=True)
-        try:
-            next(messages)  # the stream's first message: epoch and version, no change
-            for m in messages:
-                yield change_from_pb(m.change)
-        finally:
-            messages.close()
+        When the connection drops or the server restarts, it connects again as ``reconnect`` says (waiting 0.5 s,
+        doubling up to 30 s, for ever by default; None: the error is raised) and goes on after the last change it
+        delivered: none twice, none skipped. ChangesLostError when the server no longer holds every change after
+        that point (its index was rebuilt, or more changes than it keeps happened meanwhile): list the catalog
+        again, then watch from its version."""
+        return follow(self._rpc, since, epoch, reconnect)
 
     def describe(self, dataset_id: str) -> DatasetDetails:
         """Return dimensions, coordinates, attributes, files and keys of one dataset."""

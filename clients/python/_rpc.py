@@ -97,6 +97,8 @@ class Rpc:
         self.target = target
         self.timeout = timeout
         self.tls = tls
+        #: Set by close(): a stream that breaks then is not connected again (Client.watch).
+        self.closed = False
         #: Sent with every call: the token, when there is one.
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         options = [
@@ -145,6 +147,15 @@ class Rpc:
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         return [codec.summary_from_pb(m) for m in reply.datasets], reply.total, reply.next_offset
+
+    def ready(self, timeout: float) -> bool:
+        """Return whether the channel to the server is connected, connecting now if it is not and waiting at most
+        ``timeout`` seconds (gRPC waits between its own tries: a call made before it connects fails at once)."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
 
     def watch(self, since: int, epoch: str, follow: bool) -> Iterator[pb.WatchCatalogResponse]:
         """Yield the messages of a WatchCatalog stream (no deadline when following)."""
@@ -298,6 +309,7 @@ class Rpc:
             raise self.error(exc) from None
 
     def close(self) -> None:
+        self.closed = True
         self._channel.close()
 
 

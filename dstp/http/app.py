@@ -146,7 +146,7 @@ def create_app(service: DstpService, settings: Settings, *, authenticator: Authe
     app.include_router(catalog_router(service, settings, view, html, current_principal))  # /, /datasets/…, /api
     app.include_router(query_router(service, settings, view, current_principal))  # /query, /usage.json
     app.include_router(login_router(settings, authenticator, sessions, html, current_principal))  # /login, /logout
-    app.include_router(facade_router(service, settings, current_principal))  # /erddap, /stac, /docs
+    app.include_router(facade_router(service, settings, current_principal, view))  # /erddap, /stac, /docs
     app.include_router(feed_router(service, current_principal))  # /changes, /changes/stream
     app.include_router(zarr_router(service, current_principal))  # /zarr/<dataset>/… (Zarr v3)
     app.include_router(edr_router(service, current_principal))  # /edr (OGC API - EDR)

@@ -67,21 +67,19 @@ def _griddable(d: DatasetDetails) -> bool:
     return not d.feature_type and bool(d.summary.default_grid)
 
 
-def search_table(details: Sequence[DatasetDetails], base: str, words: str, protocol: str) -> ErddapTable:
-    """Return ERDDAP's search (or list) table of the datasets matching ``words`` (all, when empty)."""
-    if words:
-        hits = SearchIndex(details).search(CatalogFilter.parse(words, [], "", "", ""))
-        chosen = {h.summary.id for h in hits}
-        ordered = [d for h in hits for d in details if d.summary.id == h.summary.id]
-    else:
-        chosen = {d.summary.id for d in details}
-        ordered = sorted(details, key=lambda d: d.summary.id)
+def erddap_matches(index: SearchIndex, words: str, protocol: str) -> list[DatasetDetails]:
+    """Return the datasets of ``index`` that match ``words`` (best first; every one, by id, when empty) and that
+    ``protocol`` serves ("": any)."""
     if protocol not in ("", "griddap", "tabledap"):
         raise QueryError(f"protocol={protocol!r}: use griddap, tabledap or (ANY)")
+    found = [index.details(h.summary.id) for h in index.search(CatalogFilter.parse(words, [], "", "", ""))]
+    return [d for d in found if protocol != "griddap" or _griddable(d)]
+
+
+def listing_table(details: Sequence[DatasetDetails], base: str) -> ErddapTable:
+    """Return ERDDAP's search (or list) table of ``details``, in their order."""
     rows: list[list[Any]] = []
-    for d in ordered:
-        if d.summary.id not in chosen or (protocol == "griddap" and not _griddable(d)):
-            continue
+    for d in details:
         i = d.summary.id
         rows.append([f"{base}/erddap/griddap/{i}" if _griddable(d) else "", f"{base}/erddap/tabledap/{i}.subset",
                      f"{base}/erddap/tabledap/{i}", "", "", "", "public" if d.summary.access_policy == "public" else
@@ -91,6 +89,11 @@ def search_table(details: Sequence[DatasetDetails], base: str, words: str, proto
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in SEARCH_COLUMNS]
     return ErddapTable(list(SEARCH_COLUMNS), ["String"] * len(SEARCH_COLUMNS), [""] * len(SEARCH_COLUMNS), columns,
                        metadata=True)
+
+
+def search_table(details: Sequence[DatasetDetails], base: str, words: str, protocol: str) -> ErddapTable:
+    """Return ERDDAP's search (or list) table of the datasets matching ``words`` (all, when empty)."""
+    return listing_table(erddap_matches(SearchIndex(details), words, protocol), base)
 
 
 _ALL = ["datasetID", "accessible", "institution", "dataStructure", "cdm_data_type", "class", "title",

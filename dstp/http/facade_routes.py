@@ -28,9 +28,11 @@ from dstp.erddap import formats as fmt
 from dstp.http import stac
 from dstp.http import stac_items as stac_items_
 from dstp.erddap.dataset import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
-from dstp.http.erddap_meta import all_datasets, info_table, search_table
+from dstp.http.erddap_meta import all_datasets, erddap_matches, info_table, listing_table
 from dstp.http.error_responses import incident
+from dstp.http.pages import CatalogView
 from dstp.http.paging import DEFAULT_PAGE, erddap_page, next_offset, page_url, summaries
+from dstp.metadata import DatasetDetails, DatasetSummary
 from dstp.service.feed import MAX_PAGE
 from dstp.service import DstpService
 from dstp.settings import Settings
@@ -44,6 +46,8 @@ GRID_FORMATS = ("csv", "csvp", "json", "htmlTable", "nc", "parquet", "das", "dds
 TABLE_FORMATS = ("csv", "csvp", "json", "htmlTable", "nc", "ncCF", "parquet", "das", "dds", "html")
 LIST_FORMATS = ("csv", "csvp", "json", "htmlTable", "html")
 ERDDAP_VERSION = "2.23"
+#: Datasets a search or list page holds when the request names no itemsPerPage (ERDDAP's default).
+ERDDAP_PAGE = 1000
 
 DATASET_EXT = Path(..., description="Dataset id and format, e.g. ccm3.csv, ccm3.nc, ccm3.das",
                    examples=["ccm3.csv"])
@@ -149,18 +153,33 @@ def _send(body: bytes | str, ext: str, name: str) -> Response:
     return Response(body, media_type=fmt.MEDIA_TYPES.get(ext, "text/plain"), headers=headers)
 
 
-def erddap_paging(request: Request) -> tuple[str, tuple[int, int] | None]:
+def erddap_paging(request: Request, most: int | None = MAX_PAGE) -> tuple[str, tuple[int, int] | None]:
     """Return the request's query string without ERDDAP's page= and itemsPerPage=, and the (offset, limit) they
-    ask for (None: not given)."""
+    ask for (None: not given; the limit at most ``most``)."""
     params = {k: v for k, v in request.query_params.items()}
     rest = "&".join(part for part in request.url.query.split("&")
                     if part.split("=", 1)[0] not in ("page", "itemsPerPage"))
-    return rest, erddap_page(params)
+    return rest, erddap_page(params, most)
+
+
+def erddap_slice(request: Request, found: list[DatasetDetails]) -> list[DatasetDetails]:
+    """Return the page of ``found`` ERDDAP's page= and itemsPerPage= ask for (ERDDAP's defaults: page 1 of 1,000);
+    DatasetNotFoundError, as ERDDAP answers, when it holds none."""
+    offset, limit = erddap_paging(request, most=None)[1] or (0, ERDDAP_PAGE)
+    chosen = found[offset:offset + limit]
+    if not chosen:
+        if not found:
+            raise DatasetNotFoundError("Your query produced no matching results. (nRows = 0)")
+        raise DatasetNotFoundError(f"Your query produced no matching results. (page={offset // limit + 1} is past the "
+                                   f"last page, {-(-len(found) // limit)}, of {len(found):,} matching datasets at "
+                                   f"itemsPerPage={limit})")
+    return chosen
 
 
 def facade_router(service: DstpService, settings: Settings,
-                  principal_of: Callable[[Request], Principal]) -> APIRouter:
-    """Return the router of the ERDDAP and STAC facades and of ``/docs``."""
+                  principal_of: Callable[[Request], Principal], view: CatalogView) -> APIRouter:
+    """Return the router of the ERDDAP and STAC facades and of ``/docs``; ERDDAP's searches and lists page over
+    ``view``'s search index (built once per catalog version and set of datasets a principal may read)."""
     facade = _Facade(service, settings, principal_of)
     router = APIRouter()
 
@@ -227,9 +246,9 @@ def facade_router(service: DstpService, settings: Settings,
         if dataset_id == ALL_DATASETS:
             if ext not in LIST_FORMATS:
                 raise QueryError(f"allDatasets answers {', '.join('.' + f for f in LIST_FORMATS)}")
-            query, paged = erddap_paging(request)
+            query, paged = erddap_paging(request, most=None)
             ids = [s.id for s in service.datasets(principal)] if paged is None else \
-                [s.id for s in summaries(service.page(paged[0], paged[1], "", principal))]
+                [s.id for s in pages_of(paged[0], paged[1], principal)]
             listing = all_datasets([service.describe(i, principal) for i in ids], facade.base(request), query)
             return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, ALL_DATASETS), ext, ALL_DATASETS)
         ds = facade.dataset(dataset_id, principal)
@@ -252,17 +271,27 @@ def facade_router(service: DstpService, settings: Settings,
             return _send(fmt.parquet(table), ext, dataset_id)
         return _send(fmt.render(fmt.from_arrow(table, ds, ucum=request_.ucum), ext, dataset_id), ext, dataset_id)
 
+    def pages_of(offset: int, limit: int, principal: Principal) -> list[DatasetSummary]:
+        """Return ``limit`` datasets from ``offset``, by id, in as many of the service's pages (1,000 at most) as it
+        takes: an ERDDAP page of 5,000 was cut to 1,000, and a client reading on at page 2 skipped 4,000."""
+        found: list[DatasetSummary] = []
+        while len(found) < limit:
+            page = service.page(offset + len(found), min(MAX_PAGE, limit - len(found)), "", principal)
+            found += summaries(page)
+            if next_offset(page) is None:
+                break
+        return found
+
     def list_answer(request: Request, ext: str, protocol: str) -> Response:
         if ext not in LIST_FORMATS:
             raise QueryError(f"dataset lists answer {', '.join('.' + f for f in LIST_FORMATS)}")
         principal = principal_of(request)
-        if protocol:
-            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
+        if protocol:  # griddap/index, tabledap/index: one page of those the protocol serves
+            details = erddap_slice(request, erddap_matches(view.index(principal), "", protocol))
         else:  # info/index: one page (ERDDAP's page=1&itemsPerPage=1000 unless asked otherwise)
-            offset, limit = erddap_paging(request)[1] or (0, MAX_PAGE)
-            details = [service.describe(s.id, principal)
-                       for s in summaries(service.page(offset, limit, "", principal))]
-        listing = search_table(details, facade.base(request), "", protocol)
+            offset, limit = erddap_paging(request, most=None)[1] or (0, ERDDAP_PAGE)
+            details = [service.describe(s.id, principal) for s in pages_of(offset, limit, principal)]
+        listing = listing_table(details, facade.base(request))
         return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "datasets"), ext, "datasets")
 
     @router.get("/erddap/griddap/{name}", tags=["ERDDAP"], response_class=Response,
@@ -316,13 +345,10 @@ def facade_router(service: DstpService, settings: Settings,
         def answer() -> Response:
             if page not in ("index", "advanced") or ext not in LIST_FORMATS:
                 raise QueryError("search is /erddap/search/index.<fmt> or advanced.<fmt>, fmt csv, json, htmlTable")
-            principal = principal_of(request)
-            details = [service.describe(s.id, principal) for s in service.datasets(principal)]
-            found = search_table(details, facade.base(request), searchFor.strip().strip('"'),
-                                 "" if protocol == "(ANY)" else protocol)
-            if not found.rows:
-                raise DatasetNotFoundError("Your query produced no matching results. (nRows = 0)")
-            return _send(fmt.render(found, "htmlTable" if ext == "html" else ext, "search"), ext, "search")
+            found = erddap_matches(view.index(principal_of(request)), searchFor.strip().strip('"'),
+                                   "" if protocol == "(ANY)" else protocol)
+            listing = listing_table(erddap_slice(request, found), facade.base(request))
+            return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "search"), ext, "search")
         try:
             return await in_thread(answer)
         except Exception as exc:  # noqa: BLE001

@@ -68,9 +68,10 @@ def summaries(page: CatalogPage) -> list[DatasetSummary]:
     return [dataset_summary(d) for d in page.datasets if isinstance(d, GriddedDataset)]
 
 
-def erddap_page(params: Mapping[str, str]) -> tuple[int, int] | None:
-    """Return (offset, limit) of ERDDAP's ``page`` (from 1) and ``itemsPerPage`` parameters; None when neither is
-    given. A value that is not a whole number from 1 is refused, quoting it."""
+def erddap_page(params: Mapping[str, str], most: int | None = MAX_PAGE) -> tuple[int, int] | None:
+    """Return (offset, limit) of ERDDAP's ``page`` (from 1) and ``itemsPerPage`` parameters, the limit at most
+    ``most`` (None: as asked, for listings sliced from memory); None when neither is given. A value that is not a
+    whole number from 1 is refused, quoting it."""
     if "page" not in params and "itemsPerPage" not in params:
         return None
     numbers = []
@@ -84,4 +85,4 @@ def erddap_page(params: Mapping[str, str]) -> tuple[int, int] | None:
             raise QueryError(f"{name}={text[:40]!r} is not a whole number from 1 (ERDDAP pages are {name}=1, 2, …)")
         numbers.append(value)
     page, per = numbers
-    return (page - 1) * per, min(per, MAX_PAGE)
+    return (page - 1) * per, per if most is None else min(per, most)

@@ -18,7 +18,8 @@ dataset's (longitudes compared on the circle, so ``-10..10`` overlaps
 from __future__ import annotations
 
 import re
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -26,6 +27,9 @@ from dstp.errors import QueryError
 from dstp.metadata import DatasetDetails, DatasetSummary
 
 __all__ = ["CatalogFilter", "FacetValue", "Hit", "SearchIndex"]
+
+#: Searches whose hits an index keeps (per catalog version and set of readable datasets: CatalogView.index).
+SEARCHES_KEPT = 64
 
 _TIME_PREFIX = re.compile(r"-?\d{1,4}(-\d\d(-\d\d([T ]\d\d(:\d\d(:\d\d)?)?)?)?)?")
 
@@ -167,19 +171,42 @@ class SearchIndex:
 
     def __init__(self, details: Iterable[DatasetDetails]) -> None:
         self._entries = [(d, _fields(d), _attribute_labels(d)) for d in sorted(details, key=lambda d: d.summary.id)]
+        self._by_id = {d.summary.id: d for d, _, _ in self._entries}
+        #: Each field's text casefolded once (a search over 10,000 datasets folded 180,000 texts per term).
+        self._folded = [[(x, x.text.casefold()) for x in fields] for _, fields, _ in self._entries]
+        #: The hits of the latest searches: the pages of one search are asked one after another.
+        self._found: OrderedDict[CatalogFilter, list[Hit]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def details(self, dataset_id: str) -> DatasetDetails:
+        """Return the description of one dataset of the index (KeyError if it has none of that id)."""
+        return self._by_id[dataset_id]
 
     def search(self, f: CatalogFilter) -> list[Hit]:
-        """Return the datasets matching ``f``, best first."""
+        """Return the datasets matching ``f``, best first (the same list for the same filter: do not change it)."""
+        with self._lock:
+            kept = self._found.get(f)
+            if kept is not None:
+                self._found.move_to_end(f)
+                return kept
+        hits = self._search(f)
+        with self._lock:
+            self._found[f] = hits
+            while len(self._found) > SEARCHES_KEPT:
+                self._found.popitem(last=False)
+        return hits
+
+    def _search(self, f: CatalogFilter) -> list[Hit]:
         # A term matches where a word starts ("humid" finds relative_humidity, "k" does not find "masked").
         terms = [(t, re.compile(r"(?:^|[^a-z0-9])" + re.escape(t))) for t in (w.casefold() for w in f.q.split())]
         wanted = [a.casefold() for a in f.attributes]
         hits = []
-        for d, fields, labels in self._entries:
+        for (d, _, labels), fields in zip(self._entries, self._folded):
             if any(a not in labels for a in wanted) or not _overlaps(d.summary, f):
                 continue
             score, matches = 0, list[str]()
             for term, pattern in terms:
-                found = [x for x in fields if (term == x.text.casefold() if x.exact else pattern.search(x.text.casefold()))]
+                found = [x for x, text in fields if (term == text if x.exact else pattern.search(text))]
                 if not found:
                     break
                 best = max(found, key=lambda x: x.weight)

@@ -143,3 +143,59 @@ def test_grpc_listing_and_dstp_ls_page_through(served, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert f"30 of {len(expected['bob'])} datasets shown" in out
     assert "ds_00029" in out and "ds_00031" not in out  # ds_00007 is bob's hidden one
+
+
+def _erddap_ids(answer: httpx.Response) -> list[str]:
+    assert answer.status_code == 200, answer.text
+    table = answer.json()["table"]
+    return [row[table["columnNames"].index("Dataset ID")] for row in table["rows"]]
+
+
+@pytest.mark.parametrize("who", ["alice", "bob"])
+def test_erddap_search_and_protocol_lists_page_as_erddap(served, who: str) -> None:
+    server, tokens, expected = served
+    sea_ice = [d for d in expected[who] if int(d[3:]) % 100 == 0]  # the generator's "Sea ice" titles
+    with _http(server, tokens[who]) as http:
+        for path in ("/erddap/tabledap/index.json", "/erddap/griddap/index.json", "/erddap/search/index.json"):
+            params = {"searchFor": "t2m"} if "search" in path else {}
+            assert _erddap_ids(http.get(path, params=params)) == expected[who][:1000]  # page=1, itemsPerPage=1000
+            seen, page = [], 1
+            while True:
+                answer = http.get(path, params={**params, "page": page, "itemsPerPage": 170})
+                if answer.status_code == 404:
+                    assert "past the last page" in answer.text and f"of {len(expected[who]):,}" in answer.text
+                    break
+                seen += _erddap_ids(answer)
+                page += 1
+            assert seen == expected[who] and page == -(-len(expected[who]) // 170) + 1, path
+            # more than the 1,000 a page of the other listings holds: every one, none left out
+            assert _erddap_ids(http.get(path, params={**params, "page": 1, "itemsPerPage": 5000})) == expected[who]
+        words = {"searchFor": "sea ice"}
+        assert _erddap_ids(http.get("/erddap/search/index.json", params={**words, "itemsPerPage": 5})) == sea_ice[:5]
+        assert _erddap_ids(http.get("/erddap/search/index.json",
+                                    params={**words, "page": 3, "itemsPerPage": 5})) == sea_ice[10:15]
+        refused = http.get("/erddap/search/index.json", params={**words, "page": "0"})
+        assert refused.status_code == 400 and "page='0'" in refused.text
+
+
+def test_erddap_all_datasets_and_info_pages_of_more_than_a_thousand_skip_none(served) -> None:
+    server, tokens, expected = served
+    with _http(server, tokens["alice"]) as http:
+        for page in (1, 2):
+            info = _erddap_ids(http.get("/erddap/info/index.json", params={"page": page, "itemsPerPage": 1100}))
+            listed = list(csv.reader(io.StringIO(http.get(
+                f"/erddap/tabledap/allDatasets.csv?datasetID&page={page}&itemsPerPage=1100").text)))[2:]
+            assert info == [row[0] for row in listed] == expected["alice"][(page - 1) * 1100:page * 1100]
+
+
+def test_erddapy_search_lists_every_match(served) -> None:
+    from erddapy import ERDDAP
+
+    server, tokens, expected = served
+    assert server.endpoints is not None
+    e = ERDDAP(server=f"http://{server.endpoints.http}/erddap", protocol="tabledap")
+    e.requests_kwargs = {"headers": {"Authorization": f"Bearer {tokens['bob']}"}}
+    url = e.get_search_url(search_for="sea ice", response="csv")  # page=1&itemsPerPage=1000000
+    with _http(server, tokens["bob"]) as http:
+        found = list(csv.DictReader(io.StringIO(http.get(url).text)))
+    assert [row["Dataset ID"] for row in found] == [d for d in expected["bob"] if int(d[3:]) % 100 == 0]

@@ -25,7 +25,8 @@
 #   +-- dstp_catalog_error              catalog_error (409)
 #   |   +-- dstp_bad_descriptor         bad_descriptor (409)
 #   |   +-- dstp_bad_data_file          bad_data_file (500)
-#   |       +-- dstp_store_unavailable  store_unavailable (503)
+#   |   |   +-- dstp_store_unavailable  store_unavailable (503)
+#   |   +-- dstp_changes_lost           changes_lost (409)
 #   +-- dstp_method_not_allowed         method_not_allowed (405)
 #   +-- dstp_server_error               internal (500)
 
@@ -54,6 +55,7 @@ DSTP_CLASSES <- list(
   bad_descriptor = c("dstp_bad_descriptor", "dstp_catalog_error"),
   bad_data_file = c("dstp_bad_data_file", "dstp_catalog_error"),
   store_unavailable = c("dstp_store_unavailable", "dstp_bad_data_file", "dstp_catalog_error"),
+  changes_lost = c("dstp_changes_lost", "dstp_catalog_error"),
   method_not_allowed = "dstp_method_not_allowed",
   internal = "dstp_server_error"
 )
