@@ -136,7 +136,7 @@ def chunk_bytes(paths: list[Path], variable: str) -> int:
     """Return the stored bytes of all of ``variable``'s chunks in ``paths``, as h5py lists them (in dstp's listing
     helper process: h5py's HDF5 never enters this one)."""
     from dstp._chunk_index import MAX_LISTED_CHUNKS, file_identity
-    from dstp.catalog.chunks import LISTER
+    from dstp.catalog.chunk_lister import LISTER
 
     total = 0
     for path in paths:

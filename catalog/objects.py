@@ -269,7 +269,7 @@ class ObjectFiles:
 
     def _image(self, path: Path, version: ObjectVersion) -> _Image | None:
         """Return the image of that version of ``path`` (made once; None: the object is read from a whole copy)."""
-        from dstp.catalog.chunks import LISTER, _ListingFailed
+        from dstp.catalog.chunk_lister import LISTER, ListingFailed
 
         where = self._where[path]
         key = (where.store, version.token())
@@ -286,7 +286,7 @@ class ObjectFiles:
             store = self.stores[where.store]
             try:
                 answer = LISTER.image(version.size, IMAGE_BLOCK, lambda spans: store.read_ranges(version, spans))
-            except _ListingFailed as exc:
+            except ListingFailed as exc:
                 log.warning("%s: %s: the h5py helper failed reading its header by ranges (%s); fetched whole",
                             store.config.where(), where.key, exc)
                 return None  # not kept: tried again at the next open

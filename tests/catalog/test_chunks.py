@@ -331,28 +331,30 @@ def test_a_listing_helper_that_died_is_started_again(tmp_path: Path) -> None:
     import signal
 
     from dstp._chunk_index import file_identity
-    from dstp.catalog.chunks import _Lister
+    from dstp.catalog.chunk_lister import ChunkLister
+    from dstp.catalog.chunks import layout_of
 
     path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
     handles.close()
     identity = file_identity(os.stat(path))
-    lister = _Lister()
+    lister = ChunkLister()
     try:
-        first = lister.layout(path, identity, "v", 100)
-        assert first is not None and first.chunks == (1, 32)
+        first = lister.try_listing(path, identity, "v", 100)
+        layout = layout_of(first)
+        assert layout is not None and layout.chunks == (1, 32)
         helper = lister._helper
         assert helper is not None
         helper.send_signal(signal.SIGKILL)
         helper.wait(timeout=30)
-        again = lister.layout(path, identity, "v", 100)
+        again = lister.try_listing(path, identity, "v", 100)
         assert again == first and lister._helper is not helper
         assert lister._helper is not None
         lister._helper.stdout.close()  # type: ignore[union-attr]
         read_end, write_end = os.pipe()
         os.close(write_end)  # its answer ends before it begins: as if it died mid-listing
         lister._helper.stdout = os.fdopen(read_end, "rb")
-        assert lister.layout(path, identity, "v", 100) is None
-        assert lister.layout(path, identity, "v", 100) == first  # and the next starts another
+        assert lister.try_listing(path, identity, "v", 100) is None
+        assert lister.try_listing(path, identity, "v", 100) == first  # and the next starts another
     finally:
         lister.close()
 
@@ -364,23 +366,23 @@ def test_a_listing_helper_that_hangs_is_ended_and_the_read_falls_back(tmp_path: 
     import signal
 
     from dstp._chunk_index import file_identity
-    from dstp.catalog.chunks import LISTING_WAIT_S, _Lister
+    from dstp.catalog.chunk_lister import LISTING_WAIT_S, ChunkLister
 
     path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
     handles.close()
     identity = file_identity(os.stat(path))
-    lister = _Lister()
+    lister = ChunkLister()
     try:
-        first = lister.layout(path, identity, "v", 100)
+        first = lister.try_listing(path, identity, "v", 100)
         assert first is not None
         hung = lister._helper
         assert hung is not None
         hung.send_signal(signal.SIGSTOP)  # alive, never answering
         lister.wait_s = 0.0  # the wait has passed (a stopped process answers no sooner after 30 s)
-        assert lister.layout(path, identity, "v", 100) is None
+        assert lister.try_listing(path, identity, "v", 100) is None
         assert hung.poll() is not None and lister._helper is None  # killed and forgotten
         lister.wait_s = LISTING_WAIT_S
-        assert lister.layout(path, identity, "v", 100) == first
+        assert lister.try_listing(path, identity, "v", 100) == first
     finally:
         lister.close()
 
