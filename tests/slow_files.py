@@ -46,7 +46,7 @@ SLOW_FILES = frozenset({
     "tests/query/test_hostile.py",
     "tests/query/test_reductions_oracle.py",
     "tests/r/test_r_client.py",
-    "tests/test_cli.py",
+    "tests/cli/test_cli.py",
     "tests/test_honest_netcdf.py",
     "tests/test_honest_truncation.py",
     "tests/test_layers.py",
@@ -55,16 +55,16 @@ SLOW_FILES = frozenset({
     "tests/transport/test_channels.py",
     "tests/transport/test_lossy_path.py",
     "tests/transport/test_udt_socket.py",
-    "tests/web/test_facade_oracle.py",
-    "tests/web/test_http_limits.py",
-    "tests/web/test_map_browser.py",
-    "tests/web/test_opendap_clients.py",
-    "tests/web/test_opendap_java.py",
-    "tests/web/test_paging.py",
-    "tests/web/test_tiles.py",
-    "tests/web/test_web_browser.py",
-    "tests/web/test_web_streaming.py",
-    "tests/web/test_edr_corridor_cells.py",  # hypothesis lines against 10-km samples (~30 s)
-    "tests/web/test_edr_lines_items.py",     # corridors, Z/M trajectories and station items (~60 s)
-    "tests/web/test_zarr_passthrough.py",
+    "tests/http/test_facade_oracle.py",
+    "tests/http/test_http_limits.py",
+    "tests/http/test_map_browser.py",
+    "tests/http/test_opendap_clients.py",
+    "tests/http/test_opendap_java.py",
+    "tests/http/test_paging.py",
+    "tests/http/test_tiles.py",
+    "tests/http/test_web_browser.py",
+    "tests/http/test_web_streaming.py",
+    "tests/http/test_edr_corridor_cells.py",  # hypothesis lines against 10-km samples (~30 s)
+    "tests/http/test_edr_lines_items.py",     # corridors, Z/M trajectories and station items (~60 s)
+    "tests/http/test_zarr_passthrough.py",
 })

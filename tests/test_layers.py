@@ -297,3 +297,24 @@ def test_no_module_is_over_800_lines() -> None:
     long = {p.relative_to(ROOT).as_posix(): n for p in sources
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert long == {}, "split these along a seam (one concept per module)"
+
+
+#: Each folder of tests/ tests one unit of the source, named here; a new folder says which, or why it cannot.
+TEST_FOLDERS = {
+    "auth": "dstp/auth", "catalog": "catalog", "client": "clients/python", "cluster": "dstp/cluster",
+    "query": "dstp/query", "render": "dstp/render", "service": "dstp/service", "transport": "transport",
+    "proto": "proto", "http": "dstp/http", "flight": "dstp/flight.py", "cli": "dstp/cli.py", "r": "clients/r",
+    "bench": "bench",
+}
+#: Folders that test no one unit, and why.
+CROSS_CUTTING = {"e2e": "whole servers, clients and commands together, across every layer"}
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    folders = sorted(p.name for p in (ROOT / "tests").iterdir()
+                     if p.is_dir() and not p.name.startswith((".", "_")))
+    unnamed = [f for f in folders if f not in TEST_FOLDERS and f not in CROSS_CUTTING]
+    assert unnamed == [], "name the unit each of these tests/ folders tests (TEST_FOLDERS), or why none (CROSS_CUTTING)"
+    missing = {f: src for f, src in TEST_FOLDERS.items() if not (ROOT / src).exists()}
+    assert missing == {}, "these tests/ folders name a unit that does not exist"
+    assert set(folders) >= set(TEST_FOLDERS) | set(CROSS_CUTTING), "a named tests/ folder is gone: update the tables"

@@ -24,7 +24,7 @@ import xarray as xr
 import dstp
 from dstp.catalog.publish import publish
 from dstp.server import DstpServer
-from web.conftest import web_settings
+from http_fixtures import web_settings
 
 MONTHS = [f"1990-{m:02d}" for m in range(1, 13)]
 

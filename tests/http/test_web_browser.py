@@ -1,6 +1,6 @@
 """A real browser (Debian's Chromium, headless, via Playwright) through the catalog, a dataset and the builder.
 
-Screenshots of every step are saved to ``test-artifacts/web/`` (gitignored);
+Screenshots of every step are saved to ``test-artifacts/http/`` (gitignored);
 ``docs/web.md`` describes them.
 """
 

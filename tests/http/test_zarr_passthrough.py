@@ -7,7 +7,7 @@ files. The oracle is xarray opening the files itself and concatenating them alon
 decode to the same Dataset (``xr.testing.assert_equal``: values, coordinates, dims, names). Which path each
 array takes is in the ``X-Dstp-Chunk`` header of its chunks: ``stored`` (the file's bytes) or ``decoded``.
 A variable packed differently per file, packed in float32 (JSON attributes would unpack it in float64) or
-chunked across file boundaries must decode, never pass through. (tests/web/test_zarr_store.py: the store
+chunked across file boundaries must decode, never pass through. (tests/http/test_zarr_store.py: the store
 itself, decoded arrays, 404s.)
 """
 

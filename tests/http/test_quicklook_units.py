@@ -3,7 +3,7 @@
 CMIP files give pressure levels in Pa (``plev = 100000, 85000, …``): the page's level menu said ``1e+05``, the
 map's title ``plev = 100000.0`` with no units, and a colour bar of surface pressure labelled its ticks with an
 offset (``+1e5``). What is drawn is read back from the figure (its title and tick texts), and a real browser
-screenshot of the page is saved to test-artifacts/web/quicklook-pa.png.
+screenshot of the page is saved to test-artifacts/http/quicklook-pa.png.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import dstp
 from dstp.catalog.publish import publish
 from dstp.http.quicklook import _DRAW_LOCK, map_figure, map_selection, series_figure, series_selection
 from dstp.server import DstpServer
-from web.conftest import web_settings
-from web.test_web_browser import CHROMIUM, page  # noqa: F401 - the browser fixture
+from http_fixtures import web_settings
+from test_web_browser import CHROMIUM, page  # noqa: F401 - the browser fixture
 
 LEVELS = [100000.0, 85000.0, 50000.0, 25000.0]
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from dstp.catalog.descriptor import parse_descriptor
 from dstp.server import DstpServer
-from web.conftest import web_settings
+from http_fixtures import web_settings
 
 HISTORY = "2024-03-01 10:00:00 GMT by grib_to_netcdf-2.28.1: /opt/ecmwf/mars-client/bin/grib_to_netcdf -S param -o x.nc"
 

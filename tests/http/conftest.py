@@ -1,4 +1,4 @@
-"""Fixtures of the web tests: a real dstp server with its HTTP interface on a free loopback port."""
+"""Fixtures of the tests of dstp/http: a real dstp server with its HTTP interface on a free loopback port."""
 
 from __future__ import annotations
 
@@ -9,17 +9,11 @@ from typing import Iterator
 import httpx
 import pytest
 
+from http_fixtures import web_settings
+
 from dstp.server import DstpServer
-from dstp.settings import Settings
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
-
-
-def web_settings(root: Path, **changes: object) -> Settings:
-    """Return settings serving ``root`` on free loopback ports, HTTP on, data channels off."""
-    return Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1, batch_rows=4096).replace(
-        **changes
-    )
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "http"
 
 
 @pytest.fixture(scope="session")

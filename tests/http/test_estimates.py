@@ -18,7 +18,7 @@ import pytest
 
 from dstp.commands import progress_display
 from dstp.client import Progress
-from web.test_web_browser import CHROMIUM, page  # noqa: F401 - the browser fixture
+from test_web_browser import CHROMIUM, page  # noqa: F401 - the browser fixture
 
 QUERIES = [
     ("select temperature, time from ccm3 limit 10", True),

@@ -2,9 +2,9 @@
 
 netCDF-Java 4.2 (``edu.ucar:netcdf`` on Maven Central, fetched by ``./dev install`` with a pinned SHA-256) is
 the newest netCDF-Java whose DAP2 client is on Central; it was written for THREDDS servers and shares nothing
-with dstp. ``tests/web/java/NcjRead.java`` opens ``dods://`` URLs with ``NetcdfDataset.openDataset`` — what
+with dstp. ``tests/http/java/NcjRead.java`` opens ``dods://`` URLs with ``NetcdfDataset.openDataset`` — what
 Panoply's "Open Remote Dataset" does — and prints what it sees. The sites are those of
-tests/web/test_opendap_clients.py: three files per dataset on the standard, noleap and 360_day calendars,
+tests/http/test_opendap_clients.py: three files per dataset on the standard, noleap and 360_day calendars,
 latitudes north to south, ``pr`` packed differently in every file.
 """
 
