@@ -18,9 +18,10 @@ server applies each file's packing and fill values): NULL is NaN, and integers
 stay integers where xarray keeps them (no ``_FillValue``/``missing_value``).
 
 Indexing a variable (``ds.temperature[0, :, 10:20]``, ``.sel``, ``.isel``,
-every dask chunk) runs one query for exactly that hyperslab
+a dask chunk) runs one query for exactly that hyperslab
 (:mod:`dstp.hyperslabs`): only those grid points are read on the server
-and sent. ``record_reads()`` collects the server's account of every such
+and sent. The chunks one dask compute reads are read together, by box queries
+over exactly the chunks (:mod:`dstp.client._chunk_batches`). ``record_reads()`` collects the server's account of every such
 query (hyperslabs, elements and bytes read), so the claim can be checked.
 
 ``backend_kwargs={"query": "select … where …"}`` opens a query's result on
