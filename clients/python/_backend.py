@@ -18,9 +18,10 @@ server applies each file's packing and fill values): NULL is NaN, and integers
 stay integers where xarray keeps them (no ``_FillValue``/``missing_value``).
 
 Indexing a variable (``ds.temperature[0, :, 10:20]``, ``.sel``, ``.isel``,
-every dask chunk) runs one query for exactly that hyperslab
+a dask chunk) runs one query for exactly that hyperslab
 (:mod:`dstp.hyperslabs`): only those grid points are read on the server
-and sent. ``record_reads()`` collects the server's account of every such
+and sent. The chunks one dask compute reads are read together, by box queries
+over exactly the chunks (:mod:`dstp.client._chunk_batches`). ``record_reads()`` collects the server's account of every such
 query (hyperslabs, elements and bytes read), so the claim can be checked.
 
 ``backend_kwargs={"query": "select … where …"}`` opens a query's result on
@@ -35,10 +36,11 @@ import math
 import re
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import xarray as xr
@@ -46,6 +48,7 @@ from xarray.backends import AbstractDataStore, BackendArray, BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
 from xarray.core import indexing
 
+from dstp.client import _chunk_batches
 from dstp.client._client import Client
 from dstp.hyperslabs import Axis, quote_name, slab_query
 from dstp.result_grid import to_xarray
@@ -259,6 +262,15 @@ class DstpBackendArray(BackendArray):
         self.dtype = dtype
         stacked = (len(columns),) if len(columns) > 1 else ()
         self.shape = tuple(axes[d].size for d in dims) + stacked
+        _arrays.add(self)
+
+    @property
+    def box_group(self) -> tuple[Any, ...] | None:
+        """Arrays one query can read together (:mod:`dstp.client._chunk_batches`): one column on the same
+        dimensions of the same opened dataset; None for bounds (several columns) and scalars."""
+        if len(self.columns) != 1 or not self.dims:
+            return None
+        return self.target, self.dataset, self.dims, id(self.axes), self.dimension_order, self.transport
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
@@ -273,6 +285,12 @@ class DstpBackendArray(BackendArray):
                  for d, k in zip(self.dims, grid_key)]
         if not columns or 0 in sizes:
             return np.empty(_result_shape(self.shape, key), dtype=self.dtype)
+        if _chunk_batches.predicting():
+            raise _chunk_batches.WouldRead(key)
+        if not stacked:
+            boxed = _chunk_batches.take(self, key)  # a dask chunk whose compute planned it in a box query
+            if boxed is not None:
+                return boxed
         if not self.dims:  # a scalar: no grid, one record
             table = _run(self.target, f"select {quote_name(columns[0])} from {quote_name(self.dataset)} limit 1",
                          self.transport)
@@ -312,6 +330,45 @@ class DstpBackendArray(BackendArray):
             values = values.transpose([slab.grid.index(d) for d in self.dims])
             parts.append(values.squeeze(axis=squeeze) if squeeze else values)
         return parts
+
+
+# -- the chunks of one dask compute in a few box queries (dstp.client._chunk_batches) ---------------------
+
+#: Every backend array alive: a dask compute is searched for chunk reads only while there is one.
+_arrays: weakref.WeakSet[DstpBackendArray] = weakref.WeakSet()
+
+
+def _read_box(arrays: Sequence[DstpBackendArray], key: tuple[Any, ...]) -> dict[int, np.ndarray]:
+    """Return each array's values at ``key`` (variable dimension order), all read by one query; an array whose
+    values are refused (a NULL in a kept integer) is left out, so that its chunks read alone and say so."""
+    first = arrays[0]
+    slab = slab_query(first.dataset, tuple(a.columns[0] for a in arrays), first.dims, key, first.axes,
+                      first.dimension_order)
+    table = _run(first.target, slab.sql, first.transport)
+    if table.num_rows != math.prod(slab.read_shape):
+        raise ValueError(f"{table.num_rows} records for {math.prod(slab.read_shape)} grid points")
+    out = {}
+    for array in arrays:
+        try:
+            out[id(array)] = array._values(table, slab, key, array.columns)[0]
+        except ValueError:
+            continue
+    return out
+
+
+def _resolve_chunk(adapter: Any, key: tuple[Any, ...]) -> tuple[DstpBackendArray, tuple[Any, ...]] | None:
+    """Return (backend array, backend key) that dask's ``getter(adapter, key)`` will read, by xarray's own
+    lazy indexing (nothing is read); None when ``adapter`` is not a dstp variable."""
+    if _lazy_backend(adapter) is None:
+        return None
+    found = _lazy_backend(adapter[key])
+    if found is None:
+        return None
+    array, lazy_key = found
+    backend_key, _ = indexing.decompose_indexer(lazy_key, array.shape, indexing.IndexingSupport.BASIC)
+    if not isinstance(backend_key, indexing.BasicIndexer):
+        return None
+    return array, backend_key.tuple
 
 
 # -- several variables of one Dataset.load() in one request ------------------------------------------
@@ -435,6 +492,7 @@ class DstpDataStore(AbstractDataStore):
         self.dataset = dataset
         self.transport = transport
         self.details: DatasetDetails = _client(target)[0].describe(dataset)
+        _chunk_batches.install(_resolve_chunk, _read_box, lambda: bool(_arrays))
         #: Scalar, auxiliary and derived coordinates: coordinates of the Dataset, not data variables.
         self.coordinate_names: list[str] = []
 

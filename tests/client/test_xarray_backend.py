@@ -297,15 +297,19 @@ def test_descending_latitude_and_an_index_only_dimension(url: str, root: Path) -
     same(ds.lat_bnds, want.lat_bnds.rename(bnds="bnds"), "lat_bnds")
 
 
-def test_dask_chunks_read_each_chunk_once(url: str, root: Path) -> None:
+def test_dask_chunks_of_one_compute_are_read_by_one_query(url: str, root: Path) -> None:
     want = local(root, "ocean")
     ds = xr.open_dataset(f"{url}/ocean", engine="dstp", chunks={"time": 4, "lat": 12})
     assert ds.salinity.chunks == ((4, 4, 4), (6,), (12, 12, 12), (72,))
     with record_reads() as log:
         got = ds.salinity.compute()
     same(got, want.salinity, "salinity")
-    assert log.queries == 9
-    assert log.elements == ds.salinity.size  # chunks never overlap
+    assert log.queries == 1  # the 9 chunks tile the variable: one box query (before: 9 queries)
+    assert log.elements == ds.salinity.size  # each grid point once
+    with record_reads() as log:  # no local dask callback (as under dask.distributed): one query per chunk
+        got = ds.salinity.compute(callbacks=())
+    same(got, want.salinity, "salinity, chunk by chunk")
+    assert log.queries == 9 and log.elements == ds.salinity.size
     with record_reads() as log:
         part = ds.temperature.sel(depth=slice(10, 40), lat=slice(60, -60)).isel(time=slice(2, 7)).compute()
     same(part, want.temperature.sel(depth=slice(10, 40), lat=slice(60, -60)).isel(time=slice(2, 7)), "part")
@@ -426,3 +430,68 @@ def _local_cached(root: Path, dataset: str) -> xr.Dataset:
     if (root, dataset) not in _LOCAL:
         _LOCAL[root, dataset] = local(root, dataset)
     return _LOCAL[root, dataset]
+
+
+#: Chunk lengths per ocean dimension (size 12, 6, 36, 72): uneven ones, at most 3 × 2 × 4 × 3 chunks.
+_CHUNK_LENGTHS = {"time": (4, 12), "depth": (3, 6), "lat": (9, 36), "lon": (24, 72)}
+
+
+@settings(max_examples=8, deadline=None)
+@given(chunks=st.fixed_dictionaries({d: st.integers(*r) for d, r in _CHUNK_LENGTHS.items()}),
+       budget=st.sampled_from([None, 400_000, 150_000]))
+def test_a_dask_compute_of_several_variables_reads_boxes_equal_to_the_files(url: str, root: Path, chunks: dict,
+                                                                            budget: int | None) -> None:
+    """Uneven chunks (12 = 5 + 5 + 2 …) of every variable in one compute: values equal xarray on the files; the
+    chunks of each grid are read by box queries of at most ``budget`` bytes (one box per grid by default), each
+    grid point once."""
+    from unittest import mock
+
+    from dstp.client import _chunk_batches
+
+    want = _local_cached(root, "ocean")
+    ds = xr.open_dataset(f"{url}/ocean", engine="dstp", chunks=chunks)
+    variables = ("salinity", "temperature", "sea_surface_height")
+    with mock.patch.object(_chunk_batches, "BOX_BYTES", budget or _chunk_batches.BOX_BYTES), \
+            record_reads() as log:
+        got = ds.compute()
+    for name in variables:
+        same(got[name], want[name], name)
+    assert log.elements == sum(ds[name].size for name in variables), log.sql  # each grid point once
+    def chunks_of(name: str) -> tuple[tuple[int, ...], ...]:
+        found = ds[name].chunks
+        assert found is not None
+        return found
+
+    chunk_reads = sum(int(np.prod([len(c) for c in chunks_of(name)])) for name in variables)  # one query each before
+    if budget is None:
+        assert log.queries == 2, log.sql  # salinity and temperature in one box query, the sea surface in one
+    else:
+        assert 2 <= log.queries <= chunk_reads
+        for sql, summary in zip(log.sql, log.summaries):  # a box is within the budget, or one chunk
+            columns = [name for name in variables if f'"{name}"' in sql]  # float32 values
+            biggest_chunk = int(np.prod([max(c) for c in chunks_of(columns[0])]))
+            assert summary.rows <= max(budget // (4 * len(columns)), biggest_chunk), sql
+
+
+def test_a_box_refused_reads_its_chunks_alone_and_says_what_is_wrong(url: str, root: Path) -> None:
+    """A box holding a value the backend refuses (an unwritten integer) is not handed out: its chunks read
+    alone, the written ones equal the files, the other is refused naming the variable as without dask."""
+    want = local(root, "unwritten")
+    got = xr.open_dataset(f"{url}/unwritten", engine="dstp", chunks={"lat": 1})
+    with record_reads() as log:
+        same(got["count"].isel(lat=slice(0, 2)).compute(), want["count"].isel(lat=slice(0, 2)), "written rows")
+    assert log.queries == 1
+    with pytest.raises(ValueError, match=r"count: the server sent 2 missing value\(s\).*default fill value"):
+        got["count"].compute()
+
+
+def test_two_computes_at_once_each_get_their_own_values(url: str, root: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = _local_cached(root, "ocean")
+    ds = xr.open_dataset(f"{url}/ocean", engine="dstp", chunks={"time": 5, "lat": 7})
+    keys = [{"time": slice(1, 11)}, {"lat": slice(3, 30), "lon": slice(None, None, 5)}, {"depth": 2}, {}]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda key: ds.salinity.isel(key).compute(), keys * 2))
+    for key, got in zip(keys * 2, results):
+        same(got, want.salinity.isel(key), str(key))
