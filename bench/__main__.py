@@ -22,7 +22,7 @@ from dstp.samples import ensure_samples
 
 SUITES = ("seed_query", "table4", "bulk", "bulk_native", "rotpole", "facades", "tls_cost", "load", "cluster",
           "reductions", "warm", "scan", "startup", "udt_get", "attack", "archive", "listings", "tiles", "dap", "auto_matrix", "stores",
-          "wan_stores", "doors", "zarr_edr", "zarr_sources")
+          "wan_stores", "doors", "zarr_edr", "zarr_sources", "xarray_engine")
 
 
 def samples(quick: bool) -> dict[str, Path]:
