@@ -11,6 +11,8 @@ epoch) cannot say what the watcher missed: ChangesLostError, naming the version 
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,6 +30,8 @@ from dstp.errors import ChangesLostError, ServerUnreachableError
 from dstp.server import DstpServer
 from dstp.settings import Settings
 
+#: The folder of the tests' helpers (builders), for the process that writes a day.
+TESTS = str(Path(__file__).resolve().parents[1])
 #: Longest the test waits for an event another thread delivers (never reached when the code works).
 WAIT_S = 60.0
 
@@ -62,7 +66,11 @@ class Restarting:
         self.stopped.set()
 
     def add_day(self, day: int) -> None:
-        daily(self.folder / f"d_{day:04d}.nc", day)
+        """Write a day in a process of its own: netCDF-C is not thread-safe, and in this process the server's
+        threads may be reading or closing files (a restart from the watcher's thread raced a stop: a segfault)."""
+        code = f"import sys; sys.path.insert(0, {TESTS!r}); from pathlib import Path; from builders import daily; " \
+               f"daily(Path({str(self.folder / f'd_{day:04d}.nc')!r}), {day})"
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=WAIT_S)
 
     def refresh(self) -> list[Any]:
         assert self.server is not None and self.server.catalog is not None
