@@ -113,4 +113,4 @@ def test_a_worker_killed_by_a_native_crash_says_where_every_thread_was(catalog_r
         stop_dask(cluster)
     log = (tmp_path / "w0.log").read_text(errors="replace")
     assert "Fatal Python error: Bus error" in log, log[-2000:]
-    assert re.search(r'File ".*[/\\]transport[/\\]channel_server\.py", line \d+ in ', log), log[-3000:]  # the node's channel
+    assert re.search(r'File ".*[/\\]transport[/\\]server[/\\]channel_server\.py", line \d+ in ', log), log[-3000:]  # the node's channel
