@@ -81,7 +81,7 @@ class ChunkLister:
                 pickle.dump((str(path), identity, variable, max_chunks), helper.stdin, pickle.HIGHEST_PROTOCOL)
                 helper.stdin.flush()
                 # The helper starts writing only once it holds the whole answer: readable means it comes.
-                if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                if not _readable(helper.stdout, self.wait_s):
                     raise TimeoutError(f"no chunk listing of {path} in {self.wait_s:g} s")
                 listing = pickle.load(helper.stdout)
             except (OSError, EOFError, pickle.UnpicklingError) as exc:  # died or hung: the next listing starts another
@@ -106,7 +106,7 @@ class ChunkLister:
             helper.stdin.flush()
             failure: BaseException | None = None
             while True:
-                if not select.select([helper.stdout], [], [], self.wait_s)[0]:
+                if not _readable(helper.stdout, self.wait_s):
                     raise TimeoutError(f"no answer about an object in {self.wait_s:g} s")
                 kind, value = pickle.load(helper.stdout)
                 if kind == "done":
@@ -182,3 +182,14 @@ def _discard(helper: subprocess.Popen[bytes]) -> None:
 #: the helper ends.
 LISTER = ChunkLister()
 atexit.register(LISTER.close)
+
+
+def _readable(pipe: Any, wait_s: float) -> bool:
+    """Return whether ``pipe`` has something to read (or was closed) within ``wait_s`` seconds.
+
+    poll, not select: a server holding thousands of connections and files gives its helpers' pipes descriptors
+    past 1,024, which select() refuses ("filedescriptor out of range in select()").
+    """
+    poller = select.poll()
+    poller.register(pipe, select.POLLIN)
+    return bool(poller.poll(max(0, round(wait_s * 1000))))

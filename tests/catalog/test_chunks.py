@@ -504,3 +504,35 @@ def test_a_chunk_two_blocks_of_one_scan_read_is_inflated_once_even_with_the_cach
         handles.read(path, "v", [slice(t, t + 1), slice(32, 64), slice(0, 1024)])
     assert reader.inflated - before <= 48  # each at most once: the window holds it for the second block
     handles.close()
+
+
+def test_a_listing_works_when_the_helper_s_pipes_are_past_descriptor_1024(tmp_path: Path) -> None:
+    """A server holding thousands of connections and files (its limit is raised to 20,000) gives the helper's pipes
+    descriptors past 1,024, where select() refuses ("filedescriptor out of range"): a fresh-clone run of the suite
+    hit it, and so would a busy server, on every header image and chunk listing."""
+    import resource
+
+    from dstp._chunk_index import file_identity
+    from dstp.catalog.chunk_lister import ChunkLister
+    from dstp.catalog.chunks import layout_of
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1100
+    assert hard == resource.RLIM_INFINITY or hard >= wanted, f"the hard limit of open files is {hard}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    path, handles = published(tmp_path, shape=(4, 32), chunks=(1, 32), dtype="f4")
+    handles.close()
+    held: list[int] = []
+    lister = ChunkLister()
+    try:
+        while not held or held[-1] < 1030:  # every descriptor up to past 1,024 is taken: the helper's come after
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        layout = layout_of(lister.try_listing(path, file_identity(os.stat(path)), "v", 100))
+        assert layout is not None and layout.chunks == (1, 32)
+        assert lister._helper is not None and lister._helper.stdout is not None
+        assert lister._helper.stdout.fileno() > 1024
+    finally:
+        lister.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
