@@ -31,6 +31,10 @@ DASK = str(Path(sys.executable).parent / "dask")
 START_TIMEOUT_S = 90
 
 
+#: How long a worker or coordinator of these tests lets a query wait for an admission slot (see start_dask).
+ADMISSION_WAIT_S = 60.0
+
+
 @dataclass
 class DaskCluster:
     """A scheduler and its worker processes, by worker address."""
@@ -95,8 +99,11 @@ def start_dask(catalog_root: Path, tmp: Path, n_workers: int = 3, worker_roots: 
     to ``tmp/dask.log``, worker ``i`` to ``tmp/w{i}.log``."""
     from distributed import Client
 
+    # A worker frees a partition's admission slot once its transfer has closed, after the client has its records;
+    # on a loaded 2-core CI machine that took longer than the default 5 s wait, and the next test's partitions were
+    # refused ("you are running your maximum of 4 queries at once"). These tests check answers, not admission.
     env = {**os.environ, "DSTP_CATALOG_ROOT": str(catalog_root), "DSTP_BATCH_ROWS": "4096",
-           "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+           "DSTP_ADMISSION_WAIT_S": str(ADMISSION_WAIT_S), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     sched_file = tmp / "scheduler.json"
     log = open(tmp / "dask.log", "ab")  # noqa: SIM115 - closed with the processes
     scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
@@ -150,7 +157,7 @@ def running_coordinator(catalog_root: Path, cluster: DaskCluster, **settings: An
     """A coordinator (``dstp serve ROOT --cluster``) on loopback over ``cluster``; ``settings`` beyond the
     tests' usual ones (no HTTP, no UDT, 4,096-record batches)."""
     base: dict[str, Any] = dict(catalog_root=catalog_root, port=0, http_port=-1, data_port=0, udt_port=-1,
-                                batch_rows=4096)
+                                batch_rows=4096, admission_wait_s=ADMISSION_WAIT_S)
     server = DstpServer(Settings(**(base | settings)), cluster=cluster.address)
     server.start()
     try:
