@@ -85,15 +85,17 @@ def file_handle(fd: int) -> Any:
 
 
 def send_frame(fd: int, kind: int, stripe: int, sequence: int, offset: int, views: list[memoryview],
-               max_payload: int, file: Any = None) -> int:
+               max_payload: int, file: Any = None, body_crc: int | None = None) -> int:
     """Send one plaintext frame on socket ``fd``; return the bytes sent.
 
     ``file`` (a :func:`file_handle`): the payload is that file's bytes at ``offset``; they leave by
-    ``sendfile`` (``views`` still give the checksum).
+    ``sendfile`` (``views`` still give the checksum, unless ``body_crc``, the payload's CRC-32C, is known:
+    then the payload is not read at all).
     """
     try:
         return int(_native.send_frame(fd, kind, stripe, sequence, offset, views, max_payload,
-                                      file if len(views) == 1 else None, offset))
+                                      file if len(views) == 1 else None, offset,
+                                      -1 if body_crc is None else body_crc))
     except OSError as exc:
         raise TransportError(f"data connection lost while sending: {exc.strerror or exc}") from exc
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence
@@ -30,7 +31,7 @@ from dstp.service.admission import Admission
 from dstp.service.audit import AuditLog
 from dstp.service.offers import Offer, Offers
 from dstp.settings import Settings
-from dstp.transport.wire.crc import crc32c_of_file
+from dstp.transport.wire.crc import block_crcs_of_file
 from dstp.transport.server.sources import FileSource
 
 __all__ = ["FileHandle", "FileRequest", "Files"]
@@ -39,6 +40,9 @@ log = logging.getLogger("dstp.service")
 
 #: Range checksums kept (per file version and range).
 CHECKSUMS_KEPT = 256
+#: Block checksums are kept for ranges of at most this many blocks (64 GiB at 4 MiB blocks; 4 bytes a block,
+#: at most 16 MiB for all kept ranges); a longer range's frames compute their own.
+BLOCK_CRCS_KEPT = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,11 @@ class FileRequest:
     crc32c: int
     #: The dataset the file belongs to (access is checked again when its ticket is redeemed).
     dataset_id: str = ""
+    #: The CRC-32C of each ``block_bytes`` piece of the range from ``offset`` (empty: not known), computed
+    #: in the same pass as ``crc32c``; the frames carrying those blocks reuse them instead of reading the
+    #: file a second time.
+    block_crcs: tuple[int, ...] = ()
+    block_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +87,7 @@ class Files:
         self.access = access or Access(catalog)
         self.audit = audit or AuditLog(admission.clock)
         self._lock = threading.Lock()
-        self._checksums: dict[tuple[str, int, int, int, int], int] = {}
+        self._checksums: dict[tuple[int, ...], tuple[int, array[int]]] = {}
 
     def open(
         self,
@@ -124,8 +133,9 @@ class Files:
         for start, size in parts:
             if start < offset or size < 0 or start + size > offset + length:
                 raise QueryError(f"missing range {start}+{size} lies outside the requested {offset}+{length}")
-        checksum = self._range_checksum(path, st.st_size, st.st_mtime_ns, offset, length, fd, principal)
-        return FileRequest(path, st.st_size, st.st_mtime_ns, offset, length, parts, checksum, dataset_id)
+        checksum, blocks = self._range_checksum(path, st, offset, length, fd, principal)
+        return FileRequest(path, st.st_size, st.st_mtime_ns, offset, length, parts, checksum, dataset_id,
+                           blocks, self.settings.block_bytes)
 
     def source(self, request: FileRequest, *, label: str, expires_at: float, congestion_control: str = "",
                cancel: threading.Event | None = None, principal: Principal = ANONYMOUS,
@@ -151,26 +161,35 @@ class Files:
                               seconds=self.admission.clock() - slot.started, file=request.path.name,
                               range=f"{request.offset}+{request.length}")
 
+        step, end = request.block_bytes, request.offset + request.length
+        known = {start: (min(step, end - start), crc)
+                 for start, crc in zip(range(request.offset, end, step or 1), request.block_crcs)}
         source = FileSource(request.path, request.missing, self.settings.block_bytes, on_close=finished,
                             label=label, expires_at=expires_at, congestion_control=congestion_control, cancel=cancel,
-                            opener=opener, pace=slot)
+                            opener=opener, pace=slot,
+                            block_crcs=known if request.block_bytes == self.settings.block_bytes else None)
         slot.on_stall(lambda error: source.cancel())
         return source
 
-    def _range_checksum(self, path: Path, size: int, mtime_ns: int, offset: int, length: int, fd: int,
-                        principal: Principal) -> int:
-        key = (str(path), size, mtime_ns, offset, length)
+    def _range_checksum(self, path: Path, st: os.stat_result, offset: int, length: int, fd: int,
+                        principal: Principal) -> tuple[int, tuple[int, ...]]:
+        """Return the range's CRC-32C and its blocks' (kept for the file as it is: same inode, size, times)."""
+        block = self.settings.block_bytes
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, offset, length, block)
         with self._lock:
             if key in self._checksums:
-                return self._checksums[key]
+                whole, kept = self._checksums[key]
+                return whole, tuple(kept)
         slot = self.admission.acquire(principal.share_key, "transfers", f"checksum of {path.name}")
         try:
             here = Path(f"/proc/self/fd/{fd}")  # exactly the file checked, whatever the path names now
-            value = crc32c_of_file(here if here.exists() else path, offset, length)
+            whole, blocks = block_crcs_of_file(here if here.exists() else path, offset, length, block)
         finally:
             slot.release()
+        if len(blocks) > BLOCK_CRCS_KEPT:
+            blocks = ()
         with self._lock:
-            self._checksums[key] = value
+            self._checksums[key] = (whole, array("I", blocks))
             while len(self._checksums) > CHECKSUMS_KEPT:
                 self._checksums.pop(next(iter(self._checksums)))
-        return value
+        return whole, blocks

@@ -379,9 +379,10 @@ private:
 };
 
 // Send one plaintext frame; return the bytes sent. With `file` the payload (one part, the bytes of
-// that file at `file_position`) goes out with sendfile, the part only feeds the CRC.
+// that file at `file_position`) goes out with sendfile, the part only feeds the CRC -- unless `body_crc`
+// (>= 0) already is the payload's CRC-32C: then the payload is not read at all.
 size_t send_frame(int fd, int kind, int stripe, uint64_t sequence, uint64_t offset, py::sequence parts,
-                  uint32_t max_payload, py::object file, uint64_t file_position) {
+                  uint32_t max_payload, py::object file, uint64_t file_position, int64_t body_crc) {
     // `file` (an argument: referenced until we return) keeps its descriptor open meanwhile.
     int file_fd = file.is_none() ? -1 : file.cast<FileHandle&>().fd();
     std::vector<std::unique_ptr<Buffer>> buffers;
@@ -399,7 +400,10 @@ size_t send_frame(int fd, int kind, int stripe, uint64_t sequence, uint64_t offs
     return nogil([&]() -> size_t {
         unsigned char header[kHeader];
         uint32_t body = 0;
-        for (auto& b : buffers) body = crc32c(body, b->data(), b->size());
+        if (body_crc >= 0)  // known already (the payload is then not read at all)
+            body = static_cast<uint32_t>(body_crc);
+        else
+            for (auto& b : buffers) body = crc32c(body, b->data(), b->size());
         pack_header(header, kind, stripe, sequence, offset, static_cast<uint32_t>(length), 0);
         uint32_t checksum = crc32c(body, header, kHeader);
         put_be(header + 28, checksum, 4);
@@ -448,8 +452,9 @@ PYBIND11_MODULE(_native, m) {
         "Return the CRC-32C of `data` continuing from `value` (hardware=False: the table fallback).");
     m.def("send_frame", &send_frame, py::arg("fd"), py::arg("kind"), py::arg("stripe"), py::arg("sequence"),
           py::arg("offset"), py::arg("parts"), py::arg("max_payload"), py::arg("file") = py::none(),
-          py::arg("file_position") = 0,
-          "Send one plaintext frame carrying `parts` (file: a FileHandle, its bytes by sendfile); return bytes sent.");
+          py::arg("file_position") = 0, py::arg("body_crc") = -1,
+          "Send one plaintext frame carrying `parts` (file: a FileHandle, its bytes by sendfile; body_crc: the "
+          "payload's CRC-32C when known, -1 to compute it); return bytes sent.");
     py::class_<FileHandle>(m, "FileHandle")
         .def(py::init<int>(), py::arg("fd"), "Keep a descriptor of its own of the open file `fd` (closed when collected).")
         .def_property_readonly("fd", &FileHandle::fd);

@@ -27,7 +27,7 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Protocol, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -184,6 +184,7 @@ class FileSource:
         cancel: threading.Event | None = None,
         opener: Callable[[Path], BinaryIO] | None = None,
         pace: Pace = UNWATCHED,
+        block_crcs: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         self.path = path
         self.on_close = on_close
@@ -196,6 +197,9 @@ class FileSource:
         #: How the file is opened when sending starts (the service checks it is still the published file).
         self.opener: Callable[[Path], BinaryIO] = opener or (lambda p: open(p, "rb"))
         self._cancel = cancel or threading.Event()
+        #: offset -> (length, CRC-32C) of blocks whose checksum is already known (the service computed them
+        #: with the whole range's): their frames carry it and the sender does not read them to checksum
+        self.block_crcs = dict(block_crcs or {})
         self._sent = 0
         self._blocks = 0
         self._map: mmap.mmap | None = None
@@ -232,6 +236,11 @@ class FileSource:
                 self.pace.blocked()
                 yield view[offset:end], offset
                 self.pace.unblocked()
+
+    def known_crc(self, offset: int, length: int) -> int | None:
+        """Return the CRC-32C of the block at ``offset`` if the service computed it already, else None."""
+        known = self.block_crcs.get(offset)
+        return known[1] if known is not None and known[0] == length else None
 
     def summary(self) -> TransferSummary:
         return TransferSummary(content="file", bytes=self._sent, blocks=self._blocks)

@@ -63,6 +63,8 @@ class _Message:
     payload: Any
     offset: int
     size: int
+    #: The payload's CRC-32C when its source knew it already (a file block), else None.
+    crc: int | None = None
 
 
 class Transfer:
@@ -125,6 +127,7 @@ class Transfer:
     def _produce(self) -> None:
         seq = 0
         iterator = self.source.messages()
+        known_crc = getattr(self.source, "known_crc", None)
         try:
             for payload, offset in iterator:
                 size = payload.nbytes if isinstance(payload, memoryview) else len(payload)  # IPC messages too
@@ -134,7 +137,8 @@ class Transfer:
                         self._cond.wait(0.5)
                     if self._done:
                         return
-                    self._messages[seq] = _Message(Kind.DATA, payload, offset, size)
+                    self._messages[seq] = _Message(Kind.DATA, payload, offset, size,
+                                                   known_crc(offset, size) if known_crc is not None else None)
                     self._unacked_bytes += size
                     self._queue.append(seq)
                     self._cond.notify_all()
@@ -255,7 +259,8 @@ class Transfer:
                 if msg is None:
                     continue
                 send_frame(conn, msg.kind, stripe, seq, msg.offset, msg.payload, self.seal,
-                           file=file_handle() if file_handle is not None and msg.kind == Kind.DATA else None)
+                           file=file_handle() if file_handle is not None and msg.kind == Kind.DATA else None,
+                           body_crc=msg.crc)
                 self.sent_bytes += msg.size
         except TransportError as exc:
             log.info("transfer %s: stripe %d broke while sending: %s", self.label, stripe, exc)

@@ -4,7 +4,10 @@ A download receives blocks out of order on several stripes and checks each
 one as it arrives; :func:`combine` then yields the CRC-32C of the whole range
 from the blocks' CRCs and lengths, so the final end-to-end check needs no
 second pass over a gigabyte of output. :func:`crc32c_of_file` is the
-whole-file value a server publishes and a finished download is checked against. It is zlib's ``crc32_combine``
+whole-file value a server publishes and a finished download is checked against;
+:func:`block_crcs_of_file` gives it together with each block's own CRC-32C, which
+the frames carrying those blocks then reuse (one pass over the file, not two).
+:func:`combine` is zlib's ``crc32_combine``
 (operators over GF(2)) for the Castagnoli polynomial; the operator for a
 length is computed once and cached, and most blocks share one length.
 """
@@ -19,7 +22,7 @@ from typing import Any, Callable
 
 from dstp.transport import native
 
-__all__ = ["CHECKSUM_CHUNK", "combine", "crc32c", "crc32c_of_file"]
+__all__ = ["CHECKSUM_CHUNK", "block_crcs_of_file", "combine", "crc32c", "crc32c_of_file"]
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 
@@ -110,3 +113,28 @@ def crc32c_of_file(path: Path, offset: int = 0, length: int = -1) -> int:
         finally:
             view.release()
     return value
+
+
+def block_crcs_of_file(path: Path, offset: int, length: int, block: int) -> tuple[int, tuple[int, ...]]:
+    """Return the CRC-32C of ``length`` bytes of ``path`` from ``offset`` and of each ``block``-byte piece of it.
+
+    The pieces start at ``offset`` (the last may be shorter); the whole value is combined from theirs,
+    so the file is read once.
+    """
+    if length <= 0:
+        return crc32c(b""), ()
+    pieces = []
+    whole = crc32c(b"")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            for start in range(offset, offset + length, block):
+                size = min(offset + length, start + block) - start
+                piece = view[start:start + size]
+                value = crc32c(piece)
+                piece.release()
+                pieces.append(value)
+                whole = combine(whole, value, size)
+        finally:
+            view.release()
+    return whole, tuple(pieces)

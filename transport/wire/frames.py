@@ -188,15 +188,16 @@ def payload_views(payload: Any) -> list[memoryview]:
     return views
 
 
-def _checksum(header: bytes, views: list[memoryview]) -> tuple[int, int]:
-    """Return (frame checksum, CRC-32C of the payload alone).
+def _checksum(header: bytes, views: list[memoryview], body: int | None = None) -> tuple[int, int]:
+    """Return (frame checksum, CRC-32C of the payload alone); ``body``: the payload's, when known.
 
     The payload comes first so that its own CRC falls out of the same pass: a
     download combines the blocks' CRCs into the whole file's (transport/wire/crc.py).
     """
-    body = 0
-    for view in views:
-        body = crc32c(view, body)
+    if body is None:
+        body = 0
+        for view in views:
+            body = crc32c(view, body)
     return crc32c(header, body), body
 
 
@@ -205,12 +206,14 @@ def encode_header(kind: Kind, stripe: int, sequence: int, offset: int, payload: 
     return _header(kind, stripe, sequence, offset, payload_views(payload))
 
 
-def _header(kind: Kind, stripe: int, sequence: int, offset: int, views: list[memoryview]) -> bytes:
+def _header(kind: Kind, stripe: int, sequence: int, offset: int, views: list[memoryview],
+            body: int | None = None) -> bytes:
     length = sum(v.nbytes for v in views)
     if length > MAX_PAYLOAD:
         raise ProtocolError(f"frame payload of {length} bytes exceeds {MAX_PAYLOAD}")
     blank = HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, 0)
-    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length, _checksum(blank, views)[0])
+    return HEADER.pack(MAGIC, VERSION, int(kind), stripe, sequence, offset, length,
+                       _checksum(blank, views, body)[0])
 
 
 def control_payload(obj: Any) -> bytes:
@@ -235,7 +238,7 @@ class Conn(Protocol):
 
 
 def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, payload: Any = b"",
-               seal: Seal | None = None, *, file: Any = None) -> int:
+               seal: Seal | None = None, *, file: Any = None, body_crc: int | None = None) -> int:
     """Send one frame without copying ``payload`` (bytes-like, or a message in ``parts``); return the bytes sent.
 
     With ``seal`` a DATA, END, ACK or BYE frame is sealed (one copy: the ciphertext). ``file``: the
@@ -248,7 +251,7 @@ def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, 
         size = sum(v.nbytes for v in views)
         if size > MAX_PAYLOAD:
             raise ProtocolError(f"frame payload of {size} bytes exceeds {MAX_PAYLOAD}")
-        return native.send_frame(fd, int(kind), stripe, sequence, offset, views, MAX_PAYLOAD, file)
+        return native.send_frame(fd, int(kind), stripe, sequence, offset, views, MAX_PAYLOAD, file, body_crc)
     if seal is not None and _sealable(kind):
         size = sum(v.nbytes for v in views)
         if size > MAX_PAYLOAD:
@@ -260,7 +263,7 @@ def send_frame(conn: Conn, kind: Kind, stripe: int, sequence: int, offset: int, 
         header = HEADER.pack(MAGIC, VERSION, code, stripe, sequence, offset, len(sealed), _checksum(blank, body)[0])
         conn.send_parts([header, *body])
         return len(header) + len(sealed)
-    header = _header(kind, stripe, sequence, offset, views)
+    header = _header(kind, stripe, sequence, offset, views, body_crc)
     conn.send_parts([header, *views])
     return len(header) + sum(v.nbytes for v in views)
 
