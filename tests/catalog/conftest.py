@@ -1,5 +1,9 @@
 """Catalog tests read the catalog's warnings (caplog): no server's repeat limiter may hide them.
 
+The store tests share two module fixtures: ``samples`` (the small samples, written once per module) and
+``s3`` (them uploaded to an S3 server of the module's own under ``s3://archive/cmip/samples``; a module
+that needs a fresh server per test defines its own).
+
 A server running in this process (a session fixture of another folder) puts a
 :class:`dstp.log_limits.RepeatLimiter` on ``dstp.catalog`` until it stops; the
 same warning logged by earlier tests within its window would be dropped here.
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from store_servers import S3Server
 
 from dstp.samples import generate_samples
 
@@ -33,3 +38,13 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("samples")
     generate_samples(root, "small")
     return root
+
+
+@pytest.fixture(scope="module")
+def s3(samples: Path) -> Iterator[S3Server]:
+    """An S3 server (moto) of the module's own holding ``samples`` under ``s3://archive/cmip/samples``."""
+    server = S3Server()
+    server.client().create_bucket(Bucket="archive")
+    server.upload_tree("archive", samples, "cmip/samples")
+    yield server
+    server.stop()

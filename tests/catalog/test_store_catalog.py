@@ -26,15 +26,6 @@ SETTINGS = Settings(batch_rows=4096)
 SAMPLE_CASES = [c for c in CASES if c[1] in ("ccm3", "ocean")]
 
 
-@pytest.fixture(scope="module")
-def s3(samples: Path) -> Iterator[S3Server]:
-    server = S3Server()
-    server.client().create_bucket(Bucket="archive")
-    server.upload_tree("archive", samples, "cmip/samples")
-    yield server
-    server.stop()
-
-
 def s3_store(server: S3Server, name: str = "models") -> StoreConfig:
     os.environ["DSTP_TEST_S3_KEY"], os.environ["DSTP_TEST_S3_SECRET"] = server.access_key, server.secret_key
     return StoreConfig(name, "s3://archive/cmip/samples", endpoint=server.endpoint, region="us-east-1",

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -44,15 +43,6 @@ def data_chunk_bytes(paths: list[Path]) -> int:
     """Return the bytes of all the chunks of all chunked variables of ``paths`` (h5py, independently of dstp)."""
     out = subprocess.run([sys.executable, "-c", _CHUNK_BYTES, *map(str, paths)], check=True, capture_output=True)
     return int(json.loads(out.stdout))
-
-
-@pytest.fixture(scope="module")
-def s3(samples: Path) -> Iterator[S3Server]:
-    server = S3Server()
-    server.client().create_bucket(Bucket="archive")
-    server.upload_tree("archive", samples, "cmip/samples")
-    yield server
-    server.stop()
 
 
 def test_first_indexing_of_netcdf4_objects_fetches_far_less_than_their_chunks(samples: Path, s3: S3Server,

@@ -28,15 +28,6 @@ SCAN = "select temperature, humidity, time, lev, lat, lon from ccm3"
 
 
 @pytest.fixture(scope="module")
-def s3(samples: Path) -> Iterator[S3Server]:
-    server = S3Server()
-    server.client().create_bucket(Bucket="archive")
-    server.upload_tree("archive", samples, "cmip/samples")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def http(samples: Path) -> Iterator[RangeHTTPServer]:
     (samples / "manifest.txt").write_text("\n".join(p.relative_to(samples).as_posix()
                                                     for p in sorted(samples.rglob("*.nc"))) + "\n")
