@@ -5,7 +5,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,6 +21,7 @@ os.environ.pop("DSTP_AGENT_SOCK", None)
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="dstp-test-state-")
 
 import builders  # noqa: E402
+from hang_dump import native_stacks  # noqa: E402
 
 import dstp  # noqa: E402
 from dstp.catalog.publish import publish  # noqa: E402
@@ -92,7 +92,6 @@ def scratch(tmp_path: Path) -> Path:
 # thread's stacks written to the terminal, Python's and (where gdb is installed) the native ones, and
 # the run ends with exit status 1.
 HARD_EXIT_AFTER_S = 60.0
-NATIVE_DUMP_TIMEOUT_S = 60.0
 
 
 def _timeout_s(item: pytest.Item) -> float:
@@ -113,18 +112,7 @@ def _stacks_and_exit(item: pytest.Item, after_s: float) -> None:
               f"is blocked where pytest-timeout cannot interrupt it. Stacks follow; the run ends. ===\n")
     err.flush()
     faulthandler.dump_traceback(file=err, all_threads=True)
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        err.write("(install gdb to see the native stacks as well)\n")
-    else:
-        try:
-            native = subprocess.run(
-                [gdb, "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"],
-                capture_output=True, text=True, timeout=NATIVE_DUMP_TIMEOUT_S, check=False,
-            )
-            err.write(native.stdout or native.stderr)
-        except subprocess.TimeoutExpired:
-            err.write(f"(gdb gave no native stacks within {NATIVE_DUMP_TIMEOUT_S:.0f} s)\n")
+    err.write(native_stacks(os.getpid()))
     err.write(f"=== the run ended: {item.nodeid} hung ===\n")
     err.flush()
     os._exit(1)
