@@ -10,7 +10,8 @@ One 256 MiB file on loopback, tmpfs to tmpfs. Two peers, interleaved (the order 
   ``bench/results/udt_settings.json`` (``python -m bench.udt_settings``: a grid of MSS, buffers and windows on
   this machine), when it differs from the channel's.
 
-The target: dstp ≥ 0.7× raw libudt at its best setting here, whole process. ``python -m bench run --only udt_get`` writes
+The target: dstp ≥ 0.7× raw libudt at its best setting here, whole process: dstp is held to the faster of
+the two raw rows in the same run. ``python -m bench run --only udt_get`` writes
 ``bench/results/udt_get.{json,md,png}``; ``--quick`` moves 8 MiB once and writes nothing.
 """
 
@@ -67,7 +68,9 @@ def run(quick: bool, samples: dict[str, Path], repeats: int = REPEATS) -> dict[s
     rows = [bulk.summarize(name, r) for name, r in runs.items()]
     mbps = {name: [r.mb_per_s for r in rs if r.ok] for name, rs in runs.items()}
     medians = {name: statistics.median(v) if v else None for name, v in mbps.items()}
-    target_raw = raw if same else best
+    # Held to the faster raw row of this run (the grid's best setting can lose to the channel's in a given run).
+    raw_rows = [raw] if same else [raw, best]
+    target_raw = max(raw_rows, key=lambda t: medians[t.name] or 0.0)
     dstp_mbps, raw_mbps = medians[bulk.UDT.name], medians[target_raw.name]
     ratio = dstp_mbps / raw_mbps if dstp_mbps and raw_mbps else None
     pairs = [a / b for a, b in zip(mbps[bulk.UDT.name], mbps[target_raw.name]) if b]
@@ -120,8 +123,8 @@ def report(result: dict[str, Any]) -> str:
     ratio = result["ratio_of_medians"]
     pairs = ", ".join(f"{p:.2f}" for p in result["pair_ratios"])
     verdict = "met" if result["met"] else "MISSED"
-    lines += ["", f"Target: dstp ≥ {result['target']}× raw libudt at its best setting here (whole process, against "
-                  f"“{result['compared_with']}”): **{ratio:.2f}×, {verdict}** (round by round: {pairs})."]
+    lines += ["", f"Target: dstp ≥ {result['target']}× raw libudt at its best setting here (whole process, against the "
+                  f"faster raw row, “{result['compared_with']}”): **{ratio:.2f}×, {verdict}** (round by round: {pairs})."]
     if result.get("ratio_to_channel_settings") is not None:
         lines.append(f"Against raw libudt at the channel's own settings: {result['ratio_to_channel_settings']:.2f}×.")
     return "\n".join(lines) + "\n"
