@@ -96,7 +96,8 @@ def udt_extensions() -> list[Pybind11Extension]:
     if archive is not None:
         # libudt's archive linked in, with CSndQueue's init and destructor wrapped
         # (transport/_udt_src/libudt_fixes.cpp: a closed paced socket otherwise
-        # locks libudt's socket table until its next packet would have been due).
+        # locks libudt's socket table until its next packet would have been due), and its
+        # 100 ms load-time clock probe replaced by a 10 ms calibration.
         static = Pybind11Extension(
             "dstp.transport._udt",
             sources=["transport/_udt_src/udt_module.cpp", "transport/_udt_src/libudt_fixes.cpp"],
@@ -117,8 +118,9 @@ SHARED_NOTICE = ("dstp: linking the shared libudt (no libudt.a, DSTP_UDT_SHARED 
                  "a paced UDT socket closed mid-send can lock libudt's socket table (docs/udt.md)")
 
 
-#: libudt symbols the static link wraps (mangled: CSndQueue::init(CChannel*, CTimer*), CSndQueue::~CSndQueue()).
-UDT_WRAPPED = ["_ZN9CSndQueue4initEP8CChannelP6CTimer", "_ZN9CSndQueueD1Ev"]
+#: Symbols the static link wraps (mangled: CSndQueue::init(CChannel*, CTimer*), CSndQueue::~CSndQueue(); and
+#: nanosleep, to skip libudt's 100 ms load-time clock probe — transport/_udt_src/libudt_fixes.cpp).
+UDT_WRAPPED = ["_ZN9CSndQueue4initEP8CChannelP6CTimer", "_ZN9CSndQueueD1Ev", "nanosleep"]
 DEFAULT_LIB_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"]
 
 

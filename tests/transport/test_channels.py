@@ -467,6 +467,33 @@ class TestUdt(ChannelConformance):
         return UdtChannel(host, int(port), rtt_s=0.001)
 
 
+def test_udt_on_loopback_takes_the_route_mtu_above_9000() -> None:
+    """Both ends ask for the loopback route's MTU up to MAX_MSS (32000), so the connection runs at that MSS — the
+    setting where raw libudt was fastest here (bench/results/udt_settings.md); before, both capped it at 9000."""
+    from dstp.transport.server.udt_listener import UdtChannelListener
+    from dstp.transport.client.udt_channel import UdtChannel
+    from dstp.transport.wire import udt
+    from dstp.transport.udt_socket import flow_window_for
+
+    listener = UdtChannelListener("127.0.0.1", 0)
+    host, port = listener.endpoint.rsplit(":", 1)
+    accepted: list[Any] = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+    thread.start()
+    conn = UdtChannel(host, int(port), rtt_s=0.001).connect(0)
+    try:
+        thread.join(10)
+        expected = min(udt.MAX_MSS, udt.path_mtu("127.0.0.1", int(port)))
+        client, server = conn.connection.effective_options(), accepted[0].connection.effective_options()
+        assert client["UDT_MSS"] == server["UDT_MSS"] == expected > 9000
+        assert client["UDT_FC"] == flow_window_for(64 * 2**20, expected)
+    finally:
+        conn.close()
+        for c in accepted:
+            c.close()
+        listener.close()
+
+
 class TestUdtSealed(TestUdt):
     """UDT cannot carry TLS: a TLS server's UDT transfers are sealed frame by frame instead."""
 

@@ -21,12 +21,13 @@ def _source(catalog_root: Path) -> Path:
     return catalog_root / "ccm3" / NAME
 
 
-@pytest.mark.parametrize("transport, streams", [("striped", 1), ("striped", 5), ("grpc", 0), ("auto", 0)])
+@pytest.mark.parametrize("transport, streams", [("striped", 1), ("striped", 5), ("grpc", 0), ("auto", 0), ("udt", 0)])
 def test_whole_file(data_client, catalog_root, tmp_path, transport, streams) -> None:
     out = tmp_path / "copy.nc"
     summary = data_client.get("ccm3", NAME, out, transport=transport, streams=streams)
     assert out.read_bytes() == _source(catalog_root).read_bytes()
     assert summary["bytes"] == out.stat().st_size and summary["resumed_from"] == 0
+    assert transport == "auto" or summary["transport"] == transport  # UDT (loopback: MSS 32000) did carry it
     assert not (tmp_path / ("copy.nc" + STATE_SUFFIX)).exists()
 
 
@@ -39,7 +40,9 @@ def test_byte_range(data_client, catalog_root, tmp_path, offset, length) -> None
     assert out.read_bytes() == want
 
 
-def test_interrupted_download_resumes_where_it_stopped(data_client, catalog_root, tmp_path) -> None:
+@pytest.mark.parametrize("transport, streams", [("striped", 1), ("udt", 0)])
+def test_interrupted_download_resumes_where_it_stopped(data_client, catalog_root, tmp_path, transport,
+                                                       streams) -> None:
     out = tmp_path / "resume.nc"
     reports = []
 
@@ -49,10 +52,11 @@ def test_interrupted_download_resumes_where_it_stopped(data_client, catalog_root
             raise KeyboardInterrupt  # the user pressed Ctrl-C mid-transfer
 
     with pytest.raises(KeyboardInterrupt):
-        data_client.get("ccm3", NAME, out, transport="striped", streams=1, progress=interrupt)
+        data_client.get("ccm3", NAME, out, transport=transport, streams=streams, progress=interrupt)
     state = tmp_path / ("resume.nc" + STATE_SUFFIX)
     assert state.exists()
-    summary = data_client.get("ccm3", NAME, out, transport="striped", streams=2)
+    assert not out.exists()  # nothing at the output's name that could pass for the whole file
+    summary = data_client.get("ccm3", NAME, out, transport=transport, streams=streams and 2)
     size = _source(catalog_root).stat().st_size
     assert 0 < summary["resumed_from"] < size
     assert summary["bytes"] == size - summary["resumed_from"]

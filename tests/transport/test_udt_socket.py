@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -446,6 +447,19 @@ def test_libudt_is_linked_with_the_teardown_repair_where_its_archive_exists() ->
         assert _udt.LIBUDT_LINK == "static"
     else:
         assert _udt.LIBUDT_LINK in ("static", "shared")
+
+
+@pytest.mark.skipif(_udt is None or getattr(_udt, "LIBUDT_LINK", "") != "static", reason="needs libudt.a")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64", "i686"), reason="libudt probes the TSC on x86 only")
+def test_loading_libudt_skips_its_100_ms_clock_probe_and_keeps_its_clock() -> None:
+    # libudt's static initializer slept 100 ms to learn the time-stamp counter's rate, in every process that
+    # loaded it. The extension skips that sleep and measures the rate itself; libudt must still run on the
+    # counter (not its gettimeofday fallback) at the rate its own probe measures, run here in full.
+    clock = _udt._clock()
+    assert clock["probe_skipped"] is True
+    assert clock["microsecond_clock"] is False
+    probed = _udt._libudt_clock_probe()
+    assert abs(clock["ticks_per_us"] - probed) <= 0.01 * probed, (clock, probed)
 
 
 @pytest.mark.timeout(60)

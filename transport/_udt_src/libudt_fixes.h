@@ -20,6 +20,22 @@ struct Teardown {
 std::uint64_t teardown_count();
 std::vector<Teardown> recent_teardowns();
 
+// libudt's clock: whether its 100 ms load-time probe was skipped, the time-stamp
+// counter's ticks per microsecond it uses, and whether it fell back to gettimeofday.
+struct Clock {
+    bool probe_skipped;
+    std::uint64_t ticks_per_us;
+    bool microsecond_clock;
+};
+
+// Called once as the module loads: measure the counter's rate (10 ms) in place of
+// libudt's skipped probe and hand it to libudt. A no-op if the probe ran.
+void calibrate_clock();
+Clock clock_state();
+
+// Tests only: run libudt's own probe now (it sleeps 100 ms) and return the rate it measures.
+std::uint64_t libudt_probe();
+
 // Tests only: false stands the repair down, so a test can show what it prevents.
 void set_enabled(bool enabled);
 bool enabled();

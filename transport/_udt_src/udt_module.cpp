@@ -1094,6 +1094,9 @@ PYBIND11_MODULE(_udt, m) {
         *slots[i] = cls.inc_ref().ptr();  // module-lifetime references
     }
 
+#ifdef DSTP_UDT_STATIC
+    dstp_udt_fixes::calibrate_clock();  // before any socket: libudt's 100 ms probe was skipped (libudt_fixes.cpp)
+#endif
     // UDT::startup() spawns libudt's garbage-collector thread; idempotent.
     if (UDT::startup() == UDT::ERROR) raise_err(last_error(), "UDT::startup");
     g_started.store(true);
@@ -1152,6 +1155,21 @@ PYBIND11_MODULE(_udt, m) {
               return py::make_tuple(count, items);
           },
           "Diagnostics: (send queues torn down since start-up, [(udp_port, seconds), ...] for the latest 64).");
+    m.def("_clock", [] {
+              auto c = dstp_udt_fixes::clock_state();
+              py::dict d;
+              d["probe_skipped"] = c.probe_skipped;
+              d["ticks_per_us"] = c.ticks_per_us;
+              d["microsecond_clock"] = c.microsecond_clock;
+              return d;
+          },
+          "Diagnostics: libudt's clock (its 100 ms load-time probe skipped?, counter ticks per microsecond, "
+          "gettimeofday fallback?).");
+    m.def("_libudt_clock_probe", [] {
+              dstp_gil::ReleaseGil nogil;
+              return dstp_udt_fixes::libudt_probe();
+          },
+          "Tests only: run libudt's own clock probe now (100 ms) and return the ticks per microsecond it measures.");
     m.def("_set_teardown_repair", &dstp_udt_fixes::set_enabled, py::arg("enabled"),
           "Tests only: enabled=False tears send queues down as libudt 4.11 does (the worker is not woken).");
 #else

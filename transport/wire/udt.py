@@ -10,7 +10,7 @@ with :func:`dial`; both import this module only when UDT is used (loading
 libudt costs 0.1 s).
 
 Tuning: UDT_MSS counts the whole IP packet, so it is set to the path MTU (the
-route's MTU from the kernel, capped at 9000); buffers are twice the
+route's MTU from the kernel, capped at :data:`MAX_MSS`, 32000); buffers are twice the
 bandwidth-delay product (at least 64 MiB) and the flow window UDT_FC is matched
 to them (``ceil(2 × buffer / MSS)``) — an oversized window made transfers
 slower, not faster. The MSS is negotiated down to the smaller of the peers'.
@@ -28,7 +28,12 @@ from dstp.transport.udt_socket import UdtOptions, available, tuned_options, unav
 
 __all__ = ["MAX_MSS", "UdtConn", "available", "dial", "path_mtu", "unavailable_reason"]
 
-MAX_MSS = 9000
+#: The largest UDT_MSS the channel asks for (it takes the route's MTU up to this). Only loopback (MTU 65536) and
+#: IPoIB (65520) have routes above 9000. Raw libudt moving 256 MiB on loopback (bench/udt_settings.py, 5 interleaved
+#: rounds, 2026-11-29), medians in MB/s: at load 1.6-1.8, MSS 32000 286, 64000 266, 16000 249, 9000 195; at load
+#: 1.9-2.9, 16000 265, 9000 193; at load 3-5 the spread swamped it (64000 277, 9000 220, 32000 191). Pooled over
+#: the runs, 64000 and 32000 lie within each other's spread and above 9000.
+MAX_MSS = 32000
 
 
 def path_mtu(host: str, port: int) -> int:
