@@ -36,12 +36,19 @@ def iso(value: Any) -> str:
     return str(value).replace(" ", "T") + "Z"
 
 
-def _plain(values: np.ndarray) -> list[Any]:
-    return [None if isinstance(v, float) and math.isnan(v) else v for v in values.tolist()]
+def _plain(values: np.ndarray) -> np.ndarray:
+    """Return values as a range of a coverage holds them: float64, in one contiguous array.
+
+    Written by ``orjson.dumps(…, option=OPT_SERIALIZE_NUMPY)`` (as the EDR door does), each is the shortest text
+    that reads back as the same float64 and NaN is ``null``: the bytes of the list of Python floats with ``None``
+    this once built (0.44 M values: 40 ms of the cube's answer), without the list.
+    """
+    return np.ascontiguousarray(values, dtype="f8")
 
 
 def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
-    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory)."""
+    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory); each
+    range's values are a float64 numpy array, NaN where missing (write it with orjson's OPT_SERIALIZE_NUMPY)."""
     if q.kind == "trajectory":
         return _trajectory_json(q, details, table)
     if points(q):  # MULTIPOINT: one PointSeries per point, in the order asked

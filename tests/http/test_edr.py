@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -114,6 +115,32 @@ def test_cube_holds_the_cells_in_the_box_as_the_files_do(served, root: Path, dat
     np.testing.assert_array_equal([g[3] for g in got], [x[3] for x in expected])
     cube = http.get(f"/edr/collections/{dataset}/cube", params={**params, "f": "CoverageJSON"}).json()
     assert np.count_nonzero(~np.isnan(_values(cube, name))) == int(np.count_nonzero(~np.isnan(sel.values)))
+
+
+def test_cube_coveragejson_holds_each_value_of_the_files_and_null_where_missing(served, root: Path) -> None:
+    """The whole model grid as CoverageJSON: strict JSON (no NaN or Infinity literals), every value the float64 of
+    xarray's on the files, ``null`` exactly where a packed value is the fill value (about 5 % of cells)."""
+    http, _ = served
+    ds = local(root, "model")
+    answer = http.get("/edr/collections/model/cube", params={"bbox": "-180,-90,180,90", "parameter-name": "tas"})
+    assert answer.status_code == 200, answer.text
+
+    def not_json(literal: str) -> None:
+        raise AssertionError(f"{literal} is not JSON")
+
+    cov = json.loads(answer.text, parse_constant=not_json)
+    rng = cov["ranges"]["tas"]
+    assert rng["axisNames"] == ["t", "y", "x"]
+    axes = cov["domain"]["axes"]
+    lon180 = ((ds.lon.values.astype("f8") + 180.0) % 360.0) - 180.0
+    xs = [axes["x"]["values"].index(float(v)) for v in lon180]
+    ys = [axes["y"]["values"].index(float(v)) for v in ds.lat.values.astype("f8")]
+    assert len(axes["t"]["values"]) == ds.sizes["time"]
+    got = np.array([np.nan if v is None else v for v in rng["values"]], dtype="f8").reshape(rng["shape"])
+    want = ds["tas"].transpose("time", "lat", "lon").values.astype("f8")
+    assert 0 < np.isnan(want).sum() < want.size
+    np.testing.assert_array_equal(got[:, ys][:, :, xs], want)
+    assert [v is None for v in rng["values"]].count(True) == int(np.isnan(want).sum())
 
 
 def test_area_keeps_the_cells_inside_the_polygon(served, root: Path) -> None:
