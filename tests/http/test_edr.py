@@ -18,6 +18,7 @@ from typing import Iterator
 
 import httpx
 import numpy as np
+import pyarrow as pa
 import pytest
 import xarray as xr
 from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
@@ -379,3 +380,28 @@ def test_owslib_lists_collections_and_its_position_query_equals_the_files(served
     ds = local(root, "model")
     want = ds["tas"].sel(lat=-31.0, lon=345.0, method="nearest").values.astype("f8")
     np.testing.assert_array_equal(_values(cov, "tas").reshape(want.shape), want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.sampled_from([0.0, -0.0, 1.5, float("nan"), -3.0, 1e300]), min_size=1, max_size=40),
+       chunks=st.integers(1, 3))
+def test_axis_places_follow_the_order_values_first_appear(values: list[float], chunks: int) -> None:
+    """A cube's axis lists each value once, in the order of the records (the files' order); 0.0 and -0.0 are one
+    value, and every NaN one (as ``np.unique`` has them); each record's place is its value's index there."""
+    from dstp.edr.answers import _axis_places
+
+    def same(a: float, b: float) -> bool:
+        return a == b or (a != a and b != b)
+
+    axis: list[int] = []  # the record where each value first appears
+    want = []
+    for i, v in enumerate(values):
+        at = next((k for k, j in enumerate(axis) if same(values[j], v)), None)
+        if at is None:
+            axis.append(i)
+            at = len(axis) - 1
+        want.append(at)
+    column = pa.chunked_array([pa.array(p, pa.float64()) for p in np.array_split(np.array(values), chunks)])
+    place, first = _axis_places(column, column.to_numpy())
+    assert place.tolist() == want
+    assert first.tolist() == axis
