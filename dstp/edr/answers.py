@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
@@ -36,12 +37,40 @@ def iso(value: Any) -> str:
     return str(value).replace(" ", "T") + "Z"
 
 
-def _plain(values: np.ndarray) -> list[Any]:
-    return [None if isinstance(v, float) and math.isnan(v) else v for v in values.tolist()]
+def _plain(values: np.ndarray) -> np.ndarray:
+    """Return values as a range of a coverage holds them: float64, in one contiguous array.
+
+    Written by ``orjson.dumps(…, option=OPT_SERIALIZE_NUMPY)`` (as the EDR door does), each is the shortest text
+    that reads back as the same float64 and NaN is ``null``: the bytes of the list of Python floats with ``None``
+    this once built (0.44 M values: 40 ms of the cube's answer), without the list.
+    """
+    return np.ascontiguousarray(values, dtype="f8")
+
+
+def _axis_places(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Return each record's place along an axis, and the axis: its values in the order they first appear (the
+    files' order). Equal values share a place as ``np.unique`` has them (0.0 and -0.0 one, every NaN one).
+
+    Arrow's hash encoding does it in one pass, its dictionary being the values in order of first appearance
+    (2 ms for 0.44 M records, where ``np.unique``'s sorts took 10 ms per axis). A coordinate with nulls, or with
+    both 0.0 and -0.0 (two entries for Arrow), goes the ``np.unique`` way.
+    """
+    if column.null_count == 0 and len(column):
+        encoded = pc.dictionary_encode(column).combine_chunks()
+        ordered = encoded.dictionary.to_numpy(zero_copy_only=False)
+        if not (ordered.dtype.kind == "f" and np.count_nonzero(ordered == 0) > 1):
+            return encoded.indices.to_numpy(zero_copy_only=False).astype(np.intp), ordered
+    raw = column.to_numpy(zero_copy_only=False)
+    _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    appearance = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.intp)
+    rank[appearance] = np.arange(len(first), dtype=np.intp)
+    return rank[np.asarray(inverse).reshape(-1)], raw[first[appearance]]
 
 
 def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, Any]:
-    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory)."""
+    """Return the records of an EDR query as a CoverageJSON Coverage (PointSeries, Grid or Trajectory); each
+    range's values are a float64 numpy array, NaN where missing (write it with orjson's OPT_SERIALIZE_NUMPY)."""
     if q.kind == "trajectory":
         return _trajectory_json(q, details, table)
     if points(q):  # MULTIPOINT: one PointSeries per point, in the order asked
@@ -57,14 +86,8 @@ def coverage_json(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict
     index_of: list[np.ndarray] = []
     names: list[str] = []
     for d in dims:
-        raw = table.column(d.coordinate).to_numpy(zero_copy_only=False)
-        # each record's place along the axis, the axis in the order its values first appear (the files' order)
-        _, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
-        appearance = np.argsort(first, kind="stable")
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[appearance] = np.arange(len(first), dtype=np.int64)
-        ordered = raw[first[appearance]]
-        index_of.append(rank[np.asarray(inverse).reshape(-1)])
+        place, ordered = _axis_places(table.column(d.coordinate))
+        index_of.append(place)
         key = _COVJSON_AXIS.get(d.axis, d.name)
         names.append(key)
         if d.axis == "T":

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import numpy as np
+import pyarrow as pa
 import pytest
 import xarray as xr
 from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
@@ -114,6 +116,32 @@ def test_cube_holds_the_cells_in_the_box_as_the_files_do(served, root: Path, dat
     np.testing.assert_array_equal([g[3] for g in got], [x[3] for x in expected])
     cube = http.get(f"/edr/collections/{dataset}/cube", params={**params, "f": "CoverageJSON"}).json()
     assert np.count_nonzero(~np.isnan(_values(cube, name))) == int(np.count_nonzero(~np.isnan(sel.values)))
+
+
+def test_cube_coveragejson_holds_each_value_of_the_files_and_null_where_missing(served, root: Path) -> None:
+    """The whole model grid as CoverageJSON: strict JSON (no NaN or Infinity literals), every value the float64 of
+    xarray's on the files, ``null`` exactly where a packed value is the fill value (about 5 % of cells)."""
+    http, _ = served
+    ds = local(root, "model")
+    answer = http.get("/edr/collections/model/cube", params={"bbox": "-180,-90,180,90", "parameter-name": "tas"})
+    assert answer.status_code == 200, answer.text
+
+    def not_json(literal: str) -> None:
+        raise AssertionError(f"{literal} is not JSON")
+
+    cov = json.loads(answer.text, parse_constant=not_json)
+    rng = cov["ranges"]["tas"]
+    assert rng["axisNames"] == ["t", "y", "x"]
+    axes = cov["domain"]["axes"]
+    lon180 = ((ds.lon.values.astype("f8") + 180.0) % 360.0) - 180.0
+    xs = [axes["x"]["values"].index(float(v)) for v in lon180]
+    ys = [axes["y"]["values"].index(float(v)) for v in ds.lat.values.astype("f8")]
+    assert len(axes["t"]["values"]) == ds.sizes["time"]
+    got = np.array([np.nan if v is None else v for v in rng["values"]], dtype="f8").reshape(rng["shape"])
+    want = ds["tas"].transpose("time", "lat", "lon").values.astype("f8")
+    assert 0 < np.isnan(want).sum() < want.size
+    np.testing.assert_array_equal(got[:, ys][:, :, xs], want)
+    assert [v is None for v in rng["values"]].count(True) == int(np.isnan(want).sum())
 
 
 def test_area_keeps_the_cells_inside_the_polygon(served, root: Path) -> None:
@@ -352,3 +380,30 @@ def test_owslib_lists_collections_and_its_position_query_equals_the_files(served
     ds = local(root, "model")
     want = ds["tas"].sel(lat=-31.0, lon=345.0, method="nearest").values.astype("f8")
     np.testing.assert_array_equal(_values(cov, "tas").reshape(want.shape), want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.sampled_from([0.0, -0.0, 1.5, float("nan"), -3.0, 1e300]), min_size=1, max_size=40),
+       chunks=st.integers(1, 3))
+def test_axis_places_follow_the_order_values_first_appear(values: list[float], chunks: int) -> None:
+    """A cube's axis lists each value once, in the order of the records (the files' order); 0.0 and -0.0 are one
+    value, and every NaN one (as ``np.unique`` has them); each record's place is its value's index there."""
+    from dstp.edr.answers import _axis_places
+
+    def same(a: float, b: float) -> bool:
+        return a == b or (a != a and b != b)
+
+    axis: list[int] = []  # the record where each value first appears
+    want = []
+    for i, v in enumerate(values):
+        at = next((k for k, j in enumerate(axis) if same(values[j], v)), None)
+        if at is None:
+            axis.append(i)
+            at = len(axis) - 1
+        want.append(at)
+    column = pa.chunked_array([pa.array(p, pa.float64()) for p in np.array_split(np.array(values), chunks)])
+    place, ordered = _axis_places(column)
+    assert place.tolist() == want
+    expected = np.array(values)[axis]
+    np.testing.assert_array_equal(ordered, expected)
+    assert np.signbit(ordered).tolist() == np.signbit(expected).tolist()  # -0.0 stays -0.0 where it came first

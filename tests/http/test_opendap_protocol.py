@@ -20,6 +20,7 @@ import httpx
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dstp.auth import TokenStore
 from dstp.errors import BadRequestError
@@ -244,3 +245,31 @@ def test_a_dap4_filter_masks_what_it_rejects_run_by_the_sql_engine(site: dict[st
     body_text = text.split(" pr =", 1)[1].split(";", 1)[0]
     printed = np.array([np.nan if w == "_" else float(w) for w in re.findall(r"[^\s,]+", body_text)], "f4")
     same(printed.reshape(expected.shape), expected)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payloads=st.lists(st.binary(max_size=40), max_size=5), checksum=st.booleans(),
+       max_chunk=st.integers(1, 24), dmr=st.text(max_size=20))
+def test_dap_chunks_cut_the_data_as_the_spec_frames_them(payloads: list[bytes], checksum: bool, max_chunk: int,
+                                                         dmr: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``.dap`` body by the DAP4 spec: the DMR chunk, then each variable's bytes and (when asked) its CRC32 as
+    one stream in chunks of at most MAX_CHUNK bytes, only the last flagged LAST, all flagged little-endian."""
+    from dstp.opendap import dap4
+
+    monkeypatch.setattr(dap4, "MAX_CHUNK", max_chunk)  # set for each example; undone at the end
+    names = [f"v{i}" for i in range(len(payloads))]
+    sums = {n: zlib.crc32(p) for n, p in zip(names, payloads)} if checksum else None
+    body = b"".join(dap4.dap_chunks(dmr, payloads, sums, names))
+    stream = b"".join(p + (struct.pack("<I", zlib.crc32(p)) if checksum else b"") for p in payloads)
+    chunks, at = [], 0
+    while at < len(body):
+        (head,) = struct.unpack(">I", body[at:at + 4])
+        flags, size = head >> 24, head & 0xFFFFFF
+        chunks.append((flags, body[at + 4:at + 4 + size]))
+        at += 4 + size
+    assert chunks[0] == (0x04, dmr.encode() + b"\r\n")
+    data = chunks[1:]
+    assert [f for f, _ in data] == [0x04] * (len(data) - 1) + [0x05]
+    assert b"".join(c for _, c in data) == stream
+    assert all(len(c) == max_chunk for _, c in data[:-1]) and len(data[-1][1]) <= max_chunk
+    assert len(data) == max(1, -(-len(stream) // max_chunk))
