@@ -181,7 +181,7 @@ def _iso_or_seconds(text: str) -> dt.datetime:
 def _instant(text: str, now: dt.datetime) -> dt.datetime:
     """Return ERDDAP's ``now[+|-N units]`` (Calendar2.nowStringToZdt: now is the next whole second)."""
     m = _NOW.fullmatch(text)
-    if m is None:
+    if m is None or len(text) == 4:  # "now-" alone is no time (ERDDAP: "now-days" is a day back, "now-" an error)
         raise ValueError(text)
     sign, digits, units = m.groups()
     base = now.astimezone(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=1)

@@ -29,6 +29,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import erddapy
 from dstp.catalog.publish import publish
+from dstp.errors import QueryError
+from dstp.http.erddap_search import parse_search
 from dstp.server import DstpServer
 
 from builders import buoys
@@ -39,7 +41,7 @@ from http_fixtures import web_settings
 
 def grid(folder: Path, *, lon: np.ndarray, lat: np.ndarray, times: list[str] | None, calendar: str = "standard",
          variables: dict[str, dict[str, str]], attrs: dict[str, str]) -> list[Path]:
-    """Write one file of ``variables(time, lat, lon)`` (``(lat, lon)`` without times; ``(time)`` without lat)."""
+    """Write one file of ``variables(time, lat, lon)``, without the axes whose values are not given."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{folder.name}.nc"
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
@@ -54,14 +56,16 @@ def grid(folder: Path, *, lon: np.ndarray, lat: np.ndarray, times: list[str] | N
             dims.append("time")
         if lat.size:
             nc.createDimension("lat", lat.size)
-            nc.createDimension("lon", lon.size)
             y = nc.createVariable("lat", "f8", ("lat",))
             y.units, y.standard_name, y.axis = "degrees_north", "latitude", "Y"
             y[:] = lat
+            dims.append("lat")
+        if lon.size:
+            nc.createDimension("lon", lon.size)
             x = nc.createVariable("lon", "f8", ("lon",))
             x.units, x.standard_name, x.axis = "degrees_east", "longitude", "X"
             x[:] = lon
-            dims += ["lat", "lon"]
+            dims.append("lon")
         shape = tuple(len(nc.dimensions[d]) for d in dims)
         for name, var_attrs in variables.items():
             v = nc.createVariable(name, "f4", tuple(dims))
@@ -95,6 +99,10 @@ def _catalog(root: Path) -> None:
     publish(grid(root / "gauge", lon=np.empty(0), lat=np.empty(0), times=["2005-01-01", "2005-01-31"],
                  variables={"level": {"long_name": "Water Level", "standard_name": "sea_surface_height"}},
                  attrs={"institution": "Met Office"}), "gauge")
+    publish(grid(root / "zonal", lon=np.empty(0), lat=np.arange(85.0, -90.0, -10.0), times=["1998-01-16", "1998-12-16"],
+                 calendar="noleap", variables={"ua": {"standard_name": "eastward_wind",
+                                                      "long_name": "Zonal Mean Eastward Wind"}},
+                 attrs={"institution": "Met Office"}), "zonal")  # a zonal mean: latitudes, no longitudes
     publish(buoys(root / "buoys", stations=4, per_station=6, start="1990-01-01", days=330.0), "buoys")
 
 
@@ -217,6 +225,7 @@ def test_the_catalog_is_what_the_cases_need(served: tuple[str, dict[str, Truth]]
     _, truths = served
     assert truths["pacific_east"].lon == (200.0, 212.5) and truths["pacific_west"].lon == (-160.0, -147.5)
     assert truths["bathymetry"].time is None and truths["gauge"].lat is None and truths["gauge"].time is not None
+    assert truths["zonal"].lon is None and truths["zonal"].lat == (-85.0, 85.0)
     assert truths["pacific_east"].time == ((2000, 2, 27, 0, 0, 0), (2000, 3, 2, 0, 0, 0))  # 360_day: 02-30 inside
 
 
@@ -238,7 +247,9 @@ CASES = [
     {"variableName": "sss"},
     {"cdm_data_type": "TimeSeries"},
     {"cdm_data_type": "grid", "minTime": "2000-01-01", "maxTime": "2006-01-01"},
-    {"institution": "Met Office", "minLat": "-30"},  # gauge has no latitude: left out
+    {"institution": "Met Office", "minLat": "-30"},  # gauge has no latitude: left out; zonal has one
+    {"minLat": "-30", "maxLat": "-25"},  # zonal (latitudes only) and the global ones
+    {"minLat": "-30", "minLon": "-170"},  # zonal has no longitude: left out
     {"standard_name": "no_such_name"},
 ]
 
@@ -346,3 +357,36 @@ def test_paging_still_pages_the_matches(served: tuple[str, dict[str, Truth]]) ->
                            timeout=30)
         pages.append(list(pd.read_csv(io.StringIO(answer.text))["Dataset ID"]) if answer.status_code == 200 else [])
     assert sorted(sum(pages, [])) == want and [len(p) for p in pages] == [2, 2, len(want) - 4]
+
+
+# ERDDAP's Calendar2.nowStringToZdt: "now" is the next whole second; months and years are calendar steps
+# (java.time plusMonths keeps the day, or the month's last day), the others fixed lengths; "+" may come as " ".
+NOW = dt.datetime(2024, 3, 31, 10, 0, 0, 500_000, tzinfo=dt.timezone.utc)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("now", (2024, 3, 31, 10, 0, 1, 0)),
+    ("NOW-7Days", (2024, 3, 24, 10, 0, 1, 0)),
+    ("now-1month", (2024, 2, 29, 10, 0, 1, 0)),  # 31 March less a month: the last day of a leap February
+    ("now-13months", (2023, 2, 28, 10, 0, 1, 0)),
+    ("now-1year", (2023, 3, 31, 10, 0, 1, 0)),
+    ("now+2hours", (2024, 3, 31, 12, 0, 1, 0)),
+    ("now 3days", (2024, 4, 3, 10, 0, 1, 0)),  # an unencoded "+" arrives as a space
+    ("now-90", (2024, 3, 31, 9, 58, 31, 0)),  # no units: seconds
+    ("now-days", (2024, 3, 30, 10, 0, 1, 0)),  # no number: one
+    ("2000-01-01T00:00:00+02:00", (1999, 12, 31, 22, 0, 0, 0)),
+    ("2000-02-01", (2000, 2, 1, 0, 0, 0, 0)),
+    ("951782400", (2000, 2, 29, 0, 0, 0, 0)),
+    ("-86400.5", (1969, 12, 30, 23, 59, 59, 500_000)),
+])
+def test_time_bounds_are_read_as_erddap_reads_them(text: str, want: tuple[int, ...]) -> None:
+    assert parse_search([("minTime", text)], "advanced", NOW).time == (want, None)
+
+
+@pytest.mark.parametrize("text", ["now-", "now-7fortnights", "now*2days", "2000-02-30", "2000-1-1", "1e999", ""])
+def test_malformed_time_bounds_are_refused(text: str) -> None:
+    if not text:  # empty is no bound, as (ANY) is
+        assert parse_search([("maxTime", text), ("minTime", "(any)")], "advanced", NOW).time == (None, None)
+        return
+    with pytest.raises(QueryError, match=re.escape(f"maxTime={text!r} is not a time")):
+        parse_search([("maxTime", text)], "advanced", NOW)
