@@ -25,7 +25,7 @@ from dstp.erddap.formats import ErddapTable, _axis_attrs, _attrs_of
 from dstp.http.search import CatalogFilter, SearchIndex
 from dstp.metadata import DatasetDetails
 
-__all__ = ["all_datasets", "info_table", "search_table"]
+__all__ = ["all_datasets", "cdm_data_type", "info_table", "search_table"]
 
 SEARCH_COLUMNS = ["griddap", "Subset", "tabledap", "Make A Graph", "wms", "files", "Accessible", "Title", "Summary",
                   "FGDC", "ISO 19115", "Info", "Background Info", "RSS", "Email", "Institution", "Dataset ID"]
@@ -65,6 +65,13 @@ def info_table(ds: ErddapDataset) -> ErddapTable:
 
 def _griddable(d: DatasetDetails) -> bool:
     return not d.feature_type and bool(d.summary.default_grid)
+
+
+def cdm_data_type(d: DatasetDetails) -> str:
+    """Return the dataset's ERDDAP cdm_data_type: Grid, else its CF featureType (TimeSeries…), else Other."""
+    if _griddable(d):
+        return "Grid"
+    return (d.feature_type[:1].upper() + d.feature_type[1:]) if d.feature_type else "Other"
 
 
 def erddap_matches(index: SearchIndex, words: str, protocol: str) -> list[DatasetDetails]:
@@ -118,7 +125,7 @@ def all_datasets(details: Sequence[DatasetDetails], base: str, query: str) -> Er
         record = {"datasetID": s.id, "accessible": "public" if s.access_policy == "public" else s.access_policy,
                   "institution": dict(d.global_attributes).get("institution", ""),
                   "dataStructure": "grid" if _griddable(d) else "table",
-                  "cdm_data_type": "Grid" if _griddable(d) else (d.feature_type or "Other"),
+                  "cdm_data_type": cdm_data_type(d),
                   "class": "dstp", "title": s.title,
                   "minLongitude": box[2] if box else None, "maxLongitude": box[3] if box else None,
                   "minLatitude": box[0] if box else None, "maxLatitude": box[1] if box else None,

@@ -12,6 +12,7 @@ plain-text shape (``Error { code=…; message="…"; }``) with the dstp status.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from dstp.http import stac
 from dstp.http import stac_items as stac_items_
 from dstp.erddap.dataset import ALL_DATASETS, NO_MATCH, ErddapDataset, griddap_slab, parse_griddap, parse_tabledap
 from dstp.http.erddap_meta import all_datasets, erddap_matches, info_table, listing_table
+from dstp.http.erddap_search import BOUNDS, CATEGORIES, advanced_matches, parse_search
 from dstp.http.error_responses import incident
 from dstp.http.pages import CatalogView
 from dstp.http.paging import DEFAULT_PAGE, erddap_page, next_offset, page_url, summaries
@@ -337,7 +339,12 @@ def facade_router(service: DstpService, settings: Settings,
             return _erddap_error(exc)
 
     @router.get("/erddap/search/{page}.{ext}", tags=["ERDDAP"], response_class=Response,
-                summary="ERDDAP search: index.EXT?searchFor=words, advanced.EXT?searchFor=…&protocol=griddap")
+                summary="ERDDAP search: index.EXT?searchFor=words, advanced.EXT?searchFor=…&protocol=griddap"
+                        "&minLon=…&maxLon=…&minLat=…&maxLat=…&minTime=…&maxTime=…&standard_name=…",
+                description="advanced also takes " + ", ".join(CATEGORIES + BOUNDS) + " (ERDDAP's meanings: "
+                "a dataset matches when its extent overlaps the box and it has each category value; (ANY) or "
+                "empty is no constraint). Unknown parameters and malformed values are refused (400); see "
+                "docs/erddap.md.")
     async def search(request: Request, page: str, ext: str,
                      searchFor: str = Query("", description="Words that must all match (ids, titles, "
                                             "attributes, standard names…)", examples=["temperature"]),
@@ -345,8 +352,8 @@ def facade_router(service: DstpService, settings: Settings,
         def answer() -> Response:
             if page not in ("index", "advanced") or ext not in LIST_FORMATS:
                 raise QueryError("search is /erddap/search/index.<fmt> or advanced.<fmt>, fmt csv, json, htmlTable")
-            found = erddap_matches(view.index(principal_of(request)), searchFor.strip().strip('"'),
-                                   "" if protocol == "(ANY)" else protocol)
+            wanted = parse_search(request.query_params.multi_items(), page, dt.datetime.now(dt.timezone.utc))
+            found = advanced_matches(view.index(principal_of(request)), wanted)
             listing = listing_table(erddap_slice(request, found), facade.base(request))
             return _send(fmt.render(listing, "htmlTable" if ext == "html" else ext, "search"), ext, "search")
         try:
