@@ -104,9 +104,10 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
         return np.dtype(object)
 
 
-def _default_fill(var: Any) -> Any:
-    """Return the value an unwritten element of ``var`` reads back as, if it has no ``_FillValue``."""
-    if "_FillValue" in var.ncattrs():
+def _default_fill(var: Any, attrs: Mapping[str, Any]) -> Any:
+    """Return the value an unwritten element of ``var`` reads back as, if it has no ``_FillValue`` (``attrs``: its
+    attributes as the file spells them)."""
+    if "_FillValue" in attrs:
         return None
     try:
         value = var.get_fill_value()  # None when the variable is not pre-filled (NOFILL)
@@ -254,13 +255,14 @@ def read_header(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
             for name, var in group.variables.items():
                 full = f"{gpath}/{name}" if gpath else name
                 dims = tuple(seen(gpath, d) for d in var.get_dims())
+                attrs = _attrs(var)
                 variables[full] = VariableMeta(
                     name=full,
                     dimensions=dims,
                     shape=tuple(int(s) for s in var.shape),
                     dtype=_numpy_dtype(var.dtype),
-                    attrs=cf_spelling(_attrs(var)),
-                    default_fill=_default_fill(var),
+                    attrs=cf_spelling(attrs),
+                    default_fill=_default_fill(var, attrs),
                 )
         variables = _per_character(variables)
         if ds.data_model.startswith("NETCDF3"):
