@@ -30,15 +30,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from dstp.catalog._stored import blob_key, dumps, loads
-from dstp.catalog.binding import DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE
-from dstp.catalog.descriptor import Descriptor
+from dstp.catalog.headers import DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE
 from dstp.catalog.netcdf4_ import FileHandles, FileIdentity, FileMeta, ReadStats, resolve_in_group
 from dstp.errors import DataFileError
+
+if TYPE_CHECKING:
+    from dstp.catalog.descriptor import Descriptor
 
 __all__ = ["FactsReader", "FileFacts", "Headers", "Prefetch", "Unreadable", "fetch_ahead", "gather", "gather_many",
            "serve_gathering", "stat_identity"]
@@ -339,6 +341,7 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
     batches: queue.Queue[list[tuple[str, Prefetch | None]] | None] = queue.Queue()
     for i in range(0, len(wanted), POOL_BATCH):
         batches.put([(str(p), f) for p, f in wanted[i:i + POOL_BATCH]])
+    paths = {str(p): p for p, _ in wanted}  # the caller's paths back, not 10,000 parsed again
     answers: queue.Queue[tuple[list[tuple[str, Prefetch | None]], list[tuple[Any, ...]] | None]] = queue.Queue()
     helpers = [_Helper() for _ in range(processes)]
 
@@ -365,7 +368,7 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
             batch, answer = answers.get()
             if answer is None:
                 answer = _gather_batch(handles, batch)
-            yield from _received(answer, headers, shared)
+            yield from _received(answer, headers, shared, paths)
     finally:
         while True:  # stop the workers early if the caller stopped reading
             try:
@@ -379,7 +382,8 @@ def gather_many(handles: FileHandles, wanted: Sequence[tuple[Path, Prefetch | No
 
 
 def _received(answer: list[tuple[Any, ...]], headers: Headers,
-              shared: dict[tuple[str, tuple[int, ...], bytes], np.ndarray]) -> Iterator[FileFacts | Unreadable]:
+              shared: dict[tuple[str, tuple[int, ...], bytes], np.ndarray],
+              paths: Mapping[str, Path]) -> Iterator[FileFacts | Unreadable]:
     def one(values: np.ndarray) -> np.ndarray:
         if values.dtype.kind == "O":
             return _frozen(values)
@@ -388,12 +392,12 @@ def _received(answer: list[tuple[Any, ...]], headers: Headers,
     for item in answer:
         if item[0] == "facts":
             _, text, identity, key, data, values = item
-            path = Path(text)
+            path = paths.get(text) or Path(text)
             meta = headers.add_encoded(key, data, path) if data is not None else \
                 headers.decode(key, path, lambda: _missing_header(path))
             yield FileFacts(path, identity, meta, key, {k: one(v) for k, v in values.items()})
         elif item[0] == "unreadable":
-            yield Unreadable(Path(item[1]), item[2], item[3])
+            yield Unreadable(paths.get(item[1]) or Path(item[1]), item[2], item[3])
 
 
 def _missing_header(path: Path) -> bytes:

@@ -79,6 +79,11 @@ class FileMeta:
     notes: tuple[str, ...] = ()
 
 
+#: A dimension of up to this many points is always believed (its coordinate takes at most 32 MiB).
+DIMENSION_ALWAYS_BELIEVED = 4 * 2**20
+#: Beyond that, a file must hold at least one byte per this many points of each of its dimensions.
+DIMENSION_POINTS_PER_FILE_BYTE = 8
+
 _PHONY = re.compile(r"phony_dim_\d+")
 
 

@@ -109,6 +109,6 @@ def test_a_header_reading_helper_loads_no_registry_nor_query_columns() -> None:
     cold build, once per helper)."""
     code = ("import sys; from dstp.catalog.facts import serve_gathering; "
             "print(sorted(m for m in ('dstp.catalog.registry', 'dstp.catalog.dataset', 'dstp.catalog.publish', "
-            "'dstp.catalog.index') if m in sys.modules))")
+            "'dstp.catalog.index', 'dstp.catalog.binding', 'dstp.catalog.descriptor') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
