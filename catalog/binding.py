@@ -29,6 +29,7 @@ from dstp.catalog.columns import AttributeColumn, CoordinateColumn, monotonic
 from dstp.catalog.descriptor import AttributeSpec, CoordinateSpec, Descriptor
 from dstp.catalog.dsg import FeatureLayout
 from dstp.catalog.gridmapping import cell_areas, geographic
+from dstp.catalog.headers import DIMENSION_ALWAYS_BELIEVED, DIMENSION_POINTS_PER_FILE_BYTE
 from dstp.catalog.netcdf4_ import FileMeta, VariableMeta, resolve_in_group
 from dstp.errors import DataFileError, DescriptorError
 
@@ -58,10 +59,6 @@ __all__ = [
 IN_MEMORY_ELEMENTS = 4 * 2**20
 #: Text columns are Python objects in memory: held only up to this many (station ids, not per observation).
 IN_MEMORY_TEXTS = 256 * 2**10
-#: A dimension of up to this many points is always believed (its coordinate takes at most 32 MiB).
-DIMENSION_ALWAYS_BELIEVED = 4 * 2**20
-#: Beyond that, a file must hold at least one byte per this many points of each of its dimensions.
-DIMENSION_POINTS_PER_FILE_BYTE = 8
 
 
 def check_dimension_sizes(metas: list[FileMeta], dimensions: set[str], sizes: Mapping[str, int],

@@ -79,6 +79,11 @@ class FileMeta:
     notes: tuple[str, ...] = ()
 
 
+#: A dimension of up to this many points is always believed (its coordinate takes at most 32 MiB).
+DIMENSION_ALWAYS_BELIEVED = 4 * 2**20
+#: Beyond that, a file must hold at least one byte per this many points of each of its dimensions.
+DIMENSION_POINTS_PER_FILE_BYTE = 8
+
 _PHONY = re.compile(r"phony_dim_\d+")
 
 
@@ -104,9 +109,10 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
         return np.dtype(object)
 
 
-def _default_fill(var: Any) -> Any:
-    """Return the value an unwritten element of ``var`` reads back as, if it has no ``_FillValue``."""
-    if "_FillValue" in var.ncattrs():
+def _default_fill(var: Any, attrs: Mapping[str, Any]) -> Any:
+    """Return the value an unwritten element of ``var`` reads back as, if it has no ``_FillValue`` (``attrs``: its
+    attributes as the file spells them)."""
+    if "_FillValue" in attrs:
         return None
     try:
         value = var.get_fill_value()  # None when the variable is not pre-filled (NOFILL)
@@ -238,14 +244,31 @@ def read_header(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
         unlimited: list[str] = []
         homes: dict[str, str] = {}
 
+        # By Dimension object (each lives in its group's ``dimensions`` while ``ds`` is open, so ids are not
+        # reused): a variable's shape is len() of its dimensions (netCDF4-python's Variable.shape), asked of
+        # netCDF-C once per dimension, not once per variable — len() of an unlimited dimension looks at every
+        # variable; and a dimension met again in the same group is known by the same name.
+        lengths: dict[int, int] = {}
+        named: dict[tuple[str, int], str] = {}
+
+        def length(dim: Any) -> int:
+            found = lengths.get(id(dim))
+            if found is None:
+                found = lengths[id(dim)] = int(len(dim))
+            return found
+
         def seen(gpath: str, dim: Any) -> str:
+            known = named.get((gpath, id(dim)))
+            if known is not None:
+                return known
             name = key(gpath, dim)
-            if name not in dimensions:  # len() of an unlimited dimension asks netCDF-C to look at every variable
-                dimensions[name] = len(dim)
+            if name not in dimensions:
+                dimensions[name] = length(dim)
             if dim.isunlimited() and name not in unlimited:
                 unlimited.append(name)
             if _PHONY.fullmatch(dim.name):  # netCDF-C's name for an HDF5 axis without a dimension scale
                 homes.setdefault(name, f"group /{str(dim.group().path).strip('/')}")
+            named[(gpath, id(dim))] = name
             return name
 
         for gpath, group in _groups(ds):
@@ -253,14 +276,16 @@ def read_header(ds: Any, path: Path, local: Path | None = None) -> FileMeta:
                 seen(gpath, dim)
             for name, var in group.variables.items():
                 full = f"{gpath}/{name}" if gpath else name
-                dims = tuple(seen(gpath, d) for d in var.get_dims())
+                of = var.get_dims()
+                dims = tuple(seen(gpath, d) for d in of)
+                attrs = _attrs(var)
                 variables[full] = VariableMeta(
                     name=full,
                     dimensions=dims,
-                    shape=tuple(int(s) for s in var.shape),
+                    shape=tuple(length(d) for d in of),
                     dtype=_numpy_dtype(var.dtype),
-                    attrs=cf_spelling(_attrs(var)),
-                    default_fill=_default_fill(var),
+                    attrs=cf_spelling(attrs),
+                    default_fill=_default_fill(var, attrs),
                 )
         variables = _per_character(variables)
         if ds.data_model.startswith("NETCDF3"):

@@ -45,6 +45,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from dstp.catalog._stored import blob_key, decode_values, dumps, encode_values, loads, pack, stored_key, unpack
 from dstp.catalog.appending import Appended, apply
 from dstp.catalog.changes import Change, ChangeFeed
@@ -349,8 +351,18 @@ class CatalogIndex:
             return
         blobs: dict[bytes, bytes] = {}
         rows = []
+        # Files share their equal values as one array (the latitudes of 10,000 daily files): encoded once. Each
+        # array stays referenced by its facts until the end, so no id is reused meanwhile.
+        encoded: dict[int, list[Any]] = {}
+
+        def encode(values: np.ndarray) -> list[Any]:
+            found = encoded.get(id(values))
+            if found is None:
+                found = encoded[id(values)] = encode_values(values, lambda data: self._keep_blob(data, blobs))
+            return found
+
         for f in facts:
-            vals = {k: encode_values(v, lambda data: self._keep_blob(data, blobs)) for k, v in f.values.items()}
+            vals = {k: encode(v) for k, v in f.values.items()}
             first, last = (spans or {}).get(f.path, (None, None))
             i = f.identity
             rows.append((str(f.path), i.real, i.device, i.inode, i.size, i.mtime_ns, i.ctime_ns, f.header_key,

@@ -14,7 +14,9 @@ is scanned (:meth:`FileHandles.open_raw`): through their real path, with
 ``O_NOFOLLOW`` on the last component, and only if the real path and the file
 (device and inode) are the ones first seen — a published file replaced by a
 symlink to ``/etc/passwd`` after the server started is refused, not served.
-netCDF-C then opens ``/proc/self/fd/N``, the very file checked.
+netCDF-C then opens ``/proc/self/fd/N``, the very file checked. The header-reading
+helper processes of a cold index build open each file that way once, outside the
+cache, and close it at once (:meth:`FileHandles.read_once`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import netCDF4
 import numpy as np
@@ -186,12 +188,16 @@ class FileSource(Protocol):
         """Return the version of ``path`` that was read."""
 
 
-_FD_PATHS = Path("/proc/self/fd")
+_FD_PATHS = "/proc/self/fd"
+#: Whether this system names open descriptors in ``/proc/self/fd`` (Linux): looked at once, not at every open.
+_HAS_FD_PATHS: list[bool] = []
 
 
 def _descriptor_path(fd: int, path: Path) -> str:
     """Return a path that opens exactly the file behind ``fd`` (Linux), else ``path`` itself."""
-    return str(_FD_PATHS / str(fd)) if _FD_PATHS.is_dir() else str(path)
+    if not _HAS_FD_PATHS:
+        _HAS_FD_PATHS.append(os.path.isdir(_FD_PATHS))
+    return f"{_FD_PATHS}/{fd}" if _HAS_FD_PATHS[0] else str(path)
 
 
 class FileHandles:
@@ -380,6 +386,21 @@ class FileHandles:
 
     def _opened(self, path: Path, version: FileIdentity | None, current: bool, whole: bool) -> netCDF4.Dataset:
         fd, seen = self._open_checked(path, version, current, whole)
+        try:
+            ds = self._netcdf(fd, path)
+        finally:
+            os.close(fd)  # the library holds its own descriptor of the same file
+        self._open[path] = ds
+        self._opened_as[path] = seen
+        while len(self._open) > self.capacity:
+            old_path, old = self._open.popitem(last=False)
+            self._opened_as.pop(old_path, None)
+            old.close()
+        return ds
+
+    def _netcdf(self, fd: int, path: Path) -> netCDF4.Dataset:
+        """Return netCDF-C's open of the file behind ``fd`` (checked by :meth:`_open_checked`; the caller holds
+        NETCDF_LOCK and closes ``fd``), raw values on."""
         opened = _descriptor_path(fd, path)
         try:
             previous = netCDF4.get_chunk_cache()
@@ -392,19 +413,68 @@ class FileHandles:
             raise DataFileError(f"cannot open {path.name}: {str(exc).replace(opened, path.name)}") from exc
         except Exception as exc:  # noqa: BLE001 - netCDF4-python fails on some HDF5 layouts with any exception
             raise unmappable(path, exc) from exc
-        finally:
-            os.close(fd)  # the library holds its own descriptor of the same file
         # dstp decodes CF packing, fill values and char arrays itself, the way xarray does.
         ds.set_auto_maskandscale(False)
         ds.set_always_mask(False)
         ds.set_auto_chartostring(False)
-        self._open[path] = ds
-        self._opened_as[path] = seen
-        while len(self._open) > self.capacity:
-            old_path, old = self._open.popitem(last=False)
-            self._opened_as.pop(old_path, None)
-            old.close()
         return ds
+
+    def read_once(self, path: Path, wanted: Callable[[FileMeta, FileIdentity], Sequence[str]]
+                  ) -> tuple[FileMeta, FileIdentity, dict[str, np.ndarray]] | None:
+        """Return (header, version, whole raw values of the variables ``wanted(header, version)`` names) of the
+        version of local file ``path`` on disk now, from one open outside the cache, closed on return; None for
+        a Zarr-like source or an object of a store (read through :meth:`inspect_current`).
+
+        For a process that reads each file once and holds no other open of it — the helper processes of a cold
+        index build (HDF5 must never open a file twice in a process: the server goes through the cache). The
+        file is opened as :meth:`open_raw` opens it, and netCDF-C opens that descriptor; the values are kept
+        only if that descriptor is still the version read once they are read (one ``fstat``: a file rewritten
+        meanwhile gives no values, which a build then reads, and refuses, by version). A variable that cannot
+        be read is left out (read, or refused, when a build needs it).
+        """
+        from dstp.catalog.zarr_references import is_reference
+
+        if self.is_object(path) or is_reference(path.name):
+            return None
+        with NETCDF_LOCK:
+            _close_orphans()
+            try:
+                fd, seen = self._open_checked(path, None, current=True)
+            except DataFileError:
+                if self._is_zarr(path):  # an Icechunk repository: a folder, or a name with a ref (x.icechunk@v1)
+                    return None
+                raise
+            try:
+                ds = self._netcdf(fd, path)
+                try:
+                    meta = read_header(ds, path)
+                    values: dict[str, np.ndarray] = {}
+                    for name in wanted(meta, seen):
+                        try:
+                            values[name] = self._whole(ds, path, name)
+                        except DataFileError:
+                            continue
+                finally:
+                    ds.close()
+                if values and not seen.same_file(os.fstat(fd)):
+                    values = {}
+            finally:
+                os.close(fd)
+        return meta, seen, values
+
+    @staticmethod
+    def _whole(ds: netCDF4.Dataset, path: Path, variable: str) -> np.ndarray:
+        """Return the whole raw values of ``variable`` of open file ``ds`` (a coordinate an HDF-EOS5 grid defines
+        by formula computed, as :meth:`read` gives it)."""
+        if hdfeos.is_computed(variable):
+            computed = computed_values(ds, path, variable)
+            if computed is not None:
+                return computed
+        try:
+            var = ds[variable] if "/" in variable else ds.variables[variable]
+            return np.asarray(var[...])
+        except (OSError, RuntimeError, IndexError, KeyError) as exc:
+            raise DataFileError(f"cannot read {variable!r} from {path.name}: {exc}") from exc
 
     def prefetch(self, path: Path, variable: str, index: Sequence[slice | int], version: FileIdentity | None,
                  ahead: "ReadAhead") -> None:
