@@ -225,6 +225,11 @@ def test_items_and_an_item_refuse_a_misspelt_parameter_and_read_parameter_names_
     assert typo.status_code == 400 and typo.json()["error"]["message"].startswith(
         "query parameter 'datetim' (did you mean datetime?) is not read by an item")
     assert http.get(f"/edr/collections/buoys/items/{station}", params={"parameter_names": "sst"}).status_code == 200
+    for params, words in (({"parameter_names": "sst"}, "query parameter 'parameter_names' is not read by items"),
+                          ({"f": "html"}, "f='html' is not offered for items: they are GeoJSON (f=GeoJSON)")):
+        refused = http.get("/edr/collections/buoys/items", params=params)
+        assert refused.status_code == 400 and refused.json()["error"]["message"].startswith(words)
+    assert http.get("/edr/collections/buoys/items", params={"f": "GeoJSON"}).status_code == 200
 
 
 def test_the_same_parameter_twice_is_refused_unless_it_says_the_same(http) -> None:
@@ -235,3 +240,24 @@ def test_the_same_parameter_twice_is_refused_unless_it_says_the_same(http) -> No
     answer = http.get("/edr/collections/ccm3/position", params=same)
     assert answer.status_code == 200, answer.text
     assert list(answer.json()["ranges"]) == ["cloud"]
+
+
+def test_the_api_description_lists_what_each_route_reads_and_nothing_else_is_read(http) -> None:
+    """Each query parameter /openapi.json declares for the EDR routes is read by the routes it names, and refused
+    (as not read) by the others: the description and the server agree, as Features Part 1 asks."""
+    spec = http.get("/openapi.json").json()["paths"]
+    routes = {"/edr/collections/{dataset_id}/{query_type}": ("ccm3", ["position", "radius", "area", "cube",
+                                                                      "trajectory", "corridor"]),
+              "/edr/collections/{dataset_id}/items": ("buoys", ["items"])}
+    checked = 0
+    for path, (dataset, kinds) in routes.items():
+        declared = [p for p in spec[path]["get"]["parameters"] if p["in"] == "query"]
+        assert declared
+        for p in declared:
+            for kind in kinds:
+                url = f"/edr/collections/{dataset}/{kind}" if kind != "items" else f"/edr/collections/{dataset}/items"
+                message = http.get(url, params={p["name"]: "1"}).text
+                reads = kind in p["description"].partition("read by ")[2].split(";")[0].split(", ")
+                assert ("is not read by" not in message) == reads, (p, kind, message)
+                checked += 1
+    assert checked == 89  # 14 names × 6 queries, 5 names × items
