@@ -112,13 +112,13 @@ def not_offered(d: DatasetDetails, query: str) -> str:
     by_axis = axes_by_kind(d)
     x, y = by_axis.get("X"), by_axis.get("Y")
     if x is None or y is None:
-        why = "no longitude/latitude axes (X and Y)"
+        why = f"{name} has no longitude/latitude axes (X and Y)"
     elif lon_lat_axes(d) is None:
-        why = (f"X {x.name} ({x.units or 'no units'}) and Y {y.name} ({y.units or 'no units'}) are not longitude "
-               "and latitude (a projected or rotated grid)")
+        why = (f"{name}'s X ({x.name}, {x.units or 'no units'}) and Y ({y.name}, {y.units or 'no units'}) are not "
+               "longitude and latitude (a projected or rotated grid)")
     else:
-        why = f"no parameter on its longitude and latitude axes ({x.name}, {y.name})"
-    return f"{name} has {why}: EDR {query} queries take CRS84 longitudes and latitudes{where}"
+        why = f"{name} has no parameter on its longitude and latitude axes ({x.name}, {y.name})"
+    return f"{why}: EDR {query} queries take CRS84 longitudes and latitudes{where}"
 
 
 def query_parameters(route: str, pairs: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -153,6 +153,17 @@ def test_every_collection_answers_each_query_it_advertises_and_refuses_the_other
             failures.append(f"{name}: STAC's edr asset {'without' if name not in listed else 'missing for'} "
                             "the collection")
     assert not failures, "\n".join(failures)
+    # why each is not a collection, in words a scientist can act on
+    for name, message in (
+            ("rotated", "rotated's X (rlon, degrees) and Y (rlat, degrees) are not longitude and latitude (a projected "
+                        "or rotated grid): EDR position queries take CRS84 longitudes and latitudes; it is not an EDR "
+                        "collection (its records are at /datasets/rotated)"),
+            ("axes", "axes's X (xc, km) and Y (y, degrees_north) are not longitude and latitude"),
+            ("anonymous", "anonymous is a timeSeries dataset without a station id (no variable whose cf_role is "
+                          "timeseries_id): EDR items name their station; it is not an EDR collection"),
+            ("ships", "ships is a trajectory dataset: items (stations) are offered for station (CF timeSeries) "
+                      "datasets; it is not an EDR collection (its records are at /datasets/ships)")):
+        assert http.get(f"/edr/collections/{name}").json()["error"]["message"].startswith(message)
 
 
 def _values(cov: dict, name: str) -> np.ndarray:
