@@ -28,7 +28,8 @@ netCDF (CF), GeoJSON or Parquet (``f=``; see :func:`netcdf`, :func:`geojson`, :f
 
 ``datetime`` (an instant, or ``a/b`` with ``..`` for an open end) and ``z``
 (a value, ``a/b``, or a list ``a,b``) narrow the time and vertical axes;
-``parameter-name`` picks the variables (default: all). Longitudes are
+``parameter-name`` picks the variables (default: all). A collection lists exactly the queries it answers and the
+parameters it offers (:mod:`dstp.edr.offers`); a query parameter a route does not read is refused. Longitudes are
 −180…180 in requests whatever the files store (0…360 is converted). Before
 anything is read the size is known from the axes; past :data:`MAX_VALUES`
 values the query is refused (413) with that figure.
@@ -36,10 +37,12 @@ values the query is refused (413) with that figure.
 
 from dstp.edr.answers import (MEDIA_TYPES, collection, coverage_json, csv_text, geojson, geojson_bytes, iso, landing,
                               netcdf, parquet, station_coverage)
+from dstp.edr.offers import (QUERY_PARAMETERS, declared_parameters, not_offered, parameters_of, queries_of,
+                             query_parameters)
 from dstp.edr.query import (CONFORMANCE, DISTANCE_UNITS, FORMATS, ITEM_FORMATS, MAX_VALUES, QUERY_TYPES, EdrQuery,
                             common_parameters, parse_query, plan_sql, records, refuse_over_limit, resolve)
 
-__all__ = ["CONFORMANCE", "DISTANCE_UNITS", "FORMATS", "ITEM_FORMATS", "MAX_VALUES", "MEDIA_TYPES", "QUERY_TYPES",
-           "EdrQuery", "collection", "common_parameters", "coverage_json", "csv_text", "geojson", "geojson_bytes",
-           "iso", "landing", "netcdf", "parquet", "parse_query", "plan_sql", "records", "refuse_over_limit", "resolve",
-           "station_coverage"]
+__all__ = ["CONFORMANCE", "DISTANCE_UNITS", "FORMATS", "ITEM_FORMATS", "MAX_VALUES", "MEDIA_TYPES", "QUERY_PARAMETERS",
+           "QUERY_TYPES", "EdrQuery", "collection", "declared_parameters", "common_parameters", "coverage_json", "csv_text", "geojson", "geojson_bytes",
+           "iso", "landing", "netcdf", "not_offered", "parameters_of", "parquet", "parse_query", "plan_sql",
+           "queries_of", "query_parameters", "records", "refuse_over_limit", "resolve", "station_coverage"]

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from dstp.catalog.netcdf4_ import NETCDF_LOCK
 from dstp.cf_encoding import TimeEncoding, variable_attrs
-from dstp.edr.items import station_columns
+from dstp.edr.offers import parameters_of, queries_of
 from dstp.edr.query import (DISTANCE_UNITS, FORMATS, ITEM_FORMATS, QUERY_TYPES, EdrQuery, axes_by_kind, dims_of,
                             inside_rows, points, records, trajectory_rows)
 from dstp.metadata import ColumnInfo, DatasetDetails
@@ -201,23 +201,25 @@ def collection(details: DatasetDetails, base: str) -> dict[str, Any]:
     z = axes_by_kind(details).get("Z")
     if z is not None:
         extent["vertical"] = {"interval": [[z.min, z.max]], "vrs": z.units or z.coordinate}
-    if details.feature_type:  # a station dataset: its items (stations), nothing cut from a grid
-        queries: dict[str, Any] = {"items": {"link": {"href": f"{url}/items", "rel": "data", "type": "application/geo+json",
-                                                      "variables": {"query_type": "items", "title": "Stations"}}}} \
-            if station_columns(details) is not None else {}  # profiles, trajectories: none answered yet
-    else:
-        queries = {k: {"link": {"href": f"{url}/{k}", "rel": "data", "variables": {
+    offered = queries_of(details)
+    queries: dict[str, Any] = {}
+    if "items" in offered:  # a station dataset: its items (stations), nothing cut from a grid
+        queries["items"] = {"link": {"href": f"{url}/items", "rel": "data", "type": "application/geo+json",
+                                     "variables": {"query_type": "items", "title": "Stations"}}}
+    for k in (k for k in QUERY_TYPES if k in offered):
+        queries[k] = {"link": {"href": f"{url}/{k}", "rel": "data", "variables": {
             "query_type": k, "output_formats": list(FORMATS), "default_output_format": "CoverageJSON"}}}
-            for k in QUERY_TYPES}
+    if "corridor" in queries:
         queries["corridor"]["link"]["variables"].update(
             # corridor-height is answered with LINESTRING Z, in the vertical axis's own units
             {"width_units": list(DISTANCE_UNITS), "height_units": [z.units] if z is not None and z.units else []})
+    parameters = set(parameters_of(details))
     return {
         "id": s.id, "title": s.title or s.id, "description": s.summary or s.title or s.id,
         "extent": extent, "data_queries": queries,
         "output_formats": list(ITEM_FORMATS if details.feature_type else FORMATS),
         "crs": ["OGC:CRS84"],
-        "parameter_names": {c.name: _parameter(c) for c in details.attributes},
+        "parameter_names": {c.name: _parameter(c) for c in details.attributes if c.name in parameters},
         "links": [{"href": url, "rel": "self", "type": "application/json"},
                   {"href": f"{base}/datasets/{s.id}", "rel": "alternate", "type": "text/html"}],
     }

@@ -12,9 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from dstp.edr.corridor import centre_heights, corridor_cells
+from dstp.edr.offers import GRID_QUERIES, axes_by_kind, lon_lat_axes, parameters_of
 from dstp.errors import QueryError, ResultTooLargeError
 from dstp.hyperslabs import Axis, quote_name, sql_literal
-from dstp.metadata import DatasetDetails, DimensionInfo
+from dstp.metadata import DatasetDetails
 
 __all__ = ["CONFORMANCE", "DISTANCE_UNITS", "FORMATS", "ITEM_FORMATS", "MAX_VALUES", "QUERY_TYPES", "EdrQuery",
            "axes_by_kind", "common_parameters", "dims_of", "inside_rows", "parse_query", "plan_sql", "points",
@@ -31,7 +32,7 @@ CONFORMANCE = [
     "http://www.opengis.net/spec/ogcapi-common-1/1.0/conf/core",
     "http://www.opengis.net/spec/ogcapi-common-2/1.0/conf/collections",
 ]
-QUERY_TYPES = ("position", "radius", "area", "cube", "trajectory", "corridor")
+QUERY_TYPES = GRID_QUERIES
 #: Kilometres per unit of ``within-units``.
 DISTANCE_UNITS = {"km": 1.0, "m": 0.001, "mi": 1.609344, "nmi": 1.852}
 EARTH_RADIUS_KM = 6371.0088  # the IUGG mean radius
@@ -70,15 +71,6 @@ class EdrQuery:
     line_heights: tuple[tuple[tuple[float, float, float], ...], ...] = ()
     cell_heights: Any = None
     cell_levels: int = 0
-
-
-def axes_by_kind(d: DatasetDetails) -> dict[str, DimensionInfo]:
-    """Return the dataset's dimensions by CF axis (X, Y, Z, T), those that have one."""
-    out: dict[str, DimensionInfo] = {}
-    for dim in d.dimensions:
-        if dim.axis in ("X", "Y", "Z", "T") and dim.coordinate and dim.axis not in out:
-            out[dim.axis] = dim
-    return out
 
 
 def _instant(text: str) -> str | None:
@@ -177,12 +169,15 @@ def common_parameters(params: dict[str, str], details: DatasetDetails
         except ValueError:
             raise QueryError(f"z {text!r} is not a level, a list of levels a,b, an interval a/b or Rn/first/step "
                              "(n levels from first, step apart)") from None
-    names = [c.name for c in details.attributes]
+    names = list(parameters_of(details))
     parameters = tuple(p.strip() for p in params.get("parameter-name", "").split(",") if p.strip()) or tuple(names)
     unknown = [p for p in parameters if p not in names]
     if unknown:
-        raise QueryError(f"parameter-name {unknown[0]!r} is not a parameter of {details.summary.id}; its parameters "
-                         f"are {', '.join(names)}")
+        off_grid = {c.name: c.dimensions for c in details.attributes}.get(unknown[0])
+        where = (f" on its longitude/latitude grid ({unknown[0]}'s dimensions: {', '.join(off_grid) or 'none'})"
+                 if off_grid is not None else "")
+        raise QueryError(f"parameter-name {unknown[0]!r} is not a parameter of {details.summary.id}{where}; its "
+                         f"parameters are {', '.join(names)}")
     fmt = params.get("f", "CoverageJSON") or "CoverageJSON"
     fmt = {"coveragejson": "CoverageJSON", "covjson": "CoverageJSON", "json": "CoverageJSON", "csv": "CSV",
            "netcdf": "NetCDF", "nc": "NetCDF", "geojson": "GeoJSON", "parquet": "Parquet"}.get(
@@ -381,9 +376,9 @@ def plan_sql(q: EdrQuery, details: DatasetDetails, axes: dict[str, Axis]) -> tup
     """Return the SQL answering ``q`` and the number of values it returns (records × parameters), known before
     it runs from the axes; raise ResultTooLargeError (413) past MAX_VALUES."""
     by_axis = axes_by_kind(details)
-    if "X" not in by_axis or "Y" not in by_axis:
-        raise QueryError(f"{details.summary.id} has no longitude/latitude axes (X and Y): EDR position, area and "
-                         "cube queries need them")
+    if lon_lat_axes(details) is None:  # the routes refuse it first (offers.not_offered says why)
+        raise QueryError(f"{details.summary.id} has no longitude/latitude axes (X and Y): EDR {q.kind} queries "
+                         "take CRS84 longitudes and latitudes")
     x, y = by_axis["X"], by_axis["Y"]
     xs, ys = axes[x.name].values, axes[y.name].values
     assert xs is not None and ys is not None

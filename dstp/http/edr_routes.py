@@ -55,32 +55,37 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
         found = []
         for s in service.datasets(principal):
             d = service.describe(s.id, principal)
-            if not d.feature_type or edr_items.station_columns(d) is not None:
+            if edr.queries_of(d):  # a dataset that answers no query is not an EDR collection
                 found.append(edr.collection(d, base(request)))
         return JSONResponse({"links": [{"href": f"{base(request)}/edr/collections", "rel": "self",
                                         "type": "application/json"}], "collections": found})
 
     @router.get("/edr/collections/{dataset_id}", tags=["EDR"], summary="One dataset as an EDR collection")
     def one(request: Request, dataset_id: str) -> JSONResponse:
-        return JSONResponse(edr.collection(service.describe(dataset_id, principal_of(request)), base(request)))
+        details = service.describe(dataset_id, principal_of(request))
+        if not edr.queries_of(details):
+            raise NotFoundError(edr.not_offered(details, "items" if details.feature_type else "position"))
+        return JSONResponse(edr.collection(details, base(request)))
 
     def stations(dataset_id: str, principal: Principal) -> tuple[DatasetDetails, edr_items.StationColumns]:
         details = service.describe(dataset_id, principal)
         columns = edr_items.station_columns(details)
-        if columns is None:
-            raise QueryError(f"{dataset_id} is {'a grid' if not details.feature_type else 'not a station dataset'}: "
-                             "items (stations) are offered for station (CF timeSeries) datasets; ask a grid with "
-                             f"{', '.join(edr.QUERY_TYPES)}")
+        if columns is None or "items" not in edr.queries_of(details):
+            raise QueryError(edr.not_offered(details, "items"))
         return details, columns
 
     @router.get("/edr/collections/{dataset_id}/items", tags=["EDR"],
-                summary="The stations of a station dataset as GeoJSON (bbox=, datetime=, limit=, offset=)")
+                summary="The stations of a station dataset as GeoJSON (bbox=, datetime=, limit=, offset=)",
+                openapi_extra={"parameters": edr.declared_parameters(("items",))})
     async def items(request: Request, dataset_id: str) -> Response:
         principal = principal_of(request)
-        params = dict(request.query_params)
+        pairs = request.query_params.multi_items()
 
         def answer() -> Response:
             details, columns = stations(dataset_id, principal)
+            params = edr.query_parameters("items", pairs)
+            if params.get("f", "json").lower() not in ("json", "geojson", "application/geo+json", "application/json"):
+                raise QueryError(f"f={params['f']!r} is not offered for items: they are GeoJSON (f=GeoJSON)")
             start, end, *_ = edr.common_parameters({"datetime": params.get("datetime", "")}, details)
             q = edr_items.parse_items(params, start, end)
             table = whole_result(service, edr_items.stations_sql(details, columns, q), principal, channel="edr")
@@ -91,13 +96,15 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
         return await anyio.to_thread.run_sync(answer)
 
     @router.get("/edr/collections/{dataset_id}/items/{item_id}", tags=["EDR"],
-                summary="One station's observations (parameter-name=, datetime=, f=CoverageJSON|CSV|GeoJSON)")
+                summary="One station's observations (parameter-name=, datetime=, f=CoverageJSON|CSV|GeoJSON)",
+                openapi_extra={"parameters": edr.declared_parameters(("item",))})
     async def item(request: Request, dataset_id: str, item_id: str) -> Response:
         principal = principal_of(request)
-        params = dict(request.query_params)
+        pairs = request.query_params.multi_items()
 
         def answer() -> Response:
             details, columns = stations(dataset_id, principal)
+            params = edr.query_parameters("item", pairs)
             start, end, _, _, parameters, fmt = edr.common_parameters({**params, "z": ""}, details)
             if fmt not in edr.ITEM_FORMATS:
                 raise QueryError(f"f={params.get('f')!r} is not offered for an item; choose one of "
@@ -141,10 +148,12 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
     @router.get("/edr/collections/{dataset_id}/{query_type}", tags=["EDR"],
                 summary="position (coords=POINT(lon lat)), radius, area (coords=POLYGON((…))), cube (bbox=w,s,e,n), "
                         "trajectory or corridor (coords=LINESTRING(…), corridor-width=, width-units=) "
-                        "with datetime=, z=, parameter-name=, f=CoverageJSON|CSV|netCDF|GeoJSON|Parquet")
+                        "with datetime=, z=, parameter-name=, f=CoverageJSON|CSV|netCDF|GeoJSON|Parquet; any other "
+                        "query parameter is refused",
+                openapi_extra={"parameters": edr.declared_parameters(edr.QUERY_TYPES)})
     async def query(request: Request, dataset_id: str, query_type: str) -> Response:
         principal = principal_of(request)
-        params = dict(request.query_params)
+        pairs = request.query_params.multi_items()
 
         def answer() -> Response:
             details = service.describe(dataset_id, principal)
@@ -152,9 +161,12 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             def run(sql: str) -> pa.Table:
                 return whole_result(service, sql, principal, channel="edr")
 
-            if details.feature_type:
-                raise QueryError(f"{dataset_id} is a station dataset: its data are its items "
-                                 f"(/edr/collections/{dataset_id}/items); {query_type} queries cut grids")
+            if query_type not in edr.QUERY_TYPES:
+                raise QueryError(f"query type {query_type!r} is not offered; this server answers "
+                                 f"{', '.join(edr.QUERY_TYPES)} and items")
+            if query_type not in edr.queries_of(details):
+                raise QueryError(edr.not_offered(details, query_type))
+            params = edr.query_parameters(query_type, pairs)
             q = edr.parse_query(query_type, params, details)
             axes, _ = axes_cache.of(service, details, principal)
             q = edr.resolve(q, details, axes)

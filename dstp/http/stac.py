@@ -22,6 +22,7 @@ import calendar as _calendar
 import re
 from typing import Any
 
+from dstp.edr import queries_of
 from dstp.metadata import DatasetDetails, DimensionInfo
 
 __all__ = ["STAC_VERSION", "DATACUBE", "collection", "grid_doors", "landing", "conformance", "Links"]
@@ -146,7 +147,7 @@ def collection(d: DatasetDetails, links: Links) -> dict[str, Any]:
     if not d.feature_type:
         assets["erddap-griddap"] = {"href": f"{links.http}/erddap/griddap/{s.id}.html", "title": "ERDDAP griddap",
                                     "type": "text/html", "roles": ["data"]}
-        assets.update(grid_doors(s.id, links))
+    assets.update(grid_doors(d, links))
     if links.flight:
         assets["flight"] = {"href": f"grpc://{links.flight}", "title": f"Arrow Flight / Flight SQL: table {s.id}",
                             "type": "application/vnd.apache.arrow.flight", "roles": ["data"]}
@@ -215,12 +216,15 @@ def collections(items: list[dict[str, Any]], links: Links) -> dict[str, Any]:
                       {"rel": "root", "href": base, "type": "application/json"}]}
 
 
-def grid_doors(dataset_id: str, links: Links) -> dict[str, Any]:
-    """Return the assets of a gridded dataset's Zarr store and EDR collection (both answer at their href)."""
-    return {
-        "zarr": {"href": f"{links.http}/zarr/{dataset_id}", "title": "Zarr v3 store: xr.open_zarr(href)",
-                 "type": "application/vnd.zarr; version=3", "roles": ["data"]},
-        "edr": {"href": f"{links.http}/edr/collections/{dataset_id}", "type": "application/json",
-                "title": "OGC API - EDR collection: position, radius, area, cube, trajectory, corridor queries",
-                "roles": ["data"]},
-    }
+def grid_doors(d: DatasetDetails, links: Links) -> dict[str, Any]:
+    """Return the assets of a dataset's Zarr store (a grid's) and EDR collection (a dataset that answers EDR
+    queries: a grid on longitude/latitude axes, a station dataset); each answers at its href."""
+    dataset_id = d.summary.id
+    doors: dict[str, Any] = {}
+    if not d.feature_type:
+        doors["zarr"] = {"href": f"{links.http}/zarr/{dataset_id}", "title": "Zarr v3 store: xr.open_zarr(href)",
+                         "type": "application/vnd.zarr; version=3", "roles": ["data"]}
+    if queries := queries_of(d):
+        doors["edr"] = {"href": f"{links.http}/edr/collections/{dataset_id}", "type": "application/json",
+                        "title": f"OGC API - EDR collection: {', '.join(queries)} queries", "roles": ["data"]}
+    return doors

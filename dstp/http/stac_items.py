@@ -190,7 +190,7 @@ def item_of(d: DatasetDetails, f: FileInfo, links: Links) -> dict[str, Any]:
     if not d.feature_type:
         assets["erddap-griddap"] = {"href": f"{links.http}/erddap/griddap/{s.id}.html", "title": "ERDDAP griddap",
                                     "type": "text/html", "roles": ["data"]}
-        assets.update(grid_doors(s.id, links))
+    assets.update(grid_doors(d, links))
     return {
         "type": "Feature",
         "stac_version": STAC_VERSION,
