@@ -28,6 +28,14 @@ struct Clock {
     bool microsecond_clock;
 };
 
+// CLOCK_MONOTONIC (microseconds) and the time-stamp counter read together, within 20 us of each other;
+// us < 0 when no such reading could be taken (or there is no counter).
+struct Reading {
+    double us;
+    std::uint64_t ticks;
+};
+Reading counter_reading();
+
 // Called once as the module loads: measure the counter's rate (10 ms) in place of
 // libudt's skipped probe and hand it to libudt. A no-op if the probe ran.
 void calibrate_clock();

@@ -1165,6 +1165,12 @@ PYBIND11_MODULE(_udt, m) {
           },
           "Diagnostics: libudt's clock (its 100 ms load-time probe skipped?, counter ticks per microsecond, "
           "gettimeofday fallback?).");
+    m.def("_counter_reading", [] {
+              auto r = dstp_udt_fixes::counter_reading();
+              return py::make_tuple(r.us, r.ticks);
+          },
+          "Tests only: (CLOCK_MONOTONIC microseconds, time-stamp counter) read within 20 us of each other "
+          "(microseconds < 0: no such reading).");
     m.def("_libudt_clock_probe", [] {
               dstp_gil::ReleaseGil nogil;
               return dstp_udt_fixes::libudt_probe();
