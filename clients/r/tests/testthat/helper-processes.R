@@ -69,8 +69,11 @@ start_python <- function(module, args, env = character(), name = "proc") {
   dir.create(dir)
   log <- file.path(dir, "log")
   pidfile <- file.path(dir, "pid")
+  # The pid is written under another name and renamed: the file appears only once it holds the pid (a
+  # loaded run read it between its creation and the write, got NA and took the server for exited).
   cmd <- paste(
-    "echo $$ >", shQuote(pidfile), "; exec env", paste(c(python_env(), env), collapse = " "),
+    "echo $$ >", shQuote(paste0(pidfile, ".tmp")), "&& mv", shQuote(paste0(pidfile, ".tmp")), shQuote(pidfile),
+    "; exec env", paste(c(python_env(), env), collapse = " "),
     shQuote(python_path()), "-u", "-c", shQuote(WATCHDOG), Sys.getpid(), shQuote(module),
     paste(shQuote(args), collapse = " "), ">", shQuote(log), "2>&1")
   system2("sh", c("-c", shQuote(cmd)), wait = FALSE)
