@@ -27,6 +27,7 @@ conjunct, and DuckDB evaluates it as before.
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -79,42 +80,79 @@ def _column_of(conj: exp.Expression) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def proven_conjuncts(ds: GriddedDataset, hyperslab: Hyperslab, where: exp.Expression) -> list[bool]:
-    """Return, per top-level conjunct of ``where`` (columns of the one scan), whether every record the scan
-    yields is proven to satisfy it (see the module docstring)."""
+#: Proofs kept by (coordinate column, index range, conjunct SQL): the chunks and variables of one Dataset
+#: repeat them. The coordinate object is kept with its proof, so an identity is never reused for another.
+_PROOFS: collections.OrderedDict[tuple[int, range, str], tuple[Any, bool]] = collections.OrderedDict()
+PROOFS_KEPT = 4096
+
+
+def proven_conjuncts(ds: GriddedDataset, hyperslab: Hyperslab, where: exp.Expression) -> list[str | None]:
+    """Return, per top-level conjunct of ``where`` (columns of the one scan), its SQL (columns unqualified) when
+    every record the scan yields is proven to satisfy it, else None (see the module docstring)."""
     from dstp.query.scan import arrow_values  # scan imports plan, which imports this module
 
     parts = conjuncts(where)
     ranges = dict(zip(hyperslab.dims, hyperslab.ranges))
-    by_column: dict[str, list[int]] = {}
+    out: list[str | None] = [None] * len(parts)
+    asked: dict[str, list[tuple[int, str]]] = {}
     for i, conj in enumerate(parts):
         name = _column_of(conj)
         coord = ds.coordinates.get(name) if name is not None else None
         if coord is None or coord.dimension is None or coord.dimension not in ranges \
                 or len(ranges[coord.dimension]) == 0:
             continue
-        by_column.setdefault(coord.name, []).append(i)
-    out = [False] * len(parts)
-    for name, indices in by_column.items():
+        bare = conj.copy()
+        for column in bare.find_all(exp.Column):
+            column.set("table", None)
+        text = bare.sql(dialect="duckdb")
+        with _lock:
+            kept = _PROOFS.get((id(coord), ranges[coord.dimension], text))
+        if kept is not None and kept[0] is coord:
+            out[i] = text if kept[1] else None
+            continue
+        asked.setdefault(coord.name, []).append((i, text))
+    if not asked:
+        return out
+    tables: dict[str, pa.Table] = {}
+    selects: list[tuple[int, str, str]] = []  # (conjunct, its SQL, the subquery proving it)
+    for k, (name, tried) in enumerate(asked.items()):
         coord = ds.coordinates[name]
         r = ranges[coord.dimension]  # type: ignore[index]
-        values = arrow_values(coord.values[r.start:r.stop:r.step], None, coord.arrow_type)
-        tests = []
-        for i in indices:
-            bare = parts[i].copy()
-            for column in bare.find_all(exp.Column):
-                column.set("table", None)
-            tests.append(f"coalesce(bool_and(coalesce(({bare.sql(dialect='duckdb')}), false)), false)")
-        try:
-            with _lock:
-                con = _connection().cursor()
-                try:
-                    con.register(_TABLE, pa.table({name: values}))
-                    row: Any = con.execute(f"select {', '.join(tests)} from {_TABLE}").fetchone()
-                finally:
-                    con.close()
-        except duckdb.Error:
-            continue  # a literal of another type: leave it to DuckDB's error in the query itself
-        for i, ok in zip(indices, row):
-            out[i] = ok is True
+        table = f"{_TABLE}_{k}"
+        tables[table] = pa.table({name: arrow_values(coord.values[r.start:r.stop:r.step], None, coord.arrow_type)})
+        selects += [(i, text, f"(select coalesce(bool_and(coalesce(({text}), false)), false) from {table})")
+                    for i, text in tried]
+    proofs = _run(tables, [q for _, _, q in selects])
+    with _lock:
+        for (i, text, _), ok in zip(selects, proofs):
+            coord = ds.coordinates[_column_of(parts[i])]  # type: ignore[index]
+            _PROOFS[(id(coord), ranges[coord.dimension], text)] = (coord, ok)  # type: ignore[index]
+            out[i] = text if ok else None
+        while len(_PROOFS) > PROOFS_KEPT:
+            _PROOFS.popitem(last=False)
     return out
+
+
+def _run(tables: dict[str, pa.Table], subqueries: list[str]) -> list[bool]:
+    """Return each subquery's answer, all in one statement (a DuckDB call costs more than the few values it
+    reads); one by one when one does not run (a literal of another type: left to DuckDB's error in the query)."""
+    with _lock:
+        con = _connection().cursor()
+        try:
+            for table, values in tables.items():
+                con.register(table, values)
+            try:
+                row: Any = con.execute(f"select {', '.join(subqueries)}").fetchone()
+                return [ok is True for ok in row]
+            except duckdb.Error:
+                pass
+            out = []
+            for subquery in subqueries:
+                try:
+                    one: Any = con.execute(f"select {subquery}").fetchone()
+                except duckdb.Error:
+                    one = (False,)
+                out.append(one[0] is True)
+            return out
+        finally:
+            con.close()

@@ -214,54 +214,54 @@ def plan_query(q: ValidatedQuery) -> QueryPlan:
         scans[ref.index] = _scan(ref, matchup_of.get(id(ref)), scans)
     ordered = tuple(scans[r.index] for r in q.references)
     assert q.tree is not None
-    tree, first = _without_proven(q, ordered[0])
+    sql, first, filtered = _without_proven(q, ordered[0])
     ordered = (first, *ordered[1:])
-    sql = tree.sql(dialect=DIALECT, identify=True)
-    exact = (q.simple and tree.args.get("where") is None and first.ref.sampling is None and not first.ref.remote
+    exact = (q.simple and not filtered and first.ref.sampling is None and not first.ref.remote
              and not first.dataset.has_presence(first.grid))
     return QueryPlan(q, ordered, sql, exact)
 
 
-def _without_proven(q: ValidatedQuery, scan: ScanPlan) -> tuple[exp.Expression, ScanPlan]:
-    """Return the tree to print without the WHERE conjuncts the scan's hyperslab proved, and the scan without
-    the columns only they read (:mod:`._exact`); the tree and scan as they are when none is proved."""
+def _without_proven(q: ValidatedQuery, scan: ScanPlan) -> tuple[str, ScanPlan, bool]:
+    """Return the SQL without the WHERE conjuncts the scan's hyperslab proved, the scan without the columns
+    only they read (:mod:`._exact`), and whether a WHERE is left; the tree's SQL and the scan as they are when
+    none is proved."""
     tree = q.tree
     assert tree is not None
     ref = scan.ref
+
+    def as_is() -> tuple[str, ScanPlan, bool]:
+        return tree.sql(dialect=DIALECT, identify=True), scan, q.where is not None
+
     if (len(q.references) != 1 or q.matchups or ref.remote or ref.role != "scan" or ref.sampling is not None
             or not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_")
             or tree.args.get("where") is None):
-        return tree, scan
+        return as_is()
     source = tree.args["from_"].this
     if not isinstance(source, exp.Table) or source.name != scan.table:
-        return tree, scan
+        return as_is()
     alias = source.alias or source.name
     where = tree.args["where"].this
     parts = conjuncts(where)
     if any(c.table not in ("", alias) for p in parts for c in p.find_all(exp.Column)):
-        return tree, scan
+        return as_is()
     proven = proven_conjuncts(ref.dataset, scan.hyperslab, where)
     if not any(proven):
-        return tree, scan
-    kept = [p for p, ok in zip(parts, proven) if not ok]
-    tree = tree.copy()
-    if kept:
-        tree.set("where", exp.Where(this=exp.and_(*[p.copy() for p in kept], copy=False)))
-    else:
-        tree.set("where", None)
-    read = {c.name for c in tree.find_all(exp.Column)}
+        return as_is()
+    kept = [p.copy() for p, ok in zip(parts, proven) if ok is None]
+    # The validated tree is printed with the kept conjuncts, then given its WHERE back (a copy of the whole
+    # tree cost ~3 ms a query; this one is single-threaded, planning its own ValidatedQuery).
+    original = tree.args["where"]
+    tree.set("where", exp.Where(this=exp.and_(*kept, copy=False)) if kept else None)
+    try:
+        sql = tree.sql(dialect=DIALECT, identify=True)
+        read = {c.name for c in tree.find_all(exp.Column)}
+    finally:
+        tree.set("where", original)
     columns = tuple(c for c in scan.columns if c in read or c.startswith("__dstp"))
     if not any(not c.startswith("__dstp") for c in columns):
         columns = (*[c for c in scan.columns if not c.startswith("__dstp")][:1], *columns)
-    dropped = tuple(_bare(p).sql(dialect=DIALECT) for p, ok in zip(parts, proven) if ok)
-    return tree, dataclasses.replace(scan, columns=columns, exact=dropped)
-
-
-def _bare(node: exp.Expression) -> exp.Expression:
-    copy = node.copy()
-    for column in copy.find_all(exp.Column):
-        column.set("table", None)
-    return copy
+    dropped = tuple(text for text in proven if text is not None)
+    return sql, dataclasses.replace(scan, columns=columns, exact=dropped), bool(kept)
 
 
 def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanPlan]) -> ScanPlan:
