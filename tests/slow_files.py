@@ -43,6 +43,7 @@ SLOW_FILES = frozenset({
     "tests/e2e/test_limits.py",
     "tests/e2e/test_queries.py",
     "tests/query/test_calendar_reductions.py",
+    "tests/query/test_exact_pushdown.py",
     "tests/query/test_hostile.py",
     "tests/query/test_reductions_oracle.py",
     "tests/r/test_r_client.py",

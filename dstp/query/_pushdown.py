@@ -4,10 +4,15 @@ Coordinate predicates in a reference's conjuncts (``lat between 30 and 40``,
 ``time >= '2001-01-01'``, ``lev = 850``, ``lon in (…)``) are turned into index
 ranges, so hyperslabs outside them are never read. Predicates on 2-D
 coordinates held in memory (a curvilinear grid's ``lat(y, x)``) narrow the box
-to the cells that can match, and may cut it into strips. Pushdown only prunes:
-the whole condition still runs in DuckDB, so a pushed-down range can never
-change a result, only make it cheaper. Strides (``stride(ccm3, lat = 4)``)
-keep the indices 0, k, 2k, … of a dimension.
+to the cells that can match, and may cut it into strips. A strict bound
+(``lat > 30``) leaves out a value equal to it when the coordinate's type holds
+the bound exactly; one it cannot hold (``lat > 30.1`` on float32) is widened by
+rounding, since DuckDB may compare in either precision. Pushdown prunes, and
+a pushed-down range can never change a result: the WHERE still runs in DuckDB
+on the records read, except the conjuncts :mod:`._exact` proves — DuckDB
+evaluating each on the coordinate values at every index the hyperslab reads
+finds it true at all of them — which are left out of the SQL it runs.
+Strides (``stride(ccm3, lat = 4)``) keep the indices 0, k, 2k, … of a dimension.
 """
 
 from __future__ import annotations
@@ -100,12 +105,21 @@ def _constant(node: exp.Expression, coord: CoordinateColumn | AttributeColumn) -
 class _Interval:
     lo: Any = None
     hi: Any = None
+    #: The bound itself is outside (``lat > 30``): a coordinate value equal to it is not read.
+    lo_open: bool = False
+    hi_open: bool = False
 
-    def clip_lo(self, v: Any) -> None:
-        self.lo = v if self.lo is None else max(self.lo, v)
+    def clip_lo(self, v: Any, open_: bool = False) -> None:
+        if self.lo is None or v > self.lo:
+            self.lo, self.lo_open = v, open_
+        elif v == self.lo:
+            self.lo_open = self.lo_open or open_
 
-    def clip_hi(self, v: Any) -> None:
-        self.hi = v if self.hi is None else min(self.hi, v)
+    def clip_hi(self, v: Any, open_: bool = False) -> None:
+        if self.hi is None or v < self.hi:
+            self.hi, self.hi_open = v, open_
+        elif v == self.hi:
+            self.hi_open = self.hi_open or open_
 
 
 def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> tuple[str, _Interval] | None:
@@ -123,9 +137,9 @@ def _interval_of(conj: exp.Expression, coords: dict[str, CoordinateColumn]) -> t
             return None
         iv = _Interval()
         if kind in (exp.GT, exp.GTE, exp.EQ):
-            iv.clip_lo(value)
+            iv.clip_lo(value, kind is exp.GT)
         if kind in (exp.LT, exp.LTE, exp.EQ):
-            iv.clip_hi(value)
+            iv.clip_hi(value, kind is exp.LT)
         return col.name, iv
     if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column) and conj.this.name in coords:
         coord = coords[conj.this.name]
@@ -148,24 +162,33 @@ def _index_range(coord: CoordinateColumn, iv: _Interval) -> range:
     """Return the index range whose coordinate values may fall in ``iv`` (conservatively)."""
     values = coord.values
     n = len(values)
-    lo, hi = iv.lo, iv.hi
+    lo, hi, lo_open, hi_open = iv.lo, iv.hi, iv.lo_open, iv.hi_open
     if values.dtype.kind == "f":
-        # DuckDB may compare in the column's precision; widen by float32 rounding.
+        # DuckDB may compare in the column's precision: a bound the column's type cannot hold exactly is
+        # widened by float32 rounding (and closed); one it holds compares the same in either precision.
         eps = 2.0**-20 if values.dtype.itemsize == 4 else 2.0**-44
-        if lo is not None:
-            lo = lo - eps * max(1.0, abs(lo))
-        if hi is not None:
-            hi = hi + eps * max(1.0, abs(hi))
+        if lo is not None and not _held(lo, values.dtype):
+            lo, lo_open = lo - eps * max(1.0, abs(lo)), False
+        if hi is not None and not _held(hi, values.dtype):
+            hi, hi_open = hi + eps * max(1.0, abs(hi)), False
     asc = values if coord.monotonic > 0 else values[::-1]
     if asc.dtype == object:
         asc = asc.astype(str)
-    i0 = 0 if lo is None else int(np.searchsorted(asc, lo, side="left"))
-    i1 = n if hi is None else int(np.searchsorted(asc, hi, side="right"))
+    i0 = 0 if lo is None else int(np.searchsorted(asc, lo, side="right" if lo_open else "left"))
+    i1 = n if hi is None else int(np.searchsorted(asc, hi, side="left" if hi_open else "right"))
     if i1 <= i0:
         return range(0, 0)
     if coord.monotonic > 0:
         return range(i0, i1)
     return range(n - i1, n - i0)
+
+
+def _held(value: Any, dtype: np.dtype) -> bool:
+    """Return whether a float literal is exactly a value of ``dtype`` (then no precision can round it)."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return False
+    with np.errstate(over="ignore"):
+        return float(dtype.type(value)) == value
 
 
 def _widen(iv: _Interval, dtype: np.dtype) -> _Interval:

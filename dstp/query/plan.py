@@ -18,6 +18,7 @@ the left records need is decided when they have been read (:mod:`.execute`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from sqlglot import exp
 
 from dstp.errors import QueryError
 from dstp.query._binder import ROWID, SAMPLE_KEY
-from dstp.query._pushdown import Hyperslab, _index_range, _Interval, hyperslab_of, value_range
+from dstp.query._exact import proven_conjuncts
+from dstp.query._pushdown import Hyperslab, _index_range, _Interval, conjuncts, hyperslab_of, value_range
 from dstp.query._scope import DatasetRef
 from dstp.query.matchup import MatchupSpec, index_column
 from dstp.query.parse import DIALECT, ValidatedQuery
@@ -56,6 +58,9 @@ class ScanPlan:
     remote_sql: str | None = None
     #: The conditions that pruned the scan, as SQL (for --explain).
     pushed: tuple[str, ...] = ()
+    #: The WHERE conjuncts the hyperslab proved true on every record it reads, left out of the SQL
+    #: (:mod:`._exact`), as SQL.
+    exact: tuple[str, ...] = ()
 
     @property
     def table(self) -> str:
@@ -77,6 +82,8 @@ class ScanPlan:
             "hyperslab": {d: [r.start, r.stop, r.step] for d, r in zip(h.dims, h.ranges)},
             "grid_points": h.size, "pushdown": list(self.pushed),
         }
+        if self.exact:
+            info["pushdown_exact"] = list(self.exact)
         if h.strips:
             info["strips"] = len(h.strips)
         if self.ref.sampling is not None:
@@ -207,11 +214,54 @@ def plan_query(q: ValidatedQuery) -> QueryPlan:
         scans[ref.index] = _scan(ref, matchup_of.get(id(ref)), scans)
     ordered = tuple(scans[r.index] for r in q.references)
     assert q.tree is not None
-    sql = q.tree.sql(dialect=DIALECT, identify=True)
-    first = ordered[0]
-    exact = (q.simple and q.where is None and first.ref.sampling is None and not first.ref.remote
+    sql, first, filtered = _without_proven(q, ordered[0])
+    ordered = (first, *ordered[1:])
+    exact = (q.simple and not filtered and first.ref.sampling is None and not first.ref.remote
              and not first.dataset.has_presence(first.grid))
     return QueryPlan(q, ordered, sql, exact)
+
+
+def _without_proven(q: ValidatedQuery, scan: ScanPlan) -> tuple[str, ScanPlan, bool]:
+    """Return the SQL without the WHERE conjuncts the scan's hyperslab proved, the scan without the columns
+    only they read (:mod:`._exact`), and whether a WHERE is left; the tree's SQL and the scan as they are when
+    none is proved."""
+    tree = q.tree
+    assert tree is not None
+    ref = scan.ref
+
+    def as_is() -> tuple[str, ScanPlan, bool]:
+        return tree.sql(dialect=DIALECT, identify=True), scan, q.where is not None
+
+    if (len(q.references) != 1 or q.matchups or ref.remote or ref.role != "scan" or ref.sampling is not None
+            or not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_")
+            or tree.args.get("where") is None):
+        return as_is()
+    source = tree.args["from_"].this
+    if not isinstance(source, exp.Table) or source.name != scan.table:
+        return as_is()
+    alias = source.alias or source.name
+    where = tree.args["where"].this
+    parts = conjuncts(where)
+    if any(c.table not in ("", alias) for p in parts for c in p.find_all(exp.Column)):
+        return as_is()
+    proven = proven_conjuncts(ref.dataset, scan.hyperslab, where)
+    if not any(proven):
+        return as_is()
+    kept = [p.copy() for p, ok in zip(parts, proven) if ok is None]
+    # The validated tree is printed with the kept conjuncts, then given its WHERE back (a copy of the whole
+    # tree cost ~3 ms a query; this one is single-threaded, planning its own ValidatedQuery).
+    original = tree.args["where"]
+    tree.set("where", exp.Where(this=exp.and_(*kept, copy=False)) if kept else None)
+    try:
+        sql = tree.sql(dialect=DIALECT, identify=True)
+        read = {c.name for c in tree.find_all(exp.Column)}
+    finally:
+        tree.set("where", original)
+    columns = tuple(c for c in scan.columns if c in read or c.startswith("__dstp"))
+    if not any(not c.startswith("__dstp") for c in columns):
+        columns = (*[c for c in scan.columns if not c.startswith("__dstp")][:1], *columns)
+    dropped = tuple(text for text in proven if text is not None)
+    return sql, dataclasses.replace(scan, columns=columns, exact=dropped), bool(kept)
 
 
 def _scan(ref: DatasetRef, matchup: MatchupSpec | None, planned: dict[int, ScanPlan]) -> ScanPlan:

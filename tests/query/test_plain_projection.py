@@ -59,7 +59,19 @@ def test_picked_renamed_and_reordered_columns_answer_as_duckdb_does(catalog: Cat
 
 
 @pytest.mark.parametrize("sql", [
-    "select temperature from ccm3 where lat > 10",
+    "select temperature from ccm3 where lat > 10",  # proven on every record read: a plain projection
+    "select temperature, time from ccm3 where time <= timestamp '1990-03-16 12:00:00' and lat < 0 and lat > -60",
+])
+def test_a_where_the_hyperslab_proves_leaves_a_plain_projection_answering_as_duckdb_does(
+        catalog: Catalog, sql: str) -> None:
+    short, took = answer(catalog, sql, True)
+    full, _ = answer(catalog, sql, False)
+    assert took and short.num_rows > 0 and short.equals(full, check_metadata=True)
+
+
+@pytest.mark.parametrize("sql", [
+    "select temperature from ccm3 where temperature > 250",
+    "select temperature from ccm3 where lat > 10 or lon < 20",
     "select temperature * 2 as t from ccm3",
     "select * from ccm3 order by time, lev, lat, lon limit 3",  # a total order: ties of time have none
     "select distinct lat from ccm3",
