@@ -285,3 +285,14 @@ def test_a_parameter_without_levels_alone_is_not_narrowed_or_repeated_by_levels(
         assert float(r["pressure"]) == pytest.approx(float(want), rel=1e-6)
     if kind == "trajectory":
         assert len(rows) == 3 * ds.sizes["time"]
+
+
+def test_the_limit_counts_the_values_of_every_set_of_dimensions(http: httpx.Client, ds: xr.Dataset,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from dstp import edr
+
+    pressure, cloud = ds.sizes["time"], ds.sizes["time"] * ds.sizes["lev"]  # one cell
+    monkeypatch.setattr(edr.query, "MAX_VALUES", cloud + 1)  # each set alone is under it, both over
+    answer = http.get("/edr/collections/ccm3/position", params={"coords": "POINT(10 40)", "parameter-name": PARAMS})
+    assert answer.status_code == 413, answer.text
+    assert f"would return {pressure + cloud:,} values ({pressure:,} of pressure + {cloud:,} of cloud)" in answer.text
