@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import xarray as xr
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import oracle
 from protocol_archives import open_local
@@ -78,19 +79,21 @@ def _y(lat: float) -> float:
     return round(float(lat), 6)
 
 
-def _get(http: httpx.Client, kind: str, fmt: str, parameters: str = PARAMS) -> httpx.Response:
+def _get(http: httpx.Client, kind: str, fmt: str, parameters: str = PARAMS,
+         query: dict[str, str] | None = None) -> httpx.Response:
     path = "position" if kind == "multipoint" else kind
-    answer = http.get(f"/edr/collections/ccm3/{path}", params={**QUERIES[kind], "parameter-name": parameters,
-                                                                "f": fmt})
+    answer = http.get(f"/edr/collections/ccm3/{path}", params={**(query or QUERIES[kind]),
+                                                                "parameter-name": parameters, "f": fmt})
     assert answer.status_code == 200, answer.text
     return answer
 
 
-def _cells(http: httpx.Client, ds: xr.Dataset, kind: str) -> set[tuple[float, float]]:
+def _cells(http: httpx.Client, ds: xr.Dataset, kind: str, query: dict[str, str] | None = None
+           ) -> set[tuple[float, float]]:
     """Return the (lon, lat) cells the query picks, found by the oracle (the corridor: see the docstring)."""
     lon2, lat2 = np.meshgrid(ds.lon.values, ds.lat.values)
     x2 = ((lon2 + 180.0) % 360.0) - 180.0
-    q = QUERIES[kind]
+    q = query or QUERIES[kind]
     if kind in ("position", "multipoint", "trajectory"):
         text = q["coords"].split("(", 1)[1].replace("(", "").replace(")", "")
         points = [tuple(float(v) for v in p.split()) for p in text.split(",")]
@@ -106,7 +109,8 @@ def _cells(http: httpx.Client, ds: xr.Dataset, kind: str) -> set[tuple[float, fl
         polygon = wkt.loads(q["coords"])
         keep = np.array([polygon.covers(Point(x, y)) for x, y in zip(x2.ravel(), lat2.ravel())]).reshape(x2.shape)
     elif kind == "radius":
-        lon0, lat0, km = -20.0, 10.0, float(q["within"])
+        lon0, lat0 = (float(v) for v in q["coords"].split("(")[1].rstrip(")").split())
+        km = float(q["within"])
         p0, p = np.radians(lat0), np.radians(lat2)
         h = np.sin((p - p0) / 2) ** 2 + np.cos(p0) * np.cos(p) * np.sin(np.radians(x2 - lon0) / 2) ** 2
         keep = 2 * 6371.0088 * np.arcsin(np.sqrt(h)) <= km
@@ -116,10 +120,11 @@ def _cells(http: httpx.Client, ds: xr.Dataset, kind: str) -> set[tuple[float, fl
     return {(_x(x), _y(y)) for x, y in zip(lon2[keep], lat2[keep])}
 
 
-def _oracle(http: httpx.Client, ds: xr.Dataset, kind: str) -> dict[str, dict[Key, float]]:
+def _oracle(http: httpx.Client, ds: xr.Dataset, kind: str, query: dict[str, str] | None = None
+            ) -> dict[str, dict[Key, float]]:
     """Return each parameter's values at the picked cells, times and levels: pressure by (t, lat, lon), cloud by
     (t, lev, lat, lon)."""
-    q = QUERIES[kind]
+    q = query or QUERIES[kind]
     times = ds.time.values
     if "datetime" in q:
         lo, hi = q["datetime"].split("/")
@@ -130,9 +135,9 @@ def _oracle(http: httpx.Client, ds: xr.Dataset, kind: str) -> dict[str, dict[Key
             lo_z, hi_z = sorted(float(v) for v in q["z"].split("/"))
             levels = levels[(levels >= lo_z) & (levels <= hi_z)]
         else:
-            levels = [ds.lev.sel(lev=float(q["z"]), method="nearest").item()]
+            levels = sorted({ds.lev.sel(lev=float(v), method="nearest").item() for v in q["z"].split(",")})
     out: dict[str, dict[Key, float]] = {"pressure": {}, "cloud": {}}
-    for x, y in _cells(http, ds, kind):
+    for x, y in _cells(http, ds, kind, q):
         at = ds.sel(lon=x % 360.0, lat=y, method="nearest")
         for t in times:
             out["pressure"][(_t(t), x, y)] = float(at.pressure.sel(time=t))
@@ -208,7 +213,11 @@ def _netcdf(content: bytes, tmp: Path) -> dict[str, dict[Key, float]]:
 @pytest.mark.parametrize("kind", list(QUERIES))
 def test_each_parameter_holds_its_own_values_on_its_own_dimensions(http: httpx.Client, ds: xr.Dataset,
                                                                    tmp_path: Path, kind: str, fmt: str) -> None:
-    answer = _get(http, kind, fmt)
+    _check(http, ds, tmp_path, kind, fmt, QUERIES[kind])
+
+
+def _check(http: httpx.Client, ds: xr.Dataset, tmp_path: Path, kind: str, fmt: str, query: dict[str, str]) -> None:
+    answer = _get(http, kind, fmt, query=query)
     if fmt == "CoverageJSON":
         got = _covjson(answer.json())
     elif fmt == "CSV":
@@ -220,12 +229,29 @@ def test_each_parameter_holds_its_own_values_on_its_own_dimensions(http: httpx.C
                       "lat": f["geometry"]["coordinates"][1]} for f in answer.json()["features"]])
     else:
         got = _netcdf(answer.content, tmp_path)
-    want = _oracle(http, ds, kind)
+    want = _oracle(http, ds, kind, query)
     for name in ("pressure", "cloud"):
         assert want[name], name
         assert set(got[name]) == set(want[name]), (name, sorted(set(got[name]) ^ set(want[name]))[:5])
         for key, value in want[name].items():
             assert got[name][key] == pytest.approx(value, rel=1e-6, nan_ok=True), (name, key)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lon=st.floats(-180, 180), lat=st.floats(-85, 85), size=st.floats(1, 40), km=st.floats(100, 2500),
+       kind=st.sampled_from(["position", "cube", "radius"]), fmt=st.sampled_from(FORMATS),
+       z=st.sampled_from(["", "850", "200/600", "3.5,1000"]))
+def test_hypothesis_places_give_each_parameter_its_own_values(http: httpx.Client, ds: xr.Dataset, tmp_path: Path,
+                                                               lon: float, lat: float, size: float, km: float,
+                                                               kind: str, fmt: str, z: str) -> None:
+    query = {"position": {"coords": f"POINT({lon!r} {lat!r})"},
+             "cube": {"bbox": f"{lon - size if lon - size >= -180 else -180.0!r},{max(lat - size, -90.0)!r},"
+                              f"{min(lon + size, 180.0)!r},{min(lat + size, 90.0)!r}"},
+             "radius": {"coords": f"POINT({lon!r} {lat!r})", "within": repr(km), "within-units": "km"}}[kind]
+    if z:
+        query["z"] = z
+    assume(kind == "position" or _cells(http, ds, kind, query))  # a box or circle between cell centres: none
+    _check(http, ds, tmp_path, kind, fmt, query)
 
 
 @pytest.mark.parametrize("kind", list(QUERIES))
@@ -296,3 +322,31 @@ def test_the_limit_counts_the_values_of_every_set_of_dimensions(http: httpx.Clie
     answer = http.get("/edr/collections/ccm3/position", params={"coords": "POINT(10 40)", "parameter-name": PARAMS})
     assert answer.status_code == 413, answer.text
     assert f"would return {pressure + cloud:,} values ({pressure:,} of pressure + {cloud:,} of cloud)" in answer.text
+
+
+def _covjson_errors(content: bytes) -> set[str]:
+    """Return what covjson-pydantic (the CoverageJSON models EDR servers use) finds wrong in an answer."""
+    from covjson_pydantic.coverage import Coverage, CoverageCollection
+    from pydantic import ValidationError
+
+    model = CoverageCollection if json.loads(content)["type"] == "CoverageCollection" else Coverage
+    try:
+        model.model_validate_json(content)
+    except ValidationError as exc:
+        return {e["msg"] for e in exc.errors()}
+    return set()
+
+
+@pytest.mark.parametrize("kind", list(QUERIES))
+def test_a_mixed_coveragejson_is_as_valid_as_its_single_parameter_answers(http: httpx.Client, kind: str) -> None:
+    # Two departures are older than the collection and found in the single-parameter answers too (left for
+    # their own fix): ccm3's TemporalRS calendar "noleap" (CoverageJSON takes "Gregorian" or a URI), and a
+    # position's PointSeries with more than one level. A collection must add no error of its own.
+    mixed = _covjson_errors(_get(http, kind, "CoverageJSON").content)
+    alone = _covjson_errors(_get(http, kind, "CoverageJSON", "pressure").content) | _covjson_errors(
+        _get(http, kind, "CoverageJSON", "cloud").content)
+    assert mixed <= alone, mixed - alone
+    known = {"Input should be 'Gregorian'", "Input should be a valid URL, relative URL without a base",
+             "Value error, If provided, the 'values' field of the ValuesAxis 'z'-axis of a 'PointSeries' domain "
+             "must contain a single value."}
+    assert mixed <= known, mixed - known
