@@ -50,7 +50,25 @@ Key = tuple[Any, ...]
 def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     here = tmp_path_factory.mktemp("edr-mixed")
     shutil.copytree(catalog_root / "ccm3", here / "ccm3")
+    _static_and_daily(here / "surface")
     return here
+
+
+def _static_and_daily(folder: Path) -> None:
+    """One file: orog(lat, lon) with no time beside tas(time, lat, lon), 4 days."""
+    from dstp.catalog.publish import publish
+
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    lat, lon = np.linspace(-60.0, 60.0, 9), np.arange(0.0, 360.0, 30.0)
+    ds = xr.Dataset({"orog": (("lat", "lon"), rng.uniform(0, 4000, (lat.size, lon.size)), {"units": "m"}),
+                     "tas": (("time", "lat", "lon"), rng.normal(280, 10, (4, lat.size, lon.size)), {"units": "K"})},
+                    coords={"time": ("time", np.arange(4.0), {"units": "days since 2001-01-01",
+                                                               "calendar": "standard", "standard_name": "time"}),
+                            "lat": ("lat", lat, {"units": "degrees_north", "standard_name": "latitude"}),
+                            "lon": ("lon", lon, {"units": "degrees_east", "standard_name": "longitude"})})
+    ds.to_netcdf(folder / "surface.nc")
+    publish([folder / "surface.nc"], "surface")
 
 
 @pytest.fixture(scope="module")
@@ -350,3 +368,34 @@ def test_a_mixed_coveragejson_is_as_valid_as_its_single_parameter_answers(http: 
              "Value error, If provided, the 'values' field of the ValuesAxis 'z'-axis of a 'PointSeries' domain "
              "must contain a single value."}
     assert mixed <= known, mixed - known
+
+
+@pytest.mark.parametrize("fmt", ["CoverageJSON", "CSV", "NetCDF"])
+def test_a_parameter_without_time_is_not_narrowed_or_repeated_by_datetime(http: httpx.Client, root: Path,
+                                                                          tmp_path: Path, fmt: str) -> None:
+    with xr.open_dataset(root / "surface" / "surface.nc") as ds:
+        want = ds.sel(lon=30.0, lat=15.0, method="nearest").load()
+    answer = http.get("/edr/collections/surface/position", params={
+        "coords": "POINT(31 14)", "datetime": "2001-01-02/2001-01-03", "parameter-name": "orog,tas", "f": fmt})
+    assert answer.status_code == 200, answer.text
+    days = want.tas.sel(time=slice("2001-01-02", "2001-01-03"))
+    if fmt == "CoverageJSON":
+        body = answer.json()
+        assert body["type"] == "CoverageCollection"
+        orog, tas = body["coverages"]
+        assert "t" not in orog["domain"]["axes"] and orog["ranges"]["orog"]["shape"] == [1, 1]
+        assert orog["ranges"]["orog"]["values"] == [pytest.approx(float(want.orog))]
+        assert tas["domain"]["axes"]["t"]["values"] == ["2001-01-02T00:00:00Z", "2001-01-03T00:00:00Z"]
+        np.testing.assert_allclose(tas["ranges"]["tas"]["values"], days.values)
+    elif fmt == "CSV":
+        rows = list(csv.DictReader(io.StringIO(answer.text)))
+        assert [(r["time"], r["orog"] != "", r["tas"] != "") for r in rows] == [
+            ("", True, False), ("2001-01-02T00:00:00Z", False, True), ("2001-01-03T00:00:00Z", False, True)]
+        assert float(rows[0]["orog"]) == pytest.approx(float(want.orog))
+        np.testing.assert_allclose([float(r["tas"]) for r in rows[1:]], days.values)
+    else:
+        (tmp_path / "a.nc").write_bytes(answer.content)
+        with xr.open_dataset(tmp_path / "a.nc") as got:
+            assert got.orog.dims == ("lat", "lon") and got.tas.dims == ("time", "lat", "lon")
+            assert float(got.orog.squeeze()) == pytest.approx(float(want.orog))
+            np.testing.assert_allclose(got.tas.values.ravel(), days.values)
