@@ -37,12 +37,14 @@ values the query is refused (413) with that figure.
 
 from dstp.edr.answers import (MEDIA_TYPES, collection, coverage_json, csv_text, geojson, geojson_bytes, iso, landing,
                               netcdf, parquet, station_coverage)
+from dstp.edr.mixed import (dimension_groups, group_query, mixed_coverage_json, mixed_csv_text, mixed_geojson_bytes,
+                             mixed_netcdf, mixed_parquet)
 from dstp.edr.offers import (QUERY_PARAMETERS, declared_parameters, not_offered, parameters_of, queries_of,
                              query_parameters)
 from dstp.edr.query import (CONFORMANCE, DISTANCE_UNITS, FORMATS, ITEM_FORMATS, MAX_VALUES, QUERY_TYPES, EdrQuery,
                             common_parameters, parse_query, plan_sql, records, refuse_over_limit, resolve)
 
 __all__ = ["CONFORMANCE", "DISTANCE_UNITS", "FORMATS", "ITEM_FORMATS", "MAX_VALUES", "MEDIA_TYPES", "QUERY_PARAMETERS",
-           "QUERY_TYPES", "EdrQuery", "collection", "declared_parameters", "common_parameters", "coverage_json", "csv_text", "geojson", "geojson_bytes",
-           "iso", "landing", "netcdf", "not_offered", "parameters_of", "parquet", "parse_query", "plan_sql",
+           "QUERY_TYPES", "EdrQuery", "collection", "declared_parameters", "common_parameters", "coverage_json", "csv_text", "dimension_groups",
+           "geojson", "geojson_bytes", "group_query", "iso", "landing", "netcdf", "not_offered", "parameters_of", "parquet", "parse_query", "plan_sql",
            "queries_of", "query_parameters", "records", "refuse_over_limit", "resolve", "station_coverage"]

@@ -283,6 +283,11 @@ def geojson(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> dict[str, 
 
 def netcdf(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
     """Return the answer as a CF netCDF-4 file (see the module docstring)."""
+    return netcdf_bytes(netcdf_dataset(q, details, table), q, details)
+
+
+def netcdf_dataset(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> Any:
+    """Return the answer as an xarray Dataset: a grid on the query's axes, a trajectory or points on ``obs``."""
     import xarray as xr
 
     cols = {c.name: c for c in details.attributes}
@@ -329,6 +334,11 @@ def netcdf(q: EdrQuery, details: DatasetDetails, table: pa.Table) -> bytes:
             grid.reshape(-1)[flat[inside]] = values[inside]
             data[p] = xr.Variable([d.name for d in dims], grid, variable_attrs(cols[p]))
         ds = xr.Dataset(data, coords=coords)
+    return ds
+
+
+def netcdf_bytes(ds: Any, q: EdrQuery, details: DatasetDetails) -> bytes:
+    """Return an answer's Dataset as the bytes of a CF netCDF-4 file."""
     ds.attrs.update({"Conventions": "CF-1.8", "source": f"dstp OGC API EDR {q.kind} query of {details.summary.id}"})
     encoding = {n: {"_FillValue": None} for n in ds.coords}
     with tempfile.TemporaryDirectory(prefix="dstp-edr-") as folder:

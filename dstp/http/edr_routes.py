@@ -25,6 +25,7 @@ from dstp import edr
 from dstp.auth import Principal
 from dstp.edr import items as edr_items
 from dstp.errors import NotFoundError, QueryError
+from dstp.hyperslabs import Axis
 from dstp.metadata import DatasetDetails
 from dstp.http.axis_cache import AxisCache
 from dstp.http.facade_routes import whole_result
@@ -170,6 +171,10 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             q = edr.parse_query(query_type, params, details)
             axes, _ = axes_cache.of(service, details, principal)
             q = edr.resolve(q, details, axes)
+            groups = edr.dimension_groups(q, details)
+            if len(groups) > 1:  # parameters on different dimensions: each set answered on its own axes
+                return mixed(q, [edr.group_query(q, details, g) for g in groups], details, axes, run)
+            q = edr.group_query(q, details, groups[0])  # no z= or heights on parameters without levels
             sql, _values = edr.plan_sql(q, details, axes)
             table = run(sql)
             if q.fmt == "CSV":
@@ -189,5 +194,24 @@ def edr_router(service: DstpService, principal_of: Callable[[Request], Principal
             return Response(body, media_type="application/prs.coverage+json")
 
         return await anyio.to_thread.run_sync(answer)
+
+    def mixed(q: edr.EdrQuery, queries: list[edr.EdrQuery], details: DatasetDetails, axes: dict[str, Axis],
+              run: Callable[[str], pa.Table]) -> Response:
+        planned = [edr.plan_sql(one, details, axes) for one in queries]  # each refuses past the limit alone
+        values = sum(v for _, v in planned)
+        edr.refuse_over_limit(values, f"this {q.kind} query would return {values:,} values (" + " + ".join(
+            f"{v:,} of {', '.join(one.parameters)}" for one, (_, v) in zip(queries, planned)) + ")",
+                              "a smaller area, fewer times or levels, or fewer parameters")
+        parts = [(one, run(sql)) for one, (sql, _) in zip(queries, planned)]
+        if q.fmt == "CSV":
+            return PlainTextResponse(edr.mixed_csv_text(parts, details), media_type="text/csv")
+        if q.fmt in edr.MEDIA_TYPES:
+            body = {"NetCDF": edr.mixed_netcdf, "GeoJSON": edr.mixed_geojson_bytes,
+                    "Parquet": edr.mixed_parquet}[q.fmt](parts, details)
+            suffix = {"NetCDF": "nc", "GeoJSON": "geojson", "Parquet": "parquet"}[q.fmt]
+            return Response(body, media_type=edr.MEDIA_TYPES[q.fmt], headers={
+                "Content-Disposition": f'attachment; filename="{details.summary.id}-{q.kind}.{suffix}"'})
+        return Response(orjson.dumps(edr.mixed_coverage_json(parts, details), option=orjson.OPT_SERIALIZE_NUMPY),
+                        media_type="application/prs.coverage+json")
 
     return router

@@ -163,7 +163,11 @@ def test_linestring_zm_and_multilinestring_answer_vertex_by_vertex_in_order(http
         "(" + ", ".join(f"{x} {y} {z} {seconds[v]!r}" for v in part for x, y, z in [v[:3]]) + ")"
         for part in parts) + ")"
     client = EnvironmentalDataRetrieval(str(http.base_url).rstrip("/") + "/edr")
-    cov = client.query_data("ccm3", "trajectory", coords=wkt)  # OWSLib sends no parameter-name: all of them
+    answer = client.query_data("ccm3", "trajectory", coords=wkt)  # OWSLib sends no parameter-name: all of them
+    # ccm3's parameters are on (time, lat, lon) and (time, lev, lat, lon): one Trajectory for each
+    assert answer["type"] == "CoverageCollection"
+    cov, = [c for c in answer["coverages"] if "temperature" in c["ranges"]]
+    assert "z" in cov["domain"]["axes"]["composite"]["coordinates"]
     want = [float(ds["temperature"].sel(lon=x % 360, lat=y, lev=z, method="nearest").sel(
         time=cftime.DatetimeNoLeap(*v[3:]), method="nearest")) for part in parts for v in part for x, y, z in [v[:3]]]
     np.testing.assert_array_equal(_values(cov, "temperature"), np.array(want, "f8"))
