@@ -261,6 +261,7 @@ def serve_gathering() -> None:
 
     faulthandler.enable()
     handles = FileHandles(capacity=8, direct_chunks=False)
+    handles.fast_headers = True  # the common file read through netCDF-C directly (catalog/fastheader.py)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:

@@ -36,6 +36,7 @@ import numpy as np
 
 from dstp.catalog import hdfeos
 from dstp.catalog.chunks import INFLATE, ChunkReader, LayoutStore
+from dstp.catalog.fastheader import read_plain
 # What a header says lives in .headers; FileMeta, VariableMeta and the two helpers are importable from here too.
 from dstp.catalog.headers import (
     FileMeta,
@@ -235,6 +236,9 @@ class FileHandles:
                         objects=objects) \
             if direct_chunks else None
         self.chunk_cache_bytes = chunk_cache_bytes
+        #: :meth:`read_once` reads the files :mod:`.fastheader` reads exactly through netCDF-C directly (a cold
+        #: build's helper processes turn it on).
+        self.fast_headers = False
         self._open: OrderedDict[Path, netCDF4.Dataset] = OrderedDict()
         #: The version each open file was opened as.
         self._opened_as: dict[Path, FileIdentity] = {}
@@ -445,22 +449,44 @@ class FileHandles:
                     return None
                 raise
             try:
-                ds = self._netcdf(fd, path)
-                try:
-                    meta = read_header(ds, path)
-                    values: dict[str, np.ndarray] = {}
-                    for name in wanted(meta, seen):
-                        try:
-                            values[name] = self._whole(ds, path, name)
-                        except DataFileError:
-                            continue
-                finally:
-                    ds.close()
+                fast = self._read_plain(fd, path, lambda meta: wanted(meta, seen)) if self.fast_headers else None
+                if fast is not None:
+                    meta, values = fast
+                else:
+                    meta, values = self._read_whole(fd, path, lambda meta: wanted(meta, seen))
                 if values and not seen.same_file(os.fstat(fd)):
                     values = {}
             finally:
                 os.close(fd)
         return meta, seen, values
+
+    def _read_plain(self, fd: int, path: Path, wanted: Callable[[FileMeta], Sequence[str]]
+                    ) -> tuple[FileMeta, dict[str, np.ndarray]] | None:
+        """Return :meth:`_read_whole`'s answer from netCDF-C directly (:mod:`.fastheader`), None for a file it
+        does not read exactly."""
+        previous = netCDF4.get_chunk_cache()
+        netCDF4.set_chunk_cache(self.chunk_cache_bytes, 1009, 0.75)  # applies to files opened now
+        try:
+            return read_plain(_descriptor_path(fd, path), path, wanted)
+        finally:
+            netCDF4.set_chunk_cache(*previous)
+
+    def _read_whole(self, fd: int, path: Path, wanted: Callable[[FileMeta], Sequence[str]]
+                    ) -> tuple[FileMeta, dict[str, np.ndarray]]:
+        """Return (header, whole raw values of the variables ``wanted(header)`` names) of the file behind ``fd``,
+        through netCDF4-python; a variable that cannot be read is left out."""
+        ds = self._netcdf(fd, path)
+        try:
+            meta = read_header(ds, path)
+            values: dict[str, np.ndarray] = {}
+            for name in wanted(meta):
+                try:
+                    values[name] = self._whole(ds, path, name)
+                except DataFileError:
+                    continue
+        finally:
+            ds.close()
+        return meta, values
 
     @staticmethod
     def _whole(ds: netCDF4.Dataset, path: Path, variable: str) -> np.ndarray:
