@@ -170,6 +170,10 @@ class Transfer:
         a stripe over. ``keep``: the connection outlives a clean end of the transfer (:meth:`serve`).
         """
         with self._cond:
+            if self._done and self._error is not None:
+                # The transfer failed before this stripe arrived (a read error on its first block, say): the
+                # client is told why, with the incident id, not that its ticket was used.
+                raise self._error
             if self._done:
                 if not (self._clean and keep and attempt > self._attempts.get(stripe, -1)):
                     raise TicketError("this ticket was already used: its transfer has finished (tickets are "
