@@ -28,9 +28,9 @@ import builders
 import oracle
 from protocol_archives import SPECS as ARCHIVES
 from protocol_archives import model_360_day, open_local
+from http_fixtures import anonymous_http
+
 from dstp.catalog.publish import publish
-from dstp.server import DstpServer
-from dstp.settings import Settings
 
 QUERIES = ("position", "radius", "area", "cube", "trajectory", "corridor", "items", "locations", "instances")
 
@@ -64,11 +64,8 @@ def root(catalog_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def http(root: Path) -> Iterator[httpx.Client]:
-    with DstpServer(Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1,
-                             allow_anonymous="true")) as srv:
-        assert srv.endpoints is not None
-        with httpx.Client(base_url=f"http://{srv.endpoints.http}", timeout=120) as client:
-            yield client
+    with anonymous_http(root) as client:
+        yield client
 
 
 def _request(collection: dict, query: str) -> dict[str, str]:

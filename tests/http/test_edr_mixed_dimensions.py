@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 import oracle
 from protocol_archives import open_local
-from dstp.server import DstpServer
-from dstp.settings import Settings
+from http_fixtures import anonymous_http
+
 
 PARAMS = "pressure,cloud"
 QUERIES: dict[str, dict[str, str]] = {
@@ -73,11 +73,8 @@ def _static_and_daily(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def http(root: Path) -> Iterator[httpx.Client]:
-    with DstpServer(Settings(catalog_root=root, port=0, http_port=0, data_port=-1, udt_port=-1,
-                             allow_anonymous="true")) as srv:
-        assert srv.endpoints is not None
-        with httpx.Client(base_url=f"http://{srv.endpoints.http}", timeout=120) as client:
-            yield client
+    with anonymous_http(root) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
